@@ -1,0 +1,91 @@
+"""The contract every backend honours, built-in or plugin.
+
+A backend is a class registered under the `kvscribe.backends` entry-point
+group. Importing its module must be cheap: engines are imported in `load()`.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+from kvscribe.models import ModelRef
+from kvscribe.profile import Profile
+from kvscribe.types import Segment
+
+TASKS = ("transcribe", "translate")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do; the CLI and profiles read these, never guess."""
+
+    model_formats: tuple[str, ...]
+    devices: tuple[str, ...]
+    kv_controls: tuple[str, ...]  # which parts of a cache policy the engine can express
+    measures_kv: bool = False  # False: KV figures are estimates from model dimensions
+
+
+@dataclass(frozen=True)
+class DecodeRequest:
+    """Per-input decoding choices from the command line (None: the profile decides)."""
+
+    language: str | None = None
+    task: str = "transcribe"
+    beam_size: int | None = None
+
+
+@dataclass
+class DecoderReport:
+    """What the decoder held and did for one input. Bytes are per run peak."""
+
+    tokens: int = 0
+    windows: int = 0
+    kv_self_peak_bytes: int = 0
+    kv_self_full_bytes: int = 0
+    kv_cross_bytes: int = 0
+    kv_estimated: bool = True
+    settings: dict[str, str] = field(default_factory=dict)
+    not_applicable: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Transcription:
+    """One input being decoded: iterate `segments`; `report` is complete once they are exhausted."""
+
+    language: str
+    language_probability: float | None
+    segments: Iterator[Segment]
+    report: DecoderReport
+
+
+class Backend(abc.ABC):
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    capabilities: ClassVar[Capabilities]
+
+    def __init__(self, model: ModelRef, profile: Profile, device: str):
+        self.model = model
+        self.profile = profile
+        self.device = device
+
+    @classmethod
+    @abc.abstractmethod
+    def check_available(cls) -> str | None:
+        """None when this backend can run here, else why not and the fix, in one line."""
+
+    @abc.abstractmethod
+    def load(self) -> None:
+        """Load the model; raise BackendUnavailableError or ModelNotFoundError."""
+
+    @abc.abstractmethod
+    def transcribe(self, audio: np.ndarray, request: DecodeRequest) -> Transcription:
+        """Start decoding `audio` (mono 16 kHz float32); segments stream lazily."""
+
+    def describe_settings(self) -> dict[str, str]:
+        """The engine settings in force after load(), for the stats report."""
+        return {}

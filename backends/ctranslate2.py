@@ -1,0 +1,184 @@
+"""CTranslate2 backend: faster-whisper's WhisperModel, int8 on CPU by default.
+
+CTranslate2 keeps every decoded position's K/V and one cross-attention copy per
+beam; of a cache policy it can express the compute type, the beam count and the
+previous-text prompt. Everything else in a profile's policy is reported as not
+applicable, never silently dropped. KV figures are estimates from the model's
+dimensions (the engine does not expose its cache).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from kvscribe.backends.base import Backend, Capabilities, DecodeRequest, DecoderReport, Transcription
+from kvscribe.errors import BackendUnavailableError, UsageError
+from kvscribe.kvcache import estimate
+from kvscribe.models.ct2_file import WhisperDims, whisper_dims
+from kvscribe.types import Segment
+
+_SETTINGS = {"compute_type": str, "beam_size": int, "condition_on_previous_text": bool,
+             "cpu_threads": int}
+_PROMPT_MAX = 223  # faster-whisper keeps the last n_text_ctx // 2 - 1 previous tokens
+
+
+class CTranslate2Backend(Backend):
+    name = "ctranslate2"
+    summary = "faster-whisper on CTranslate2 (int8 on CPU)"
+    capabilities = Capabilities(
+        model_formats=("ctranslate2",),
+        devices=("cpu", "cuda"),
+        kv_controls=("compute_type", "beam_size", "previous-text prompt"),
+    )
+
+    @classmethod
+    def check_available(cls) -> str | None:
+        try:
+            import ctranslate2  # noqa: F401
+            import faster_whisper  # noqa: F401
+        except ImportError as exc:
+            return f"{exc.name} is not installed: pip install faster-whisper"
+        return None
+
+    def load(self) -> None:
+        import ctranslate2
+        from faster_whisper import WhisperModel
+
+        self.settings = self._settings()
+        if self.device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
+            raise BackendUnavailableError("no CUDA device found", subject=self.name,
+                                          hint="use --device cpu or --profile cpu-laptop")
+        self.dims = whisper_dims(self.model.path / "model.bin")
+        self.engine = WhisperModel(
+            str(self.model.path), device=self.device,
+            compute_type=self._compute_type(),
+            cpu_threads=self.settings.get("cpu_threads", 0),
+        )
+
+    def describe_settings(self) -> dict[str, str]:
+        return {
+            "compute type": self.engine.model.compute_type,
+            "beam size (profile)": str(self.settings.get("beam_size", 5)),
+            "previous-text prompt": "on" if self._conditioned() else "off",
+        }
+
+    def transcribe(self, audio: np.ndarray, request: DecodeRequest) -> Transcription:
+        self._check_request(request)
+        beams = request.beam_size or int(self.settings.get("beam_size", 5))
+        raw, info = self.engine.transcribe(
+            audio, language=request.language, task=request.task, beam_size=beams,
+            best_of=beams, condition_on_previous_text=self._conditioned(),
+            vad_filter=False, word_timestamps=False,
+        )
+        report = self._base_report(beams)
+        return Transcription(info.language, info.language_probability,
+                             self._stream(raw, report, beams), report)
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _settings(self) -> dict[str, Any]:
+        section = dict(self.profile.settings_for(self.name))
+        for key, value in section.items():
+            expected = _SETTINGS.get(key)
+            if expected is None or not isinstance(value, expected):
+                raise UsageError(
+                    f"bad setting [{self.name}] {key} = {value!r}", subject=self.profile.source,
+                    hint=f"allowed: {', '.join(f'{k} ({t.__name__})' for k, t in _SETTINGS.items())}",
+                )
+        return section
+
+    def _compute_type(self) -> str:
+        wanted = self.settings.get("compute_type", "int8" if self.device == "cpu" else "float16")
+        if self.device == "cpu" and "float16" in wanted:
+            return "int8" if wanted.startswith("int8") else "float32"  # fp16 does not run on CPU
+        return wanted
+
+    def _conditioned(self) -> bool:
+        return bool(self.settings.get("condition_on_previous_text", True))
+
+    def _check_request(self, request: DecodeRequest) -> None:
+        known = self.engine.supported_languages
+        if request.language is not None and request.language not in known:
+            raise UsageError(f"unknown language code {request.language!r}", subject="--language",
+                             hint=f"use a code such as {', '.join(known[:8])}, ... or omit it")
+        if self.dims.is_multilingual:
+            return
+        if request.language not in (None, "en"):
+            raise UsageError(f"model {self.model.name} is English-only", subject="--language",
+                             hint="use --language en, or a multilingual model (--model base)")
+        if request.task == "translate":
+            raise UsageError(f"model {self.model.name} is English-only and cannot translate",
+                             subject="--task", hint="use a multilingual model (--model base)")
+
+    def _base_report(self, beams: int) -> DecoderReport:
+        nbytes = estimate.value_bytes(self.engine.model.compute_type)
+        report = DecoderReport(kv_estimated=True, settings=self.describe_settings())
+        report.settings["beam size (used)"] = str(beams)
+        report.kv_cross_bytes = estimate.cross_attention_bytes(self.dims, beams, nbytes)
+        report.not_applicable = _not_applicable(self.profile.kv_self, self.profile.kv_cross, beams)
+        return report
+
+    def _stream(self, raw: Iterator, report: DecoderReport, beams: int) -> Iterator[Segment]:
+        nbytes = estimate.value_bytes(self.engine.model.compute_type)
+        windows = _WindowCounter(self.dims, self._conditioned())
+        for index, seg in enumerate(raw):
+            windows.add(seg.seek, len(seg.tokens))
+            yield Segment(index, float(seg.start), float(seg.end), seg.text, tuple(seg.tokens),
+                          seg.avg_logprob, seg.no_speech_prob, windows.count - 1)
+        windows.finish()
+        report.tokens = windows.decoded
+        report.windows = windows.count
+        report.kv_self_peak_bytes = estimate.self_attention_bytes(
+            self.dims, windows.peak_positions, beams, nbytes)
+        report.kv_self_full_bytes = report.kv_self_peak_bytes  # CTranslate2 keeps the full cache
+
+
+class _WindowCounter:
+    """Positions each 30 s window decodes: prompt (sot + previous text) + new tokens + eot."""
+
+    def __init__(self, dims: WhisperDims, conditioned: bool):
+        self.sot_length = 3 if dims.is_multilingual else 1
+        self.conditioned = conditioned
+        self.count = 0
+        self.decoded = 0
+        self.peak_positions = 0
+        self._seek: int | None = None
+        self._window_tokens = 0
+        self._history = 0
+
+    def add(self, seek: int, tokens: int) -> None:
+        if seek != self._seek:
+            self._close_window()
+            self._seek = seek
+            self.count += 1
+        self._window_tokens += tokens
+        self.decoded += tokens
+
+    def _close_window(self) -> None:
+        if self._seek is None:
+            return
+        prompt = self.sot_length
+        if self.conditioned and self._history:
+            prompt += 1 + min(self._history, _PROMPT_MAX)
+        self.peak_positions = max(self.peak_positions, prompt + self._window_tokens + 1)
+        self.decoded += 1  # end-of-text
+        self._history += self._window_tokens
+        self._window_tokens = 0
+
+    def finish(self) -> None:
+        self._close_window()
+        self._seek = None
+
+
+def _not_applicable(kv_self: str, kv_cross: str, beams: int) -> list[str]:
+    notes = []
+    if kv_self != "full":
+        notes.append(f"self-attention policy '{kv_self}': CTranslate2 keeps every position")
+    if kv_cross != "full" and beams > 1:
+        notes.append(f"cross-attention policy '{kv_cross}': CTranslate2 keeps one copy per beam")
+    elif kv_cross != "full":
+        notes.append(f"cross-attention policy '{kv_cross}': moot at beam 1 (one copy anyway)")
+    return notes

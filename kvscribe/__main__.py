@@ -1,0 +1,3 @@
+from kvscribe.cli import main
+
+main()

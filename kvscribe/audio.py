@@ -1,0 +1,164 @@
+"""Audio decoding through PyAV (FFmpeg): any container/codec in, mono 16 kHz float32 out.
+
+Decoding streams frame by frame through one resampler into a buffer that grows
+geometrically, so memory stays at one float32 copy of the result (the array the
+backend needs) plus one frame, never a list of chunks concatenated at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kvscribe.errors import AudioDecodeError, InputNotFoundError
+
+SAMPLE_RATE = 16_000
+# A file whose decodable audio ends this far before its declared length is truncated.
+TRUNCATION_TOLERANCE_S = 0.5
+
+AUDIO_EXTENSIONS = frozenset(
+    ".wav .flac .mp3 .ogg .oga .opus .m4a .aac .wma .aif .aiff .amr .mka .webm "
+    ".mp4 .m4v .mkv .mov .avi .3gp".split()
+)
+
+
+@dataclass(frozen=True)
+class AudioInfo:
+    """What the container says about its first audio stream."""
+
+    codec: str
+    sample_rate: int
+    channels: int
+    declared_seconds: float | None
+
+
+def check_readable(path: Path) -> None:
+    """Raise InputNotFoundError unless `path` is a readable regular file."""
+    if not path.exists():
+        raise InputNotFoundError("no such file", subject=str(path), hint="check the path")
+    if path.is_dir():
+        raise InputNotFoundError("is a directory", subject=str(path), hint="pass the files in it")
+    if not os.access(path, os.R_OK):
+        raise InputNotFoundError("permission denied", subject=str(path), hint="make it readable")
+    if path.stat().st_size == 0:
+        raise AudioDecodeError("empty file (0 bytes)", subject=str(path), hint="re-export the recording")
+
+
+def load_audio(path: Path) -> np.ndarray:
+    """Decode `path` to a mono 16 kHz float32 array in [-1, 1].
+
+    Raises InputNotFoundError for missing/unreadable files and AudioDecodeError
+    for anything that is not complete, decodable audio.
+    """
+    check_readable(path)
+    info, chunks = _open_stream(path)
+    audio = _collect(chunks, path, size_hint=info.declared_seconds)
+    if audio.size == 0:
+        raise AudioDecodeError("contains no audio samples", subject=str(path),
+                               hint="the recording is empty; re-export it")
+    _check_complete(path, info, audio.size / SAMPLE_RATE)
+    return audio
+
+
+def _open_stream(path: Path) -> tuple[AudioInfo, Iterator[np.ndarray]]:
+    import av  # deferred: PyAV loads the FFmpeg libraries
+
+    # FFmpeg logs decoder complaints straight to stderr; keep them off the
+    # terminal but still attached to the exception ("last error log").
+    av.logging.set_level(av.logging.PANIC)
+    try:
+        container = av.open(str(path))
+    except av.error.FFmpegError as exc:
+        raise AudioDecodeError("not an audio or video file FFmpeg can read", subject=str(path),
+                               hint="convert it to WAV, FLAC or MP3") from exc
+    if not container.streams.audio:
+        container.close()
+        raise AudioDecodeError("has no audio track", subject=str(path),
+                               hint="pass a file with sound in it")
+    stream = container.streams.audio[0]
+    info = AudioInfo(
+        codec=stream.codec_context.name,
+        sample_rate=stream.codec_context.sample_rate or 0,
+        channels=stream.codec_context.channels or 0,
+        declared_seconds=_declared_seconds(path, container, stream),
+    )
+    return info, _decode(container, stream, path)
+
+
+def _decode(container, stream, path: Path) -> Iterator[np.ndarray]:
+    import av
+
+    resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
+    position = 0.0
+    try:
+        for frame in container.decode(stream):
+            position = float(frame.time or position)
+            for out in resampler.resample(frame):
+                yield out.to_ndarray().reshape(-1)
+        for out in resampler.resample(None):
+            yield out.to_ndarray().reshape(-1)
+    except av.error.FFmpegError as exc:
+        raise AudioDecodeError(f"corrupt audio data near {position:.1f} s", subject=str(path),
+                               hint="re-export or repair the file") from exc
+    finally:
+        container.close()
+
+
+def _collect(chunks: Iterator[np.ndarray], path: Path, size_hint: float | None) -> np.ndarray:
+    capacity = int((size_hint or 30.0) * SAMPLE_RATE) + SAMPLE_RATE
+    buffer = np.empty(capacity, dtype=np.float32)
+    used = 0
+    for chunk in chunks:
+        if used + chunk.size > buffer.size:
+            grown = np.empty(max(buffer.size * 2, used + chunk.size), dtype=np.float32)
+            grown[:used] = buffer[:used]
+            buffer = grown
+        buffer[used : used + chunk.size] = chunk
+        used += chunk.size
+    return buffer[:used].copy() if used < buffer.size // 2 else buffer[:used]
+
+
+def _declared_seconds(path: Path, container, stream) -> float | None:
+    """Length the file claims to have, from the RIFF header for WAV, else from FFmpeg."""
+    riff = _riff_data_seconds(path)
+    if riff is not None:
+        return riff
+    if stream.duration is not None and stream.time_base is not None:
+        return float(stream.duration * stream.time_base)
+    if container.duration is not None:
+        return container.duration / 1_000_000
+    return None
+
+
+def _riff_data_seconds(path: Path) -> float | None:
+    """Seconds the WAV header's `data` chunk declares; FFmpeg silently clamps it to the file size."""
+    with open(path, "rb") as handle:
+        header = handle.read(4096)
+    if header[:4] != b"RIFF" or header[8:12] != b"WAVE":
+        return None
+    fmt_at, data_at = header.find(b"fmt "), header.find(b"data")
+    if fmt_at < 0 or data_at < 0 or len(header) < fmt_at + 24 or len(header) < data_at + 8:
+        return None
+    byte_rate = struct.unpack_from("<I", header, fmt_at + 16)[0]
+    data_bytes = struct.unpack_from("<I", header, data_at + 4)[0]
+    if byte_rate == 0 or data_bytes in (0, 0xFFFFFFFF):  # 0/-1: streamed WAV of unknown size
+        return None
+    return data_bytes / byte_rate
+
+
+def _check_complete(path: Path, info: AudioInfo, decoded_seconds: float) -> None:
+    declared = info.declared_seconds
+    if declared is None:
+        return
+    if decoded_seconds + TRUNCATION_TOLERANCE_S + 0.01 * declared < declared:
+        raise AudioDecodeError(
+            f"truncated: the header says {declared:.1f} s but the audio ends at "
+            f"{decoded_seconds:.1f} s",
+            subject=str(path),
+            hint="the file was cut short; copy or export it again",
+        )

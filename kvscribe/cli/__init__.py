@@ -1,0 +1,5 @@
+"""Command-line interface (typer + rich)."""
+
+from kvscribe.cli.app import app, main
+
+__all__ = ["app", "main"]

@@ -1,0 +1,86 @@
+"""The `kvscribe` command: `kvscribe FILE...` transcribes; subcommands inspect the setup.
+
+Nothing heavy is imported here: `kvscribe --help` must stay fast.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from kvscribe import __version__
+from kvscribe.errors import ExitCode
+
+_ROOT_FLAGS = {"--help", "-h", "--version", "--install-completion", "--show-completion"}
+
+
+class _TranscribeByDefault(TyperGroup):
+    """`kvscribe a.wav` means `kvscribe transcribe a.wav` (a file named like a command: use ./)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in _ROOT_FLAGS:
+            args = ["transcribe", *args]
+        return super().parse_args(ctx, args)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)  # keep declaration order: transcribe first
+
+
+app = typer.Typer(
+    cls=_TranscribeByDefault,
+    name="kvscribe",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help="Transcribe speech with Whisper on modest hardware.\n\n"
+    "[bold]kvscribe FILE...[/] is short for [bold]kvscribe transcribe FILE...[/]\n\n"
+    "Examples:\n\n"
+    "  kvscribe talk.wav                      transcript on stdout, stats on stderr\n\n"
+    "  kvscribe talk.wav --profile tiny-vram  pick a hardware profile\n\n"
+    "  kvscribe recordings/ -o out/ -f srt    every audio file in a folder, to .srt files",
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"kvscribe {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    """Transcribe speech with Whisper on modest hardware."""
+
+
+def _register() -> None:
+    from kvscribe.cli import info, transcribe
+
+    app.command("transcribe", no_args_is_help=True)(transcribe.transcribe)
+    app.command("backends")(info.backends)
+    app.add_typer(info.profiles_app, name="profiles")
+    app.command("models")(info.models_command)
+
+
+_register()
+
+
+def main() -> None:
+    """Console entry point: usage errors exit 2, unexpected ones exit 1 in one line."""
+    debug = "--debug" in sys.argv
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.stderr.write("kvscribe: interrupted\n")
+        sys.exit(ExitCode.INTERRUPTED)
+    except Exception as exc:  # noqa: BLE001 - the last net: a bug gets one line, not a traceback
+        if debug:
+            raise
+        sys.stderr.write(f"kvscribe: internal error: {type(exc).__name__}: {exc} "
+                         "(rerun with --debug for the traceback, and please report it)\n")
+        sys.exit(ExitCode.SOME_FAILED)

@@ -1,0 +1,67 @@
+"""How results look on a terminal: the stats table, error lines, byte sizes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kvscribe.errors import KvscribeError
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def print_error(console: Console, error: KvscribeError) -> None:
+    console.print(f"[bold red]kvscribe: error:[/] {error.one_line()}", markup=True,
+                  soft_wrap=True, highlight=False)
+
+
+def human_bytes(value: int | None) -> str:
+    if value is None:
+        return "unavailable"
+    size = float(value)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GB"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def stats_table(report: dict[str, Any]) -> Table:
+    """The run's figures as a two-column table (the same numbers --stats-json writes)."""
+    table = Table(title="kvscribe stats", title_justify="left", show_header=False,
+                  box=None, pad_edge=False, padding=(0, 2, 0, 0))
+    table.add_column(style="bold")
+    table.add_column()
+    estimated = " [dim](estimated)[/]" if report["kv_estimated"] else ""
+    rtf = report["real_time_factor"]
+    rows = [
+        ("backend / profile", f"{report['backend']} / {report['profile']}"),
+        ("model / device", f"{report['model']} / {report['device']}"),
+        *((k, v) for k, v in report["settings"].items()),
+        ("files", f"{report['files_done']} done, {report['files_failed']} failed"),
+        ("audio", _seconds(report["audio_seconds"])),
+        ("wall", _seconds(report["wall_seconds"])),
+        ("real-time factor", "-" if rtf is None else f"{rtf:.3f} ({1 / rtf:.1f}x real time)"),
+        ("model load", _seconds(report["load_seconds"])),
+        ("transcribe", _seconds(report["transcribe_seconds"])),
+        ("first segment", _seconds(report["first_segment_seconds"])),
+        ("tokens decoded", str(report["tokens_decoded"])),
+        ("ms / token (incl. encoder)", "-" if report["ms_per_token_incl_encoder"] is None
+         else f"{report['ms_per_token_incl_encoder']:.1f}"),
+        ("self-attn KV peak", human_bytes(report["kv_self_peak_bytes"]) + estimated
+         + f" [dim](full cache: {human_bytes(report['kv_self_full_bytes'])})[/]"),
+        ("cross-attn KV", human_bytes(report["kv_cross_bytes"]) + estimated),
+        ("peak RSS", human_bytes(report["peak_rss_bytes"])),
+    ]
+    rows += [("not applicable", note) for note in report["not_applicable"]]
+    for label, value in rows:
+        table.add_row(label, value)
+    return table

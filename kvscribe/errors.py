@@ -1,0 +1,77 @@
+"""Errors a user can act on. Only the CLI turns them into exit codes.
+
+Every error carries the input it is about (a file, a model name, an option)
+and a hint that says what to do, so the CLI can print one line.
+"""
+
+from __future__ import annotations
+
+
+class ExitCode:
+    """Process exit codes (see README, "Exit codes")."""
+
+    OK = 0
+    SOME_FAILED = 1
+    USAGE = 2
+    INPUT_NOT_FOUND = 3
+    AUDIO_UNDECODABLE = 4
+    MODEL_NOT_FOUND = 5
+    BACKEND_UNAVAILABLE = 6
+    INTERRUPTED = 130
+
+
+class KvscribeError(Exception):
+    """Base class: `subject` is what failed, `hint` is the fix."""
+
+    exit_code = ExitCode.SOME_FAILED
+
+    def __init__(self, message: str, *, subject: str | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.subject = subject
+        self.hint = hint
+
+    def one_line(self) -> str:
+        """The whole error on one line: `subject: message (hint)`."""
+        text = self.message
+        if self.subject:
+            text = f"{self.subject}: {text}"
+        if self.hint:
+            text = f"{text} ({self.hint})"
+        return " ".join(text.split())
+
+
+class UsageError(KvscribeError):
+    """A bad option value or a bad combination of options."""
+
+    exit_code = ExitCode.USAGE
+
+
+class InputNotFoundError(KvscribeError):
+    """An input path that does not exist, cannot be read, or holds no audio."""
+
+    exit_code = ExitCode.INPUT_NOT_FOUND
+
+
+class AudioDecodeError(KvscribeError):
+    """A file that exists but is not decodable audio (not audio, corrupt, truncated, empty)."""
+
+    exit_code = ExitCode.AUDIO_UNDECODABLE
+
+
+class ModelNotFoundError(KvscribeError):
+    """A model name or path that cannot be resolved or converted."""
+
+    exit_code = ExitCode.MODEL_NOT_FOUND
+
+
+class BackendUnavailableError(KvscribeError):
+    """A backend whose engine, device or binary is missing on this machine."""
+
+    exit_code = ExitCode.BACKEND_UNAVAILABLE
+
+
+class OutputError(KvscribeError):
+    """An output that cannot be written (no permission, full disk)."""
+
+    exit_code = ExitCode.SOME_FAILED

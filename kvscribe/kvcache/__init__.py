@@ -1,0 +1,1 @@
+"""Decoder key/value cache: policies (transformers backend) and size arithmetic."""

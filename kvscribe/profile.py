@@ -1,0 +1,122 @@
+"""Hardware profiles: TOML data in profiles/ (built in) and <config dir>/profiles/ (user).
+
+A profile names a device, the decoder KV-cache policy (transformers backend)
+and, per backend, the settings that engine can express. `auto` is resolved to
+another profile from the hardware found. Backends validate their own section.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from kvscribe import hardware
+from kvscribe.errors import UsageError
+from kvscribe.paths import config_dir
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+AUTO = "auto"
+DEVICES = ("auto", "cpu", "cuda")
+_TOP_KEYS = {"name", "summary", "why", "device", "kv", "auto"}
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    summary: str
+    why: str
+    device: str
+    kv_self: str
+    kv_cross: str
+    backends: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    source: str = ""
+    chosen_by: str = ""  # "auto: no CUDA device" when auto picked it
+
+    def settings_for(self, backend: str) -> Mapping[str, Any]:
+        return self.backends.get(backend, {})
+
+
+def available() -> dict[str, Path | resources.abc.Traversable]:
+    """Profile name -> file; a user profile overrides a built-in of the same name."""
+    found: dict[str, Any] = {}
+    for entry in resources.files("kvscribe.profiles").iterdir():
+        if entry.name.endswith(".toml"):
+            found[entry.name[:-5]] = entry
+    user_dir = config_dir() / "profiles"
+    if user_dir.is_dir():
+        for path in sorted(user_dir.glob("*.toml")):
+            found[path.stem] = path
+    return dict(sorted(found.items()))
+
+
+def load(name: str, *, resolve_auto: bool = True) -> Profile:
+    """Load profile `name`; `auto` becomes the profile its rules pick for this machine."""
+    files = available()
+    if name not in files:
+        raise UsageError("unknown profile", subject=name,
+                         hint=f"choose one of: {', '.join(files)} (`kvscribe profiles`)")
+    data = _read(files[name], name)
+    if name == AUTO and resolve_auto:
+        picked, reason = _pick(data.get("auto", {}), hardware.detect())
+        profile = load(picked, resolve_auto=False)
+        return Profile(**{**profile.__dict__, "chosen_by": f"auto: {reason}"})
+    return _build(name, data, str(files[name]))
+
+
+def _read(source, name: str) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(source.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"profile file is not valid TOML: {exc}", subject=str(source),
+                         hint="fix or remove the file") from exc
+    unknown = set(data) - _TOP_KEYS - {"ctranslate2", "transformers", "whispercpp"}
+    unknown = {k for k in unknown if not isinstance(data[k], dict)}  # plugin backend sections
+    if unknown:
+        raise UsageError(f"unknown key(s) {', '.join(sorted(unknown))} in profile {name}",
+                         subject=str(source), hint=f"allowed: {', '.join(sorted(_TOP_KEYS))}")
+    return data
+
+
+def _build(name: str, data: dict[str, Any], source: str) -> Profile:
+    device = data.get("device", "auto")
+    if device not in DEVICES:
+        raise UsageError(f"device must be one of {', '.join(DEVICES)}, not {device!r}",
+                         subject=source, hint="fix the profile's `device`")
+    kv = data.get("kv", {})
+    sections = {k: v for k, v in data.items() if isinstance(v, dict) and k not in ("kv", "auto")}
+    return Profile(
+        name=name,
+        summary=str(data.get("summary", "")),
+        why=str(data.get("why", "")),
+        device=device,
+        kv_self=str(kv.get("self", "full")),
+        kv_cross=str(kv.get("cross", "full")),
+        backends=sections,
+        source=source,
+    )
+
+
+def _pick(rules: Mapping[str, Any], found: hardware.Hardware) -> tuple[str, str]:
+    if not found.has_cuda:
+        return rules.get("no_cuda", "cpu-laptop"), found.describe()
+    limit = float(rules.get("small_gpu_max_gb", 4))
+    memory = found.cuda_memory_gb
+    if memory is None or memory <= limit:  # unknown memory: assume the small card
+        return rules.get("small_gpu", "tiny-vram"), found.describe()
+    return rules.get("large_gpu", "gpu"), found.describe()
+
+
+def pick_device(profile: Profile, requested: str | None, found: hardware.Hardware) -> str:
+    """The device to run on: --device, else the profile's, `auto` meaning CUDA when present."""
+    device = requested or profile.device
+    if device == "auto":
+        return "cuda" if found.has_cuda else "cpu"
+    return device

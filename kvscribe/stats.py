@@ -1,0 +1,107 @@
+"""One report per run: what was run, how long it took, what memory it held.
+
+Figures are measured (perf_counter, getrusage) except KV bytes from engines
+that do not expose their cache, which are flagged as estimated.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvscribe.backends.base import DecoderReport
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident set size, from the OS."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
+
+
+@dataclass
+class FileStats:
+    source: str
+    audio_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    first_segment_seconds: float | None = None
+    language: str | None = None
+    report: DecoderReport | None = None
+    error: str | None = None
+
+
+@dataclass
+class RunStats:
+    backend: str
+    profile: str
+    model: str
+    device: str = ""
+    settings: dict[str, str] = field(default_factory=dict)
+    load_seconds: float = 0.0
+    files: list[FileStats] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+    finished: float | None = None
+
+    def finish(self) -> None:
+        self.finished = time.perf_counter()
+
+    @property
+    def wall_seconds(self) -> float:
+        return (self.finished or time.perf_counter()) - self.started
+
+    @property
+    def done(self) -> list[FileStats]:
+        return [f for f in self.files if f.error is None and f.report is not None]
+
+    def to_dict(self) -> dict[str, Any]:
+        done = self.done
+        audio = sum(f.audio_seconds for f in done)
+        decode = sum(f.decode_seconds for f in done)
+        tokens = sum(f.report.tokens for f in done)
+        reports = [f.report for f in done]
+        firsts = [f.first_segment_seconds for f in done if f.first_segment_seconds is not None]
+        return {
+            "backend": self.backend,
+            "profile": self.profile,
+            "model": self.model,
+            "device": self.device,
+            "settings": self.settings,
+            "files_done": len(done),
+            "files_failed": len(self.files) - len(done),
+            "audio_seconds": round(audio, 3),
+            "wall_seconds": round(self.wall_seconds, 3),
+            "real_time_factor": round(self.wall_seconds / audio, 4) if audio else None,
+            "load_seconds": round(self.load_seconds, 3),
+            "transcribe_seconds": round(decode, 3),
+            "first_segment_seconds": round(min(firsts), 3) if firsts else None,
+            "tokens_decoded": tokens,
+            "ms_per_token_incl_encoder": round(1000 * decode / tokens, 2) if tokens else None,
+            "kv_self_peak_bytes": max((r.kv_self_peak_bytes for r in reports), default=0),
+            "kv_self_full_bytes": max((r.kv_self_full_bytes for r in reports), default=0),
+            "kv_cross_bytes": max((r.kv_cross_bytes for r in reports), default=0),
+            "kv_estimated": any(r.kv_estimated for r in reports),
+            "not_applicable": sorted({n for r in reports for n in r.not_applicable}),
+            "peak_rss_bytes": peak_rss_bytes(),
+            "files": [_file_dict(f) for f in self.files],
+        }
+
+
+def _file_dict(f: FileStats) -> dict[str, Any]:
+    entry: dict[str, Any] = {"source": f.source, "audio_seconds": round(f.audio_seconds, 3)}
+    if f.error is not None:
+        entry["error"] = f.error
+        return entry
+    entry.update(
+        language=f.language,
+        transcribe_seconds=round(f.decode_seconds, 3),
+        first_segment_seconds=(round(f.first_segment_seconds, 3)
+                               if f.first_segment_seconds is not None else None),
+        tokens_decoded=f.report.tokens if f.report else 0,
+        windows=f.report.windows if f.report else 0,
+    )
+    return entry

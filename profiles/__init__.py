@@ -1,0 +1,1 @@
+"""Built-in hardware profiles: the *.toml files beside this one (data only, no code)."""
