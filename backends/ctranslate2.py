@@ -61,7 +61,6 @@ class CTranslate2Backend(Backend):
     def describe_settings(self) -> dict[str, str]:
         return {
             "compute type": self.engine.model.compute_type,
-            "beam size (profile)": str(self.settings.get("beam_size", 5)),
             "previous-text prompt": "on" if self._conditioned() else "off",
         }
 
@@ -100,23 +99,22 @@ class CTranslate2Backend(Backend):
         return bool(self.settings.get("condition_on_previous_text", True))
 
     def _check_request(self, request: DecodeRequest) -> None:
+        if not self.dims.is_multilingual:
+            if request.language not in (None, "en"):
+                raise UsageError(f"model {self.model.name} is English-only", subject="--language",
+                                 hint="use --language en, or a multilingual model (--model base)")
+            if request.task == "translate":
+                raise UsageError(f"model {self.model.name} is English-only and cannot translate",
+                                 subject="--task", hint="use a multilingual model (--model base)")
         known = self.engine.supported_languages
         if request.language is not None and request.language not in known:
             raise UsageError(f"unknown language code {request.language!r}", subject="--language",
                              hint=f"use a code such as {', '.join(known[:8])}, ... or omit it")
-        if self.dims.is_multilingual:
-            return
-        if request.language not in (None, "en"):
-            raise UsageError(f"model {self.model.name} is English-only", subject="--language",
-                             hint="use --language en, or a multilingual model (--model base)")
-        if request.task == "translate":
-            raise UsageError(f"model {self.model.name} is English-only and cannot translate",
-                             subject="--task", hint="use a multilingual model (--model base)")
 
     def _base_report(self, beams: int) -> DecoderReport:
         nbytes = estimate.value_bytes(self.engine.model.compute_type)
         report = DecoderReport(kv_estimated=True, settings=self.describe_settings())
-        report.settings["beam size (used)"] = str(beams)
+        report.settings["beam size"] = str(beams)
         report.kv_cross_bytes = estimate.cross_attention_bytes(self.dims, beams, nbytes)
         report.not_applicable = _not_applicable(self.profile.kv_self, self.profile.kv_cross, beams)
         return report

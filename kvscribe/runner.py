@@ -129,6 +129,7 @@ class Runner:
         except KvscribeError as exc:
             return exc
         file_stats.language, file_stats.report = run.language, run.report
+        self.stats.settings.update(run.report.settings)
         self.stats.files.append(file_stats)
         listener.file_done(path, transcript, outputs)
         return None

@@ -1,0 +1,181 @@
+"""The installed `kvscribe` command, run for real on real audio with the embedded model."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import srt
+import webvtt
+
+from kvscribe.errors import ExitCode
+from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
+
+BAD_INPUTS = [
+    ("missing", ExitCode.INPUT_NOT_FOUND, "no such file"),
+    ("empty_dir", ExitCode.INPUT_NOT_FOUND, "folder holds no audio"),
+    ("not_audio", ExitCode.AUDIO_UNDECODABLE, "not an audio"),
+    ("truncated_wav", ExitCode.AUDIO_UNDECODABLE, "incomplete"),
+    ("corrupt_flac", ExitCode.AUDIO_UNDECODABLE, "incomplete"),
+    ("empty", ExitCode.AUDIO_UNDECODABLE, "empty file"),
+    ("zero_samples", ExitCode.AUDIO_UNDECODABLE, "no audio samples"),
+]
+
+
+@pytest.fixture(scope="module")
+def jfk_run():
+    return run_cli(SAMPLE)
+
+
+def test_jfk_transcript_on_stdout_stats_on_stderr(jfk_run):
+    assert jfk_run.code == 0, jfk_run.stderr
+    lines = jfk_run.stdout.splitlines()
+    assert lines and all(line.startswith("[00:") and "-->" in line for line in lines)
+    text = " ".join(line.split("]  ", 1)[1] for line in lines)
+    assert wer(SAMPLE_TEXT, text) <= 0.1
+    for figure in ("real-time factor", "peak RSS", "cross-attn KV", "tokens decoded", "tiny.en"):
+        assert figure in jfk_run.stderr
+    assert "Traceback" not in jfk_run.stderr
+
+
+def test_all_formats_to_a_folder(tmp_path):
+    out = tmp_path / "out"
+    result = run_cli(SAMPLE, "-f", "all", "-o", out, "--quiet")
+    assert result.code == 0, result.stderr
+    assert sorted(p.name for p in out.iterdir()) == [f"jfk.{f}" for f in ("json", "srt", "tsv", "txt", "vtt")]
+    cues = list(srt.parse((out / "jfk.srt").read_text()))
+    assert cues and cues[-1].end.total_seconds() <= 11.0
+    captions = webvtt.read(str(out / "jfk.vtt"))
+    assert len(captions) == len(cues)
+    document = json.loads((out / "jfk.json").read_text())
+    assert all({"start", "end", "text"} <= set(s) for s in document["segments"])
+    assert wer(SAMPLE_TEXT, document["text"]) <= 0.1
+    assert result.stdout == "" and result.stderr == ""  # --quiet with -o: silent
+
+
+def test_one_format_without_a_folder_goes_to_stdout():
+    result = run_cli(SAMPLE, "-f", "srt", "-q")
+    assert result.code == 0
+    assert wer(SAMPLE_TEXT, " ".join(c.content for c in srt.parse(result.stdout))) <= 0.1
+
+
+def test_stats_json_matches_the_run(tmp_path):
+    path = tmp_path / "stats.json"
+    result = run_cli(SAMPLE, "--stats-json", path, "--beam-size", "1")
+    assert result.code == 0
+    stats = json.loads(path.read_text())
+    assert stats["audio_seconds"] == pytest.approx(11.0)
+    assert stats["files_done"] == 1 and stats["files_failed"] == 0
+    assert stats["settings"]["beam size"] == "1"
+    assert stats["kv_cross_bytes"] == 2 * 4 * 1500 * 384 * 4  # tiny.en fp32, one copy: 18.4 MB
+    assert stats["wall_seconds"] >= stats["transcribe_seconds"] + stats["load_seconds"] * 0.99
+    assert stats["real_time_factor"] == pytest.approx(stats["wall_seconds"] / 11.0, rel=1e-3)
+    assert stats["tokens_decoded"] > 20 and stats["peak_rss_bytes"] > 50e6
+    assert stats["kv_estimated"] is True and stats["kv_cross_bytes"] > stats["kv_self_peak_bytes"]
+
+
+@pytest.fixture()
+def bad_inputs(derived, tmp_path):
+    (tmp_path / "empty_dir").mkdir()
+    return {"missing": tmp_path / "missing.wav", "empty_dir": tmp_path / "empty_dir",
+            **{k: derived[k] for k, _, _ in BAD_INPUTS if k in derived}}
+
+
+@pytest.mark.parametrize(("kind", "code", "words"), BAD_INPUTS)
+def test_bad_input_one_line_error_exit_code_no_output(bad_inputs, tmp_path, kind, code, words):
+    out = tmp_path / "out"
+    result = run_cli(bad_inputs[kind], "-o", out)
+    assert result.code == code
+    assert result.stderr.count("\n") == 1 and words in result.stderr
+    assert str(bad_inputs[kind]) in result.stderr.replace("\n", "")
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_a_bad_file_does_not_stop_the_others(bad_inputs, derived, tmp_path):
+    out = tmp_path / "out"
+    speech = shutil.copy(derived["flac"], tmp_path / "speech.flac")
+    result = run_cli(bad_inputs["not_audio"], SAMPLE, bad_inputs["missing"], speech,
+                     "-o", out, "-f", "txt")
+    assert result.code == ExitCode.SOME_FAILED
+    assert sorted(p.name for p in out.iterdir()) == ["jfk.txt", "speech.txt"]
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 2 and "notes.wav" in errors[0] and "missing.wav" in errors[1]
+
+
+def test_same_stem_twice_is_refused_before_work(derived, tmp_path):
+    result = run_cli(SAMPLE, derived["flac"], "-o", tmp_path / "out")
+    assert result.code == ExitCode.USAGE and "would both write jfk.*" in result.stderr
+
+
+def test_a_folder_is_expanded_to_its_audio_files(derived, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    shutil.copy(SAMPLE, folder / "a.wav")
+    shutil.copy(derived["mp3"], folder / "b.mp3")
+    (folder / "notes.txt").write_text("not audio, and not picked up")
+    result = run_cli(folder, "-o", tmp_path / "out", "-f", "txt", "-q")
+    assert result.code == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.txt", "b.txt"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["--backend", "nope"], ExitCode.USAGE, "unknown backend"),
+        (["--profile", "nope"], ExitCode.USAGE, "unknown profile"),
+        (["--model", "nope"], ExitCode.MODEL_NOT_FOUND, "unknown model name"),
+        (["--model", "small"], ExitCode.MODEL_NOT_FOUND, "HF_HUB_OFFLINE"),
+        (["--language", "de"], ExitCode.USAGE, "English-only"),
+        (["--task", "translate"], ExitCode.USAGE, "cannot translate"),
+        (["-f", "docx"], ExitCode.USAGE, "unknown format"),
+        (["-f", "txt,srt"], ExitCode.USAGE, "add --output-dir"),
+        (["--beam-size", "0"], ExitCode.USAGE, "between 1 and 16"),
+        (["--profile", "gpu"], ExitCode.BACKEND_UNAVAILABLE, "no CUDA device"),
+    ],
+)
+def test_bad_options(args, code, words):
+    result = run_cli(SAMPLE, *args)
+    assert result.code == code, result.stderr
+    assert words in result.stderr and "Traceback" not in result.stderr
+    if code != ExitCode.USAGE or "unknown format" in words:
+        assert result.stderr.count("\n") == 1
+
+
+def test_help_is_fast_and_imports_no_engine():
+    probe = ("import sys\nfrom kvscribe.cli import app\n"
+             "try:\n    app(['--help'])\nexcept SystemExit:\n    pass\n"
+             "heavy = [m for m in ('torch', 'transformers', 'faster_whisper', 'ctranslate2', 'av')"
+             " if m in sys.modules]\nprint('HEAVY', heavy)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert "HEAVY []" in out.stdout
+    for command in ("transcribe", "backends", "profiles", "models"):
+        assert command in out.stdout
+
+
+def test_version_and_transcribe_help():
+    assert run_cli("--version").stdout.startswith("kvscribe ")
+    helptext = run_cli("transcribe", "--help").stdout
+    for option in ("--backend", "--profile", "--model", "--language", "--task", "--output-format",
+                   "--output-dir", "--beam-size", "--stats-json", "--quiet", "--debug"):
+        assert option in helptext
+
+
+def test_info_commands():
+    backends = run_cli("backends")
+    assert backends.code == 0 and "ctranslate2" in backends.stdout and "available" in backends.stdout
+    profiles = run_cli("profiles")
+    assert profiles.code == 0 and "tiny-vram" in profiles.stdout and "auto picks" in profiles.stdout
+    shown = run_cli("profiles", "show", "tiny-vram")
+    assert shown.code == 0 and "int8_float16" in shown.stdout and "sink=4" in shown.stdout
+    assert run_cli("profiles", "show", "nope").code == ExitCode.USAGE
+    models = run_cli("models")
+    assert models.code == 0 and "tiny.en" in models.stdout and "ready" in models.stdout
+
+
+def test_shell_completion_script_is_offered():
+    result = run_cli("--show-completion", "bash")
+    assert result.code == 0 and "complete" in result.stdout and "kvscribe" in result.stdout
