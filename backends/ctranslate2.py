@@ -13,15 +13,25 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+from kvscribe.backends.base import (
+    Backend,
+    Capabilities,
+    DecodeRequest,
+    DecoderReport,
+    Transcription,
+)
 
-from kvscribe.backends.base import Backend, Capabilities, DecodeRequest, DecoderReport, Transcription
 from kvscribe.errors import BackendUnavailableError, UsageError
 from kvscribe.kvcache import estimate
 from kvscribe.models.ct2_file import WhisperDims, whisper_dims
 from kvscribe.types import Segment
 
-_SETTINGS = {"compute_type": str, "beam_size": int, "condition_on_previous_text": bool,
-             "cpu_threads": int}
+_SETTINGS = {
+    "compute_type": str,
+    "beam_size": int,
+    "condition_on_previous_text": bool,
+    "cpu_threads": int,
+}
 _PROMPT_MAX = 223  # faster-whisper keeps the last n_text_ctx // 2 - 1 previous tokens
 
 
@@ -49,11 +59,15 @@ class CTranslate2Backend(Backend):
 
         self.settings = self._settings()
         if self.device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
-            raise BackendUnavailableError("no CUDA device found", subject=self.name,
-                                          hint="use --device cpu or --profile cpu-laptop")
+            raise BackendUnavailableError(
+                "no CUDA device found",
+                subject=self.name,
+                hint="use --device cpu or --profile cpu-laptop",
+            )
         self.dims = whisper_dims(self.model.path / "model.bin")
         self.engine = WhisperModel(
-            str(self.model.path), device=self.device,
+            str(self.model.path),
+            device=self.device,
             compute_type=self._compute_type(),
             cpu_threads=self.settings.get("cpu_threads", 0),
         )
@@ -68,13 +82,19 @@ class CTranslate2Backend(Backend):
         self._check_request(request)
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
         raw, info = self.engine.transcribe(
-            audio, language=request.language, task=request.task, beam_size=beams,
-            best_of=beams, condition_on_previous_text=self._conditioned(),
-            vad_filter=False, word_timestamps=False,
+            audio,
+            language=request.language,
+            task=request.task,
+            beam_size=beams,
+            best_of=beams,
+            condition_on_previous_text=self._conditioned(),
+            vad_filter=False,
+            word_timestamps=False,
         )
         report = self._base_report(beams)
-        return Transcription(info.language, info.language_probability,
-                             self._stream(raw, report, beams), report)
+        return Transcription(
+            info.language, info.language_probability, self._stream(raw, report, beams), report
+        )
 
     # -- internals -------------------------------------------------------------------------
 
@@ -84,15 +104,18 @@ class CTranslate2Backend(Backend):
             expected = _SETTINGS.get(key)
             if expected is None or not isinstance(value, expected):
                 raise UsageError(
-                    f"bad setting [{self.name}] {key} = {value!r}", subject=self.profile.source,
-                    hint=f"allowed: {', '.join(f'{k} ({t.__name__})' for k, t in _SETTINGS.items())}",
+                    f"bad setting [{self.name}] {key} = {value!r}",
+                    subject=self.profile.source,
+                    hint="allowed: "
+                    + ", ".join(f"{k} ({t.__name__})" for k, t in _SETTINGS.items()),
                 )
         return section
 
     def _compute_type(self) -> str:
         wanted = self.settings.get("compute_type", "int8" if self.device == "cpu" else "float16")
-        if self.device == "cpu" and "float16" in wanted:
-            return "int8" if wanted.startswith("int8") else "float32"  # fp16 does not run on CPU
+        if self.device == "cpu" and ("float16" in wanted or wanted == "default"):
+            # No fast fp16 on CPU: pick what CTranslate2 would fall back to, minus its warning.
+            return "int8" if wanted.startswith("int8") else "float32"
         return wanted
 
     def _conditioned(self) -> bool:
@@ -101,15 +124,24 @@ class CTranslate2Backend(Backend):
     def _check_request(self, request: DecodeRequest) -> None:
         if not self.dims.is_multilingual:
             if request.language not in (None, "en"):
-                raise UsageError(f"model {self.model.name} is English-only", subject="--language",
-                                 hint="use --language en, or a multilingual model (--model base)")
+                raise UsageError(
+                    f"model {self.model.name} is English-only",
+                    subject="--language",
+                    hint="use --language en, or a multilingual model (--model base)",
+                )
             if request.task == "translate":
-                raise UsageError(f"model {self.model.name} is English-only and cannot translate",
-                                 subject="--task", hint="use a multilingual model (--model base)")
+                raise UsageError(
+                    f"model {self.model.name} is English-only and cannot translate",
+                    subject="--task",
+                    hint="use a multilingual model (--model base)",
+                )
         known = self.engine.supported_languages
         if request.language is not None and request.language not in known:
-            raise UsageError(f"unknown language code {request.language!r}", subject="--language",
-                             hint=f"use a code such as {', '.join(known[:8])}, ... or omit it")
+            raise UsageError(
+                f"unknown language code {request.language!r}",
+                subject="--language",
+                hint=f"use a code such as {', '.join(known[:8])}, ... or omit it",
+            )
 
     def _base_report(self, beams: int) -> DecoderReport:
         nbytes = estimate.value_bytes(self.engine.model.compute_type)
@@ -124,13 +156,22 @@ class CTranslate2Backend(Backend):
         windows = _WindowCounter(self.dims, self._conditioned())
         for index, seg in enumerate(raw):
             windows.add(seg.seek, len(seg.tokens))
-            yield Segment(index, float(seg.start), float(seg.end), seg.text, tuple(seg.tokens),
-                          seg.avg_logprob, seg.no_speech_prob, windows.count - 1)
+            yield Segment(
+                index,
+                float(seg.start),
+                float(seg.end),
+                seg.text,
+                tuple(seg.tokens),
+                seg.avg_logprob,
+                seg.no_speech_prob,
+                windows.count - 1,
+            )
         windows.finish()
         report.tokens = windows.decoded
         report.windows = windows.count
         report.kv_self_peak_bytes = estimate.self_attention_bytes(
-            self.dims, windows.peak_positions, beams, nbytes)
+            self.dims, windows.peak_positions, beams, nbytes
+        )
         report.kv_self_full_bytes = report.kv_self_peak_bytes  # CTranslate2 keeps the full cache
 
 

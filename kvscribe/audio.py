@@ -22,8 +22,28 @@ SAMPLE_RATE = 16_000
 TRUNCATION_TOLERANCE_S = 0.5
 
 AUDIO_EXTENSIONS = frozenset(
-    ".wav .flac .mp3 .ogg .oga .opus .m4a .aac .wma .aif .aiff .amr .mka .webm "
-    ".mp4 .m4v .mkv .mov .avi .3gp".split()
+    [
+        ".wav",
+        ".flac",
+        ".mp3",
+        ".ogg",
+        ".oga",
+        ".opus",
+        ".m4a",
+        ".aac",
+        ".wma",
+        ".aif",
+        ".aiff",
+        ".amr",
+        ".mka",
+        ".webm",
+        ".mp4",
+        ".m4v",
+        ".mkv",
+        ".mov",
+        ".avi",
+        ".3gp",
+    ]
 )
 
 
@@ -46,7 +66,9 @@ def check_readable(path: Path) -> None:
     if not os.access(path, os.R_OK):
         raise InputNotFoundError("permission denied", subject=str(path), hint="make it readable")
     if path.stat().st_size == 0:
-        raise AudioDecodeError("empty file (0 bytes)", subject=str(path), hint="re-export the recording")
+        raise AudioDecodeError(
+            "empty file (0 bytes)", subject=str(path), hint="re-export the recording"
+        )
 
 
 def load_audio(path: Path) -> np.ndarray:
@@ -59,8 +81,11 @@ def load_audio(path: Path) -> np.ndarray:
     info, chunks = _open_stream(path)
     audio = _collect(chunks, path, size_hint=info.declared_seconds)
     if audio.size == 0:
-        raise AudioDecodeError("contains no audio samples", subject=str(path),
-                               hint="the recording is empty; re-export it")
+        raise AudioDecodeError(
+            "contains no audio samples",
+            subject=str(path),
+            hint="the recording is empty; re-export it",
+        )
     _check_complete(path, info, audio.size / SAMPLE_RATE)
     return audio
 
@@ -74,12 +99,16 @@ def _open_stream(path: Path) -> tuple[AudioInfo, Iterator[np.ndarray]]:
     try:
         container = av.open(str(path))
     except av.error.FFmpegError as exc:
-        raise AudioDecodeError("not an audio or video file FFmpeg can read", subject=str(path),
-                               hint="convert it to WAV, FLAC or MP3") from exc
+        raise AudioDecodeError(
+            "not an audio or video file FFmpeg can read",
+            subject=str(path),
+            hint="convert it to WAV, FLAC or MP3",
+        ) from exc
     if not container.streams.audio:
         container.close()
-        raise AudioDecodeError("has no audio track", subject=str(path),
-                               hint="pass a file with sound in it")
+        raise AudioDecodeError(
+            "has no audio track", subject=str(path), hint="pass a file with sound in it"
+        )
     stream = container.streams.audio[0]
     info = AudioInfo(
         codec=stream.codec_context.name,
@@ -103,8 +132,11 @@ def _decode(container, stream, path: Path) -> Iterator[np.ndarray]:
         for out in resampler.resample(None):
             yield out.to_ndarray().reshape(-1)
     except av.error.FFmpegError as exc:
-        raise AudioDecodeError(f"corrupt audio data near {position:.1f} s", subject=str(path),
-                               hint="re-export or repair the file") from exc
+        raise AudioDecodeError(
+            f"corrupt audio data near {position:.1f} s",
+            subject=str(path),
+            hint="re-export or repair the file",
+        ) from exc
     finally:
         container.close()
 
@@ -136,7 +168,7 @@ def _declared_seconds(path: Path, container, stream) -> float | None:
 
 
 def _riff_data_seconds(path: Path) -> float | None:
-    """Seconds the WAV header's `data` chunk declares; FFmpeg silently clamps it to the file size."""
+    """Seconds the WAV `data` chunk declares (FFmpeg silently clamps this to the file size)."""
     with open(path, "rb") as handle:
         header = handle.read(4096)
     if header[:4] != b"RIFF" or header[8:12] != b"WAVE":
@@ -157,8 +189,7 @@ def _check_complete(path: Path, info: AudioInfo, decoded_seconds: float) -> None
         return
     if decoded_seconds + TRUNCATION_TOLERANCE_S + 0.01 * declared < declared:
         raise AudioDecodeError(
-            f"incomplete: the header says {declared:.1f} s but only "
-            f"{decoded_seconds:.1f} s decode",
+            f"incomplete: the header says {declared:.1f} s but only {decoded_seconds:.1f} s decode",
             subject=str(path),
             hint="the file is truncated or damaged; copy or export it again",
         )

@@ -46,7 +46,10 @@ def _nvidia_smi_memory_gb() -> float | None:
     try:
         out = subprocess.run(
             [exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits", "--id=0"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout
         return float(out.strip().splitlines()[0]) / 1024
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):

@@ -29,20 +29,31 @@ class TranscribeOptions:
 
     def __post_init__(self) -> None:
         if not self.inputs:
-            raise UsageError("no input files given", subject="FILE",
-                             hint="pass one or more audio files or folders")
+            raise UsageError(
+                "no input files given",
+                subject="FILE",
+                hint="pass one or more audio files or folders",
+            )
         if self.task not in TASKS:
-            raise UsageError(f"must be one of {', '.join(TASKS)}", subject="--task",
-                             hint=f"got {self.task!r}")
+            raise UsageError(
+                f"must be one of {', '.join(TASKS)}", subject="--task", hint=f"got {self.task!r}"
+            )
         if self.beam_size is not None and not 1 <= self.beam_size <= 16:
-            raise UsageError("must be between 1 and 16", subject="--beam-size",
-                             hint=f"got {self.beam_size}")
+            raise UsageError(
+                "must be between 1 and 16", subject="--beam-size", hint=f"got {self.beam_size}"
+            )
         if self.device is not None and self.device not in DEVICES:
-            raise UsageError(f"must be one of {', '.join(DEVICES)}", subject="--device",
-                             hint=f"got {self.device!r}")
+            raise UsageError(
+                f"must be one of {', '.join(DEVICES)}",
+                subject="--device",
+                hint=f"got {self.device!r}",
+            )
         if self.output_dir is None and len(self.formats) > 1:
-            raise UsageError("several formats need a folder to write them to",
-                             subject="--output-format", hint="add --output-dir DIR")
+            raise UsageError(
+                "several formats need a folder to write them to",
+                subject="--output-format",
+                hint="add --output-dir DIR",
+            )
 
 
 def parse_formats(value: str | None, to_dir: bool) -> tuple[str, ...]:
@@ -57,6 +68,9 @@ def parse_formats(value: str | None, to_dir: bool) -> tuple[str, ...]:
         elif name in FORMATS:
             names.append(name)
         else:
-            raise UsageError(f"unknown format {name!r}", subject="--output-format",
-                             hint=f"use {', '.join(FORMATS)} or all (comma-separated)")
+            raise UsageError(
+                f"unknown format {name!r}",
+                subject="--output-format",
+                hint=f"use {', '.join(FORMATS)} or all (comma-separated)",
+            )
     return tuple(dict.fromkeys(names))

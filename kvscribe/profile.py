@@ -61,8 +61,11 @@ def load(name: str, *, resolve_auto: bool = True) -> Profile:
     """Load profile `name`; `auto` becomes the profile its rules pick for this machine."""
     files = available()
     if name not in files:
-        raise UsageError("unknown profile", subject=name,
-                         hint=f"choose one of: {', '.join(files)} (`kvscribe profiles`)")
+        raise UsageError(
+            "unknown profile",
+            subject=name,
+            hint=f"choose one of: {', '.join(files)} (`kvscribe profiles`)",
+        )
     data = _read(files[name], name)
     if name == AUTO and resolve_auto:
         picked, reason = _pick(data.get("auto", {}), hardware.detect())
@@ -75,21 +78,30 @@ def _read(source, name: str) -> dict[str, Any]:
     try:
         data = tomllib.loads(source.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"profile file is not valid TOML: {exc}", subject=str(source),
-                         hint="fix or remove the file") from exc
+        raise UsageError(
+            f"profile file is not valid TOML: {exc}",
+            subject=str(source),
+            hint="fix or remove the file",
+        ) from exc
     unknown = set(data) - _TOP_KEYS - {"ctranslate2", "transformers", "whispercpp"}
     unknown = {k for k in unknown if not isinstance(data[k], dict)}  # plugin backend sections
     if unknown:
-        raise UsageError(f"unknown key(s) {', '.join(sorted(unknown))} in profile {name}",
-                         subject=str(source), hint=f"allowed: {', '.join(sorted(_TOP_KEYS))}")
+        raise UsageError(
+            f"unknown key(s) {', '.join(sorted(unknown))} in profile {name}",
+            subject=str(source),
+            hint=f"allowed: {', '.join(sorted(_TOP_KEYS))}",
+        )
     return data
 
 
 def _build(name: str, data: dict[str, Any], source: str) -> Profile:
     device = data.get("device", "auto")
     if device not in DEVICES:
-        raise UsageError(f"device must be one of {', '.join(DEVICES)}, not {device!r}",
-                         subject=source, hint="fix the profile's `device`")
+        raise UsageError(
+            f"device must be one of {', '.join(DEVICES)}, not {device!r}",
+            subject=source,
+            hint="fix the profile's `device`",
+        )
     kv = data.get("kv", {})
     sections = {k: v for k, v in data.items() if isinstance(v, dict) and k not in ("kv", "auto")}
     return Profile(

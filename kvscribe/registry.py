@@ -29,7 +29,7 @@ def discover() -> dict[str, BackendEntry]:
     for ep in entry_points(group=GROUP):
         try:
             found[ep.name] = BackendEntry(ep.name, ep.value, ep.load(), None)
-        except Exception as exc:  # noqa: BLE001 - a broken plugin must not break kvscribe
+        except Exception as exc:
             found[ep.name] = BackendEntry(ep.name, ep.value, None, f"{type(exc).__name__}: {exc}")
     return dict(sorted(found.items()))
 
@@ -39,11 +39,17 @@ def get(name: str) -> type:
     entries = discover()
     entry = entries.get(name)
     if entry is None:
-        raise UsageError("unknown backend", subject=name,
-                         hint=f"choose one of: {', '.join(entries)} (`kvscribe backends`)")
+        raise UsageError(
+            "unknown backend",
+            subject=name,
+            hint=f"choose one of: {', '.join(entries)} (`kvscribe backends`)",
+        )
     if entry.backend is None:
-        raise BackendUnavailableError(f"plugin failed to load ({entry.load_error})", subject=name,
-                                      hint="reinstall it or pick another --backend")
+        raise BackendUnavailableError(
+            f"plugin failed to load ({entry.load_error})",
+            subject=name,
+            hint="reinstall it or pick another --backend",
+        )
     reason = entry.backend.check_available()
     if reason:
         raise BackendUnavailableError(reason, subject=name, hint="`kvscribe backends` says more")

@@ -33,12 +33,22 @@ def expand_inputs(paths: Iterable[Path]) -> list[tuple[Path, KvscribeError | Non
     expanded: list[tuple[Path, KvscribeError | None]] = []
     for path in paths:
         if path.is_dir():
-            found = sorted(p for p in path.iterdir()
-                           if p.is_file() and p.suffix.lower() in audio.AUDIO_EXTENSIONS)
+            found = sorted(
+                p
+                for p in path.iterdir()
+                if p.is_file() and p.suffix.lower() in audio.AUDIO_EXTENSIONS
+            )
             if not found:
-                expanded.append((path, InputNotFoundError(
-                    "folder holds no audio files", subject=str(path),
-                    hint="pass audio files, or a folder with .wav/.mp3/.flac/... in it")))
+                expanded.append(
+                    (
+                        path,
+                        InputNotFoundError(
+                            "folder holds no audio files",
+                            subject=str(path),
+                            hint="pass audio files, or a folder with .wav/.mp3/.flac/... in it",
+                        ),
+                    )
+                )
             expanded.extend((p, None) for p in found)
             continue
         try:
@@ -56,9 +66,11 @@ def check_output_collisions(inputs: list[Path], options: TranscribeOptions) -> N
     for path in inputs:
         other = seen.setdefault(path.stem, path)
         if other != path:
-            raise UsageError(f"{other} and {path} would both write {path.stem}.*",
-                             subject=str(options.output_dir),
-                             hint="rename one, or run them with different --output-dir")
+            raise UsageError(
+                f"{other} and {path} would both write {path.stem}.*",
+                subject=str(options.output_dir),
+                hint="rename one, or run them with different --output-dir",
+            )
 
 
 class Runner:
@@ -76,8 +88,11 @@ class Runner:
         profile = profiles.load(opts.profile)
         device = profiles.pick_device(profile, opts.device, hardware.detect())
         if device not in backend_cls.capabilities.devices:
-            raise UsageError(f"backend {opts.backend} cannot run on {device}", subject="--device",
-                             hint=f"use one of: {', '.join(backend_cls.capabilities.devices)}")
+            raise UsageError(
+                f"backend {opts.backend} cannot run on {device}",
+                subject="--device",
+                hint=f"use one of: {', '.join(backend_cls.capabilities.devices)}",
+            )
         model = models.resolve(opts.model, backend_cls.capabilities.model_formats)
         label = profile.name + (f" ({profile.chosen_by})" if profile.chosen_by else "")
         stats = RunStats(backend=opts.backend, profile=label, model=model.name, device=device)

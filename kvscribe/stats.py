@@ -99,8 +99,9 @@ def _file_dict(f: FileStats) -> dict[str, Any]:
     entry.update(
         language=f.language,
         transcribe_seconds=round(f.decode_seconds, 3),
-        first_segment_seconds=(round(f.first_segment_seconds, 3)
-                               if f.first_segment_seconds is not None else None),
+        first_segment_seconds=(
+            round(f.first_segment_seconds, 3) if f.first_segment_seconds is not None else None
+        ),
         tokens_decoded=f.report.tokens if f.report else 0,
         windows=f.report.windows if f.report else 0,
     )

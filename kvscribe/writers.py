@@ -36,7 +36,8 @@ def _clean(text: str) -> str:
 
 def render_console_line(start: float, end: float, text: str) -> str:
     """The line printed on stdout as a segment is decoded (openai-whisper's verbose form)."""
-    return f"[{timestamp(start, always_hours=False)} --> {timestamp(end, always_hours=False)}]  {_clean(text)}"
+    span = f"{timestamp(start, always_hours=False)} --> {timestamp(end, always_hours=False)}"
+    return f"[{span}]  {_clean(text)}"
 
 
 def render_txt(t: Transcript) -> str:
@@ -52,15 +53,21 @@ def render_srt(t: Transcript) -> str:
 
 
 def render_vtt(t: Transcript) -> str:
-    cues = [f"{timestamp(s.start)} --> {timestamp(s.end)}\n{_clean(s.text)}\n"
-            for s in t.segments if _clean(s.text)]
+    cues = [
+        f"{timestamp(s.start)} --> {timestamp(s.end)}\n{_clean(s.text)}\n"
+        for s in t.segments
+        if _clean(s.text)
+    ]
     return "WEBVTT\n\n" + "\n".join(cues)
 
 
 def render_tsv(t: Transcript) -> str:
     rows = ["start\tend\ttext"]
-    rows += [f"{round(s.start * 1000)}\t{round(s.end * 1000)}\t{_clean(s.text)}"
-             for s in t.segments if _clean(s.text)]
+    rows += [
+        f"{round(s.start * 1000)}\t{round(s.end * 1000)}\t{_clean(s.text)}"
+        for s in t.segments
+        if _clean(s.text)
+    ]
     return "\n".join(rows) + "\n"
 
 
@@ -70,9 +77,15 @@ def render_json(t: Transcript) -> str:
         "language": t.language,
         "duration": round(t.duration, 3),
         "segments": [
-            {"id": s.id, "start": round(s.start, 3), "end": round(s.end, 3), "text": s.text,
-             "tokens": list(s.tokens), "avg_logprob": s.avg_logprob,
-             "no_speech_prob": s.no_speech_prob}
+            {
+                "id": s.id,
+                "start": round(s.start, 3),
+                "end": round(s.end, 3),
+                "text": s.text,
+                "tokens": list(s.tokens),
+                "avg_logprob": s.avg_logprob,
+                "no_speech_prob": s.no_speech_prob,
+            }
             for s in t.segments
         ],
     }
@@ -80,7 +93,11 @@ def render_json(t: Transcript) -> str:
 
 
 RENDERERS: dict[str, Callable[[Transcript], str]] = {
-    "txt": render_txt, "srt": render_srt, "vtt": render_vtt, "json": render_json, "tsv": render_tsv,
+    "txt": render_txt,
+    "srt": render_srt,
+    "vtt": render_vtt,
+    "json": render_json,
+    "tsv": render_tsv,
 }
 
 
@@ -92,7 +109,7 @@ def write_outputs(t: Transcript, out_dir: Path, stem: str, formats: tuple[str, .
     """Write every format for one transcript; each file appears whole or not at all."""
     rendered = {fmt: RENDERERS[fmt](t) for fmt in formats}  # render all before touching disk
     written = []
-    for fmt, path in zip(formats, output_paths(out_dir, stem, formats)):
+    for fmt, path in zip(formats, output_paths(out_dir, stem, formats), strict=True):
         atomic_write_text(path, rendered[fmt])
         written.append(path)
     return written
@@ -104,8 +121,11 @@ def atomic_write_text(path: Path, text: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
     except OSError as exc:
-        raise OutputError(f"cannot write here: {exc.strerror}", subject=str(path),
-                          hint="choose another --output-dir or fix its permissions") from exc
+        raise OutputError(
+            f"cannot write here: {exc.strerror}",
+            subject=str(path),
+            hint="choose another --output-dir or fix its permissions",
+        ) from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
@@ -117,6 +137,9 @@ def atomic_write_text(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(exc, OSError):
-            raise OutputError(f"write failed: {exc.strerror}", subject=str(path),
-                              hint="free some disk space or choose another --output-dir") from exc
+            raise OutputError(
+                f"write failed: {exc.strerror}",
+                subject=str(path),
+                hint="free some disk space or choose another --output-dir",
+            ) from exc
         raise

@@ -44,8 +44,14 @@ class Result:
 
 def run_cli(*args: str | Path, cwd: Path | None = None, timeout: float = 300) -> Result:
     """Run the installed `kvscribe` executable for real."""
-    proc = subprocess.run([str(KVSCRIBE), *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=timeout, env=os.environ.copy())
+    proc = subprocess.run(
+        [str(KVSCRIBE), *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=timeout,
+        env=os.environ.copy(),
+    )
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 

@@ -13,8 +13,16 @@ import numpy as np
 from kvscribe.audio import load_audio
 
 
-def encode(samples: np.ndarray, rate: int, dst: Path, codec: str, *, container: str | None = None,
-           channels: int = 1, with_video: bool = False) -> Path:
+def encode(
+    samples: np.ndarray,
+    rate: int,
+    dst: Path,
+    codec: str,
+    *,
+    container: str | None = None,
+    channels: int = 1,
+    with_video: bool = False,
+) -> Path:
     """Encode float32 mono `samples` at `rate` into `dst` (duplicated to `channels`)."""
     layout = "stereo" if channels == 2 else "mono"
     with av.open(str(dst), "w", format=container) as out:
@@ -26,8 +34,10 @@ def encode(samples: np.ndarray, rate: int, dst: Path, codec: str, *, container: 
         resampler = av.AudioResampler(format=fmt, layout=layout, rate=rate)
         for start in range(0, planar.shape[1], frame_size):
             frame = av.AudioFrame.from_ndarray(
-                np.ascontiguousarray(planar[:, start:start + frame_size]), format="fltp",
-                layout=layout)
+                np.ascontiguousarray(planar[:, start : start + frame_size]),
+                format="fltp",
+                layout=layout,
+            )
             frame.sample_rate = rate
             for converted in resampler.resample(frame):
                 out.mux(stream.encode(converted))
@@ -64,8 +74,9 @@ def make_all(sample: Path, folder: Path) -> dict[str, Path]:
         "ogg": encode(resample_linear(mono, 48000), 48000, folder / "jfk.ogg", "libopus"),
         "m4a": encode(at44, 44100, folder / "jfk.m4a", "aac", container="mp4"),
         "stereo_wav": encode(at44, 44100, folder / "jfk_stereo.wav", "pcm_s16le", channels=2),
-        "video_mp4": encode(at44, 44100, folder / "jfk_video.mp4", "aac", container="mp4",
-                            with_video=True),
+        "video_mp4": encode(
+            at44, 44100, folder / "jfk_video.mp4", "aac", container="mp4", with_video=True
+        ),
     }
     raw = sample.read_bytes()
     flac = files["flac"].read_bytes()
@@ -77,9 +88,14 @@ def make_all(sample: Path, folder: Path) -> dict[str, Path]:
         "truncated_mp3": files["mp3"].read_bytes()[: files["mp3"].stat().st_size // 2],
         "corrupt_flac": _flip_bytes(flac, start=len(flac) // 3),
     }
-    names = {"empty": "empty.wav", "not_audio": "notes.wav", "header_only": "header_only.wav",
-             "truncated_wav": "truncated.wav", "truncated_mp3": "truncated.mp3",
-             "corrupt_flac": "corrupt.flac"}
+    names = {
+        "empty": "empty.wav",
+        "not_audio": "notes.wav",
+        "header_only": "header_only.wav",
+        "truncated_wav": "truncated.wav",
+        "truncated_mp3": "truncated.mp3",
+        "corrupt_flac": "corrupt.flac",
+    }
     for key, data in broken.items():
         path = folder / names[key]
         path.write_bytes(data)

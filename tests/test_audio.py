@@ -17,7 +17,7 @@ def test_wav_decodes_to_mono_16k_float32_in_range():
     samples = load_audio(SAMPLE)
     assert samples.dtype == np.float32 and samples.ndim == 1
     assert samples.size == 11 * SAMPLE_RATE  # the clip is exactly 11.000 s at 16 kHz
-    assert 0.01 < float(np.abs(samples).mean()) and float(np.abs(samples).max()) <= 1.0
+    assert float(np.abs(samples).mean()) > 0.01 and float(np.abs(samples).max()) <= 1.0
 
 
 def _envelope_match(samples: np.ndarray, reference: np.ndarray) -> float:

@@ -45,7 +45,9 @@ def test_all_formats_to_a_folder(tmp_path):
     out = tmp_path / "out"
     result = run_cli(SAMPLE, "-f", "all", "-o", out, "--quiet")
     assert result.code == 0, result.stderr
-    assert sorted(p.name for p in out.iterdir()) == [f"jfk.{f}" for f in ("json", "srt", "tsv", "txt", "vtt")]
+    assert sorted(p.name for p in out.iterdir()) == [
+        f"jfk.{f}" for f in ("json", "srt", "tsv", "txt", "vtt")
+    ]
     cues = list(srt.parse((out / "jfk.srt").read_text()))
     assert cues and cues[-1].end.total_seconds() <= 11.0
     captions = webvtt.read(str(out / "jfk.vtt"))
@@ -80,8 +82,11 @@ def test_stats_json_matches_the_run(tmp_path):
 @pytest.fixture()
 def bad_inputs(derived, tmp_path):
     (tmp_path / "empty_dir").mkdir()
-    return {"missing": tmp_path / "missing.wav", "empty_dir": tmp_path / "empty_dir",
-            **{k: derived[k] for k, _, _ in BAD_INPUTS if k in derived}}
+    return {
+        "missing": tmp_path / "missing.wav",
+        "empty_dir": tmp_path / "empty_dir",
+        **{k: derived[k] for k, _, _ in BAD_INPUTS if k in derived},
+    }
 
 
 @pytest.mark.parametrize(("kind", "code", "words"), BAD_INPUTS)
@@ -98,8 +103,9 @@ def test_bad_input_one_line_error_exit_code_no_output(bad_inputs, tmp_path, kind
 def test_a_bad_file_does_not_stop_the_others(bad_inputs, derived, tmp_path):
     out = tmp_path / "out"
     speech = shutil.copy(derived["flac"], tmp_path / "speech.flac")
-    result = run_cli(bad_inputs["not_audio"], SAMPLE, bad_inputs["missing"], speech,
-                     "-o", out, "-f", "txt")
+    result = run_cli(
+        bad_inputs["not_audio"], SAMPLE, bad_inputs["missing"], speech, "-o", out, "-f", "txt"
+    )
     assert result.code == ExitCode.SOME_FAILED
     assert sorted(p.name for p in out.iterdir()) == ["jfk.txt", "speech.txt"]
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
@@ -146,10 +152,12 @@ def test_bad_options(args, code, words):
 
 
 def test_help_is_fast_and_imports_no_engine():
-    probe = ("import sys\nfrom kvscribe.cli import app\n"
-             "try:\n    app(['--help'])\nexcept SystemExit:\n    pass\n"
-             "heavy = [m for m in ('torch', 'transformers', 'faster_whisper', 'ctranslate2', 'av')"
-             " if m in sys.modules]\nprint('HEAVY', heavy)")
+    probe = (
+        "import sys\nfrom kvscribe.cli import app\n"
+        "try:\n    app(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('torch', 'transformers', 'faster_whisper', 'ctranslate2', 'av')"
+        " if m in sys.modules]\nprint('HEAVY', heavy)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert "HEAVY []" in out.stdout
     for command in ("transcribe", "backends", "profiles", "models"):
@@ -159,14 +167,27 @@ def test_help_is_fast_and_imports_no_engine():
 def test_version_and_transcribe_help():
     assert run_cli("--version").stdout.startswith("kvscribe ")
     helptext = run_cli("transcribe", "--help").stdout
-    for option in ("--backend", "--profile", "--model", "--language", "--task", "--output-format",
-                   "--output-dir", "--beam-size", "--stats-json", "--quiet", "--debug"):
+    for option in (
+        "--backend",
+        "--profile",
+        "--model",
+        "--language",
+        "--task",
+        "--output-format",
+        "--output-dir",
+        "--beam-size",
+        "--stats-json",
+        "--quiet",
+        "--debug",
+    ):
         assert option in helptext
 
 
 def test_info_commands():
     backends = run_cli("backends")
-    assert backends.code == 0 and "ctranslate2" in backends.stdout and "available" in backends.stdout
+    assert (
+        backends.code == 0 and "ctranslate2" in backends.stdout and "available" in backends.stdout
+    )
     profiles = run_cli("profiles")
     assert profiles.code == 0 and "tiny-vram" in profiles.stdout and "auto picks" in profiles.stdout
     shown = run_cli("profiles", "show", "tiny-vram")

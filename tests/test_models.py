@@ -24,7 +24,12 @@ def test_default_is_the_embedded_tiny_en():
 def test_tiny_en_dimensions_match_openai_whisper():
     dims = whisper_dims(resolve("tiny.en", CT2).path / "model.bin")
     # openai-whisper's published ModelDimensions for tiny.en
-    assert (dims.n_mels, dims.n_audio_ctx, dims.n_audio_state, dims.n_audio_head) == (80, 1500, 384, 6)
+    assert (dims.n_mels, dims.n_audio_ctx, dims.n_audio_state, dims.n_audio_head) == (
+        80,
+        1500,
+        384,
+        6,
+    )
     assert (dims.n_audio_layer, dims.n_text_ctx, dims.n_text_state) == (4, 448, 384)
     assert (dims.n_text_head, dims.n_text_layer, dims.n_vocab) == (6, 4, 51864)
     assert not dims.is_multilingual

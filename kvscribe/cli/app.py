@@ -52,8 +52,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                 help="Print the version and exit."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
 ) -> None:
     """Transcribe speech with Whisper on modest hardware."""
 
@@ -78,9 +79,11 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("kvscribe: interrupted\n")
         sys.exit(ExitCode.INTERRUPTED)
-    except Exception as exc:  # noqa: BLE001 - the last net: a bug gets one line, not a traceback
+    except Exception as exc:
         if debug:
             raise
-        sys.stderr.write(f"kvscribe: internal error: {type(exc).__name__}: {exc} "
-                         "(rerun with --debug for the traceback, and please report it)\n")
+        sys.stderr.write(
+            f"kvscribe: internal error: {type(exc).__name__}: {exc} "
+            "(rerun with --debug for the traceback, and please report it)\n"
+        )
         sys.exit(ExitCode.SOME_FAILED)

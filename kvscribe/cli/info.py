@@ -31,8 +31,11 @@ def backends() -> None:
     _stdout_console().print(table)
 
 
-profiles_app = typer.Typer(help="List hardware profiles, or show one in full.",
-                           invoke_without_command=True, no_args_is_help=False)
+profiles_app = typer.Typer(
+    help="List hardware profiles, or show one in full.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
 
 
 @profiles_app.callback()

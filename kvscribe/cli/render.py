@@ -15,8 +15,12 @@ def stderr_console() -> Console:
 
 
 def print_error(console: Console, error: KvscribeError) -> None:
-    console.print(f"[bold red]kvscribe: error:[/] {error.one_line()}", markup=True,
-                  soft_wrap=True, highlight=False)
+    console.print(
+        f"[bold red]kvscribe: error:[/] {error.one_line()}",
+        markup=True,
+        soft_wrap=True,
+        highlight=False,
+    )
 
 
 def human_bytes(value: int | None) -> str:
@@ -36,8 +40,14 @@ def _seconds(value: float | None) -> str:
 
 def stats_table(report: dict[str, Any]) -> Table:
     """The run's figures as a two-column table (the same numbers --stats-json writes)."""
-    table = Table(title="kvscribe stats", title_justify="left", show_header=False,
-                  box=None, pad_edge=False, padding=(0, 2, 0, 0))
+    table = Table(
+        title="kvscribe stats",
+        title_justify="left",
+        show_header=False,
+        box=None,
+        pad_edge=False,
+        padding=(0, 2, 0, 0),
+    )
     table.add_column(style="bold")
     table.add_column()
     estimated = " [dim](estimated)[/]" if report["kv_estimated"] else ""
@@ -54,10 +64,18 @@ def stats_table(report: dict[str, Any]) -> Table:
         ("transcribe", _seconds(report["transcribe_seconds"])),
         ("first segment", _seconds(report["first_segment_seconds"])),
         ("tokens decoded", str(report["tokens_decoded"])),
-        ("ms / token (incl. encoder)", "-" if report["ms_per_token_incl_encoder"] is None
-         else f"{report['ms_per_token_incl_encoder']:.1f}"),
-        ("self-attn KV peak", human_bytes(report["kv_self_peak_bytes"]) + estimated
-         + f" [dim](full cache: {human_bytes(report['kv_self_full_bytes'])})[/]"),
+        (
+            "ms / token (incl. encoder)",
+            "-"
+            if report["ms_per_token_incl_encoder"] is None
+            else f"{report['ms_per_token_incl_encoder']:.1f}",
+        ),
+        (
+            "self-attn KV peak",
+            human_bytes(report["kv_self_peak_bytes"])
+            + estimated
+            + f" [dim](full cache: {human_bytes(report['kv_self_full_bytes'])})[/]",
+        ),
         ("cross-attn KV", human_bytes(report["kv_cross_bytes"]) + estimated),
         ("peak RSS", human_bytes(report["peak_rss_bytes"])),
     ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -31,44 +30,88 @@ def _complete_backends(incomplete: str) -> list[str]:
 
 
 def transcribe(
-    files: list[Path] = typer.Argument(..., metavar="FILE...", show_default=False,
-                                       help="Audio or video files, or folders of them."),
-    backend: str = typer.Option("ctranslate2", "--backend", "-b", autocompletion=_complete_backends,
-                                help="Inference backend (`kvscribe backends`)."),
-    profile: str = typer.Option("auto", "--profile", "-p", autocompletion=_complete_profiles,
-                                help="Hardware profile (`kvscribe profiles`)."),
-    model: str = typer.Option(None, "--model", "-m", show_default="tiny.en (embedded)",
-                              help="Model name or path (`kvscribe models`)."),
-    language: str = typer.Option(None, "--language", "-l", show_default="detect",
-                                 help="Spoken language code, e.g. en, de; detected when omitted."),
-    task: Literal["transcribe", "translate"] = typer.Option("transcribe", "--task",
-                             help="Transcribe, or translate into English."),
+    files: list[Path] = typer.Argument(
+        ..., metavar="FILE...", show_default=False, help="Audio or video files, or folders of them."
+    ),
+    backend: str = typer.Option(
+        "ctranslate2",
+        "--backend",
+        "-b",
+        autocompletion=_complete_backends,
+        help="Inference backend (`kvscribe backends`).",
+    ),
+    profile: str = typer.Option(
+        "auto",
+        "--profile",
+        "-p",
+        autocompletion=_complete_profiles,
+        help="Hardware profile (`kvscribe profiles`).",
+    ),
+    model: str = typer.Option(
+        None,
+        "--model",
+        "-m",
+        show_default="tiny.en (embedded)",
+        help="Model name or path (`kvscribe models`).",
+    ),
+    language: str = typer.Option(
+        None,
+        "--language",
+        "-l",
+        show_default="detect",
+        help="Spoken language code, e.g. en, de; detected when omitted.",
+    ),
+    task: Literal["transcribe", "translate"] = typer.Option(
+        "transcribe", "--task", help="Transcribe, or translate into English."
+    ),
     output_format: str = typer.Option(
-        None, "--output-format", "-f", show_default="all with -o, else text on stdout",
-        help="txt, srt, vtt, json, tsv or all; comma-separated for several."),
-    output_dir: Path = typer.Option(None, "--output-dir", "-o", file_okay=False,
-                                    help="Write <stem>.<format> files into this folder."),
-    beam_size: int = typer.Option(None, "--beam-size", show_default="profile's",
-                                  help="Beam width (1 = greedy)."),
-    device: Literal["auto", "cpu", "cuda"] = typer.Option(None, "--device",
-                               show_default="profile's", help="Run on this device."),
-    stats_json: Path = typer.Option(None, "--stats-json", dir_okay=False,
-                                    help="Also write the stats report to this JSON file."),
-    quiet: bool = typer.Option(False, "--quiet", "-q",
-                               help="Only the transcript and errors: no progress or stats."),
+        None,
+        "--output-format",
+        "-f",
+        show_default="all with -o, else text on stdout",
+        help="txt, srt, vtt, json, tsv or all; comma-separated for several.",
+    ),
+    output_dir: Path = typer.Option(
+        None,
+        "--output-dir",
+        "-o",
+        file_okay=False,
+        help="Write <stem>.<format> files into this folder.",
+    ),
+    beam_size: int = typer.Option(
+        None, "--beam-size", show_default="profile's", help="Beam width (1 = greedy)."
+    ),
+    device: Literal["auto", "cpu", "cuda"] = typer.Option(
+        None, "--device", show_default="profile's", help="Run on this device."
+    ),
+    stats_json: Path = typer.Option(
+        None, "--stats-json", dir_okay=False, help="Also write the stats report to this JSON file."
+    ),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="Only the transcript and errors: no progress or stats."
+    ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks and debug logs."),
 ) -> None:
     """Transcribe audio files: transcript on stdout, stats on stderr."""
     console = stderr_console()
     _setup_logging(debug)
     try:
-        code = _run(TranscribeOptions(
-            inputs=tuple(files), backend=backend, profile=profile, model=model,
-            language=language, task=task,
-            formats=parse_formats(output_format, to_dir=output_dir is not None),
-            output_dir=output_dir, beam_size=beam_size, device=device,
-            stats_json=stats_json, quiet=quiet,
-        ))
+        code = _run(
+            TranscribeOptions(
+                inputs=tuple(files),
+                backend=backend,
+                profile=profile,
+                model=model,
+                language=language,
+                task=task,
+                formats=parse_formats(output_format, to_dir=output_dir is not None),
+                output_dir=output_dir,
+                beam_size=beam_size,
+                device=device,
+                stats_json=stats_json,
+                quiet=quiet,
+            )
+        )
     except KvscribeError as exc:
         if debug:
             console.print_exception()
@@ -106,8 +149,11 @@ def _exit_code(failures: list[KvscribeError], total: int) -> int:
 def _setup_logging(debug: bool) -> None:
     import logging
 
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, stream=sys.stderr,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        stream=sys.stderr,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
 
 
 class TerminalListener:
@@ -119,16 +165,20 @@ class TerminalListener:
         self.several = several
         self.failures: list[KvscribeError] = []
         self.stream_lines = not options.formats or (
-            options.output_dir is not None and not options.quiet)
+            options.output_dir is not None and not options.quiet
+        )
         self._progress: Progress | None = None
         self._task = None
 
     def __enter__(self) -> TerminalListener:
         if not self.options.quiet and self.console.is_terminal:
             self._progress = Progress(
-                TextColumn("{task.description}"), BarColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
                 TextColumn("{task.completed:.0f}/{task.total:.0f} s audio"),
-                TimeRemainingColumn(), console=self.console, transient=True,
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=True,
             )
             self._progress.start()
         return self

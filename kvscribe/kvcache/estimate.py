@@ -12,8 +12,14 @@ from kvscribe.models.ct2_file import WhisperDims
 
 # Bytes per cached value for an engine's compute type (activations, not weights).
 _VALUE_BYTES = {
-    "float32": 4, "int8": 4, "int8_float32": 4, "int16": 4,
-    "float16": 2, "int8_float16": 2, "bfloat16": 2, "int8_bfloat16": 2,
+    "float32": 4,
+    "int8": 4,
+    "int8_float32": 4,
+    "int16": 4,
+    "float16": 2,
+    "int8_float16": 2,
+    "bfloat16": 2,
+    "int8_bfloat16": 2,
 }
 
 

@@ -56,15 +56,21 @@ def read_variables(path: Path) -> dict[str, Variable]:
         with open(path, "rb") as handle:
             return _read_table(handle)
     except (OSError, struct.error, UnicodeDecodeError, KeyError) as exc:
-        raise ModelNotFoundError("not a readable CTranslate2 model.bin", subject=str(path),
-                                 hint="the file is damaged or truncated; reinstall the model") from exc
+        raise ModelNotFoundError(
+            "not a readable CTranslate2 model.bin",
+            subject=str(path),
+            hint="the file is damaged or truncated; reinstall the model",
+        ) from exc
 
 
 def _read_table(handle: BinaryIO) -> dict[str, Variable]:
     version = _u32(handle)
     if version != 6:
-        raise ModelNotFoundError(f"CTranslate2 model format v{version} is not supported (v6 is)",
-                                 subject=handle.name, hint="re-convert it with CTranslate2 >= 3")
+        raise ModelNotFoundError(
+            f"CTranslate2 model format v{version} is not supported (v6 is)",
+            subject=handle.name,
+            hint="re-convert it with CTranslate2 >= 3",
+        )
     _string(handle)  # spec name, e.g. WhisperSpec
     _u32(handle)  # spec revision
     variables: dict[str, Variable] = {}
@@ -115,8 +121,11 @@ def whisper_dims(path: Path) -> WhisperDims:
             n_text_layer=_count_layers(variables, "decoder"),
         )
     except KeyError as exc:
-        raise ModelNotFoundError(f"not a Whisper model (no variable {exc})", subject=str(path),
-                                 hint="pass a CTranslate2 Whisper model") from exc
+        raise ModelNotFoundError(
+            f"not a Whisper model (no variable {exc})",
+            subject=str(path),
+            hint="pass a CTranslate2 Whisper model",
+        ) from exc
 
 
 def _count_layers(variables: dict[str, Variable], stack: str) -> int:

@@ -47,8 +47,9 @@ class EmbeddedModel:
         for module in self.modules:
             spec = importlib.util.find_spec(module)
             if spec is None or spec.origin is None:
-                raise ModelNotFoundError("its package is not installed", subject=self.name,
-                                         hint=self.install_hint())
+                raise ModelNotFoundError(
+                    "its package is not installed", subject=self.name, hint=self.install_hint()
+                )
             dirs.append(Path(spec.origin).parent / self.data_dir)
         return dirs
 
@@ -83,8 +84,11 @@ def _join_parts(dirs: list[Path], target: Path) -> None:
     parts = [d / f"model.bin.part{i}" for i, d in enumerate(dirs, start=1)]
     missing = [str(p) for p in parts if not p.is_file()]
     if missing:
-        raise ModelNotFoundError(f"model part missing: {missing[0]}", subject=target.name,
-                                 hint="reinstall the model packages")
+        raise ModelNotFoundError(
+            f"model part missing: {missing[0]}",
+            subject=target.name,
+            hint="reinstall the model packages",
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     staging.chmod(0o755)  # mkdtemp makes it private; the cache is as readable as the packages

@@ -11,13 +11,34 @@ from pathlib import Path
 
 from kvscribe.errors import ModelNotFoundError
 
-_SIZES = (
-    "tiny tiny.en base base.en small small.en medium medium.en "
-    "large-v1 large-v2 large-v3 distil-small.en distil-medium.en distil-large-v2 distil-large-v3"
-).split()
+_SIZES = [
+    "tiny",
+    "tiny.en",
+    "base",
+    "base.en",
+    "small",
+    "small.en",
+    "medium",
+    "medium.en",
+    "large-v1",
+    "large-v2",
+    "large-v3",
+    "distil-small.en",
+    "distil-medium.en",
+    "distil-large-v2",
+    "distil-large-v3",
+]
 SHORT_NAMES = {name: f"Systran/faster-whisper-{name}" for name in _SIZES}
-SHORT_NAMES["large-v3-turbo"] = SHORT_NAMES["turbo"] = "mobiuslabsgmbh/faster-whisper-large-v3-turbo"
-_PATTERNS = ["config.json", "model.bin", "tokenizer.json", "vocabulary.*", "preprocessor_config.json"]
+SHORT_NAMES["large-v3-turbo"] = SHORT_NAMES["turbo"] = (
+    "mobiuslabsgmbh/faster-whisper-large-v3-turbo"
+)
+_PATTERNS = [
+    "config.json",
+    "model.bin",
+    "tokenizer.json",
+    "vocabulary.*",
+    "preprocessor_config.json",
+]
 
 
 def repo_for(name: str) -> str | None:
@@ -35,16 +56,22 @@ def fetch(name: str, repo: str) -> Path:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError
     except ImportError as exc:
-        raise ModelNotFoundError("not installed, and huggingface_hub is missing to fetch it",
-                                 subject=name, hint="pip install huggingface_hub") from exc
+        raise ModelNotFoundError(
+            "not installed, and huggingface_hub is missing to fetch it",
+            subject=name,
+            hint="pip install huggingface_hub",
+        ) from exc
     try:
         return Path(snapshot_download(repo, allow_patterns=_PATTERNS, local_files_only=True))
     except LocalEntryNotFoundError:
         pass
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        raise ModelNotFoundError(f"not in the Hugging Face cache ({repo}) and HF_HUB_OFFLINE is set",
-                                 subject=name, hint="unset HF_HUB_OFFLINE once to download it, "
-                                 "or pass --model PATH; `kvscribe models` lists what is here")
+        raise ModelNotFoundError(
+            f"not in the Hugging Face cache ({repo}) and HF_HUB_OFFLINE is set",
+            subject=name,
+            hint="unset HF_HUB_OFFLINE once to download it, "
+            "or pass --model PATH; `kvscribe models` lists what is here",
+        )
     return _download(name, repo, snapshot_download)
 
 
@@ -54,12 +81,18 @@ def _download(name: str, repo: str, snapshot_download) -> Path:
     try:
         return Path(snapshot_download(repo, allow_patterns=_PATTERNS))
     except RepositoryNotFoundError as exc:
-        raise ModelNotFoundError(f"no such model on the Hugging Face Hub ({repo})", subject=name,
-                                 hint="`kvscribe models` lists the models available here") from exc
+        raise ModelNotFoundError(
+            f"no such model on the Hugging Face Hub ({repo})",
+            subject=name,
+            hint="`kvscribe models` lists the models available here",
+        ) from exc
     except (HfHubHTTPError, OSError, ValueError) as exc:
-        raise ModelNotFoundError(f"could not download {repo} (offline?)", subject=name,
-                                 hint="connect once to fetch it, or pass --model PATH; "
-                                 "`kvscribe models` lists what is here") from exc
+        raise ModelNotFoundError(
+            f"could not download {repo} (offline?)",
+            subject=name,
+            hint="connect once to fetch it, or pass --model PATH; "
+            "`kvscribe models` lists what is here",
+        ) from exc
 
 
 def cached_repos() -> list[tuple[str, Path]]:

@@ -54,18 +54,28 @@ def _find(spec: str) -> ModelRef:
     if path.exists():
         return _from_path(spec, path)
     if _looks_like_path(spec):
-        raise ModelNotFoundError("no such file or directory", subject=spec,
-                                 hint="check the path, or give a model name (`kvscribe models`)")
+        raise ModelNotFoundError(
+            "no such file or directory",
+            subject=spec,
+            hint="check the path, or give a model name (`kvscribe models`)",
+        )
     embedded = EMBEDDED.get(spec)
     if embedded is not None and embedded.installed():
         version = embedded.version_key()
-        return ModelRef(spec, embedded.locate(), "ctranslate2",
-                        f"embedded: {' + '.join(embedded.distributions)} {version}")
+        return ModelRef(
+            spec,
+            embedded.locate(),
+            "ctranslate2",
+            f"embedded: {' + '.join(embedded.distributions)} {version}",
+        )
     repo = hub.repo_for(spec)
     if repo is None:
         known = ", ".join(sorted(set(EMBEDDED) | set(hub.SHORT_NAMES)))
-        raise ModelNotFoundError("unknown model name", subject=spec,
-                                 hint=f"use a path, an org/name hub id, or one of: {known}")
+        raise ModelNotFoundError(
+            "unknown model name",
+            subject=spec,
+            hint=f"use a path, an org/name hub id, or one of: {known}",
+        )
     try:
         snapshot = hub.fetch(spec, repo)
     except ModelNotFoundError as exc:
@@ -98,8 +108,11 @@ def list_models() -> list[ModelListing]:
     rows = []
     for name, model in EMBEDDED.items():
         if model.installed():
-            rows.append(ModelListing(name, "ctranslate2", True, "embedded (" +
-                                     " + ".join(model.distributions) + ")"))
+            rows.append(
+                ModelListing(
+                    name, "ctranslate2", True, "embedded (" + " + ".join(model.distributions) + ")"
+                )
+            )
         else:
             rows.append(ModelListing(name, "ctranslate2", False, model.install_hint()))
     for repo, snapshot in hub.cached_repos():

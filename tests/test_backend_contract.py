@@ -1,0 +1,84 @@
+"""The contract every registered backend honours (new backends join by registering)."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+
+import pytest
+from kvscribe.backends.base import Backend, DecodeRequest, DecoderReport
+
+from kvscribe import models, profile, registry
+from kvscribe.audio import load_audio
+from kvscribe.types import Segment
+from tests.conftest import SAMPLE, SAMPLE_TEXT, wer
+
+ENTRIES = registry.discover()
+AVAILABLE = [name for name, e in ENTRIES.items() if e.backend and not e.backend.check_available()]
+
+
+@pytest.fixture(scope="module", params=AVAILABLE)
+def loaded(request) -> Backend:
+    backend_cls = registry.get(request.param)
+    model = models.resolve(None, backend_cls.capabilities.model_formats)
+    backend = backend_cls(model, profile.load("cpu-laptop"), "cpu")
+    backend.load()
+    return backend
+
+
+def test_built_ins_are_registered_through_entry_points():
+    assert ENTRIES["ctranslate2"].target == "kvscribe.backends.ctranslate2:CTranslate2Backend"
+    assert all(e.load_error is None for e in ENTRIES.values())
+
+
+@pytest.mark.parametrize("name", list(ENTRIES))
+def test_backend_declares_itself(name):
+    backend_cls = ENTRIES[name].backend
+    assert issubclass(backend_cls, Backend) and backend_cls.name == name
+    caps = backend_cls.capabilities
+    assert caps.model_formats and "cpu" in caps.devices and caps.kv_controls
+    reason = backend_cls.check_available()
+    assert reason is None or (isinstance(reason, str) and "\n" not in reason)
+
+
+@pytest.mark.parametrize("name", list(ENTRIES))
+def test_importing_a_backend_module_loads_no_engine(name):
+    module = ENTRIES[name].target.split(":")[0]
+    probe = (
+        f"import sys, {module}\n"
+        "print([m for m in ('torch', 'transformers', 'faster_whisper', 'ctranslate2')"
+        " if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_segments_stream_in_order_within_the_audio(loaded):
+    samples = load_audio(SAMPLE)
+    run = loaded.transcribe(samples, DecodeRequest())
+    segments = list(run.segments)
+    assert segments and all(isinstance(s, Segment) for s in segments)
+    assert [s.id for s in segments] == list(range(len(segments)))
+    for before, after in itertools.pairwise(segments):
+        assert before.start <= after.start
+    assert all(0 <= s.start <= s.end <= samples.size / 16000 + 0.5 for s in segments)
+    assert wer(SAMPLE_TEXT, "".join(s.text for s in segments)) <= 0.1
+    assert run.language == "en"
+
+
+def test_report_is_complete_after_the_segments(loaded):
+    run = loaded.transcribe(load_audio(SAMPLE), DecodeRequest(beam_size=1))
+    assert isinstance(run.report, DecoderReport)
+    segments = list(run.segments)
+    report = run.report
+    assert report.windows == 1 and report.tokens >= sum(len(s.tokens) for s in segments)
+    assert 0 < report.kv_self_peak_bytes <= report.kv_self_full_bytes
+    assert report.kv_cross_bytes > 0 and report.settings
+
+
+def test_english_only_model_refuses_translation(loaded):
+    from kvscribe.errors import UsageError
+
+    with pytest.raises(UsageError, match="cannot translate"):
+        loaded.transcribe(load_audio(SAMPLE), DecodeRequest(task="translate"))
