@@ -1,0 +1,86 @@
+"""Whisper's decoder forward over a transformers model's own modules, with our cache.
+
+transformers' WhisperDecoder builds one attention mask for all layers from layer
+0's cache; with per-layer policies the layers hold different lengths, so each
+layer needs its own mask. Running the same modules here (same weights, same op
+order) gives each layer its mask, lets half layers recompute K/V from their
+inputs, and lets beams share one cross-attention copy.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
+
+
+class PolicyDecoder:
+    def __init__(self, model) -> None:
+        self.decoder = model.model.decoder
+        self.proj_out = model.proj_out
+
+    @torch.inference_mode()
+    def logits(
+        self,
+        tokens: torch.Tensor,
+        cache: PolicyCache,
+        cross: CrossAttentionStore,
+        positions: tuple[int, ...] = (-1,),
+    ) -> torch.Tensor:
+        """Run `tokens` [batch, q] after what `cache` has seen; logits [batch, len(positions), vocab]."""
+        decoder = self.decoder
+        seen = cache.get_seq_length()
+        query = tokens.shape[1]
+        if seen + query > decoder.embed_positions.weight.shape[0]:
+            raise ValueError(f"{seen + query} positions exceed the model's text context")
+        x = decoder.embed_tokens(tokens) + decoder.embed_positions.weight[seen : seen + query]
+        for index, layer in enumerate(decoder.layers):
+            x = x + _self_attention(layer, cache.layers[index], x)
+            x = x + _cross_attention(layer, cross, index, x)
+            x = x + layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(x))))
+        cache.note_peak()
+        picked = x[:, list(positions)]
+        return self.proj_out(decoder.layer_norm(picked))
+
+
+def _self_attention(layer, cache_layer, x: torch.Tensor) -> torch.Tensor:
+    attention = layer.self_attn
+    hidden = layer.self_attn_layer_norm(x)
+    query = _heads(attention.q_proj(hidden) * attention.scaling, attention)
+    keys, values = cache_layer.update_from_inputs(hidden, attention)
+    mask = _causal_mask(query.shape[-2], keys.shape[-2], x.device)
+    out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=1.0)
+    return attention.out_proj(_merge(out))
+
+
+def _cross_attention(
+    layer, cross: CrossAttentionStore, index: int, x: torch.Tensor
+) -> torch.Tensor:
+    attention = layer.encoder_attn
+    query = _heads(
+        attention.q_proj(layer.encoder_attn_layer_norm(x)) * attention.scaling, attention
+    )
+    keys, values = cross.get(index, x.shape[0])
+    out = F.scaled_dot_product_attention(query, keys, values, scale=1.0)
+    return attention.out_proj(_merge(out))
+
+
+def _causal_mask(query: int, keys: int, device) -> torch.Tensor | None:
+    """New token j may see every stored key and the new keys up to itself."""
+    if query == 1:
+        return None
+    offset = keys - query
+    rows = torch.arange(query, device=device)[:, None]
+    cols = torch.arange(keys, device=device)[None, :]
+    return cols <= rows + offset
+
+
+def _heads(x: torch.Tensor, attention) -> torch.Tensor:
+    batch, tokens, _ = x.shape
+    return x.view(batch, tokens, attention.num_heads, attention.head_dim).transpose(1, 2)
+
+
+def _merge(x: torch.Tensor) -> torch.Tensor:
+    batch, heads, tokens, dim = x.shape
+    return x.transpose(1, 2).reshape(batch, tokens, heads * dim)

@@ -1,0 +1,83 @@
+"""One decoder's cache for one 30 s window: a transformers `Cache` of policy layers,
+plus the cross-attention keys/values of the encoder output.
+
+Every byte figure is the sum of the stored tensors' `nbytes`, read at the time.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import Cache
+
+from kvscribe.kvcache.layers import KVLayer, make_layer
+from kvscribe.kvcache.quant import Quantized, dequantize, quantize
+from kvscribe.kvcache.spec import CrossSpec, LayerSpec
+
+
+class PolicyCache(Cache):
+    """Self-attention cache whose layers follow per-layer specs."""
+
+    def __init__(self, specs: tuple[LayerSpec, ...]) -> None:
+        super().__init__(layers=[make_layer(spec) for spec in specs])
+        self.peak_bytes = 0
+
+    @property
+    def policy_layers(self) -> list[KVLayer]:
+        return self.layers
+
+    @property
+    def nbytes(self) -> int:
+        return sum(layer.nbytes for layer in self.policy_layers)
+
+    @property
+    def recompute_macs(self) -> int:
+        return sum(layer.recompute_macs for layer in self.policy_layers)
+
+    def note_peak(self) -> int:
+        self.peak_bytes = max(self.peak_bytes, self.nbytes)
+        return self.peak_bytes
+
+
+class CrossAttentionStore:
+    """Per-layer K/V of the encoder output: one copy per beam, or one shared copy."""
+
+    def __init__(self, spec: CrossSpec, beams: int) -> None:
+        self.spec = spec
+        self.beams = beams
+        self._layers: list[tuple[torch.Tensor | Quantized, torch.Tensor | Quantized]] = []
+        self._dtype: torch.dtype | None = None
+
+    @torch.inference_mode()
+    def fill(self, encoder_output: torch.Tensor, decoder) -> None:
+        """Project `encoder_output` [1, frames, d] through every decoder layer's cross-attention."""
+        self._dtype = encoder_output.dtype
+        copies = 1 if self.spec.shared else self.beams
+        self._layers = []
+        for layer in decoder.layers:
+            attention = layer.encoder_attn
+            keys = _heads(attention.k_proj(encoder_output), attention)
+            values = _heads(attention.v_proj(encoder_output), attention)
+            if copies > 1:  # what transformers does: a real copy per beam
+                keys, values = keys.repeat(copies, 1, 1, 1), values.repeat(copies, 1, 1, 1)
+            if self.spec.quant:
+                keys, values = quantize(keys, self.spec.quant), quantize(values, self.spec.quant)
+            self._layers.append((keys, values))
+
+    def get(self, index: int, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = self._layers[index]
+        if isinstance(keys, Quantized):
+            keys, values = dequantize(keys, self._dtype), dequantize(values, self._dtype)
+        if keys.shape[0] == batch:
+            return keys, values
+        return keys[:1].expand(batch, -1, -1, -1), values[:1].expand(batch, -1, -1, -1)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(part.nbytes for pair in self._layers for part in pair)
+
+
+def _heads(x: torch.Tensor, attention) -> torch.Tensor:
+    batch, tokens, _ = x.shape
+    return (
+        x.view(batch, tokens, attention.num_heads, attention.head_dim).transpose(1, 2).contiguous()
+    )

@@ -1,0 +1,169 @@
+"""Per-layer self-attention cache strategies, on transformers' cache layer interface.
+
+A layer keeps its first `sink` tokens and (when windowed) its newest `window`
+tokens; quantized layers keep older tokens in ggml blocks. Positions stay
+absolute: `get_seq_length()` is the number of tokens *seen*, not stored.
+
+`KVLayer` stores keys and values (shape [batch, heads, tokens, head_dim]).
+`HalfLayer` stores the layer's normalised inputs instead (one d_model vector per
+token, half of K+V) and recomputes K and V from them at every step; it counts the
+multiply-adds that costs.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.cache_utils import CacheLayerMixin
+
+from kvscribe.kvcache.spec import LayerSpec
+from kvscribe.kvcache.stores import QuantizedStore, TensorStore
+
+
+class _Trimmed:
+    """Sink + body token streams with the sink/window trimming rule."""
+
+    def __init__(self, spec: LayerSpec, make_body) -> None:
+        self.spec = spec
+        self.sink = TensorStore()
+        self.body = make_body()
+
+    def __len__(self) -> int:
+        return len(self.sink) + len(self.body)
+
+    @property
+    def nbytes(self) -> int:
+        return self.sink.nbytes + self.body.nbytes
+
+    def read(self) -> torch.Tensor | None:
+        parts = [p for p in (self.sink.read(), self.body.read()) if p is not None]
+        return torch.cat(parts, dim=-2) if len(parts) > 1 else (parts[0] if parts else None)
+
+    def append(self, x: torch.Tensor) -> None:
+        room = self.spec.sink - len(self.sink)
+        if room > 0:
+            self.sink.append(x[..., :room, :])
+            x = x[..., room:, :]
+        if x.shape[-2]:
+            self.body.append(x)
+        if self.spec.window is not None:
+            self.body.drop_oldest(len(self.body) - self.spec.window)
+
+    def select_batch(self, index: torch.Tensor) -> None:
+        self.sink.select_batch(index)
+        self.body.select_batch(index)
+
+
+def _with(stored: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
+    return new if stored is None else torch.cat([stored, new], dim=-2)
+
+
+class KVLayer(CacheLayerMixin):
+    """Keys and values, trimmed and/or quantized by a LayerSpec."""
+
+    is_sliding = False
+
+    def __init__(self, spec: LayerSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.seen = 0
+        self.recompute_macs = 0
+        self._keys = _Trimmed(spec, self._body)
+        self._values = _Trimmed(spec, self._body)
+
+    def _body(self):
+        return (
+            QuantizedStore(self.spec.quant, self.spec.residual)
+            if self.spec.quant
+            else TensorStore()
+        )
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Return K/V for attention (stored + new), then store the new tokens under the policy."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        keys = _with(self._keys.read(), key_states)
+        values = _with(self._values.read(), value_states)
+        self.seen += key_states.shape[-2]
+        self._keys.append(key_states)
+        self._values.append(value_states)
+        return keys, values
+
+    def update_from_inputs(
+        self, hidden: torch.Tensor, attention
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """K/V for `hidden` [batch, q, d_model] through `attention`'s projections."""
+        return self.update(
+            _heads(attention.k_proj(hidden), attention), _heads(attention.v_proj(hidden), attention)
+        )
+
+    @property
+    def stored(self) -> int:
+        return len(self._keys)
+
+    @property
+    def nbytes(self) -> int:
+        return self._keys.nbytes + self._values.nbytes
+
+    def get_seq_length(self) -> int:
+        return self.seen
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.stored + query_length, self.seen - self.stored
+
+    def get_max_length(self) -> int:
+        return -1 if self.spec.window is None else self.spec.sink + self.spec.window
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if self.seen:
+            self._keys.select_batch(beam_idx)
+            self._values.select_batch(beam_idx)
+
+
+class HalfLayer(KVLayer):
+    """Keeps normalised layer inputs and recomputes K/V from them each step."""
+
+    def __init__(self, spec: LayerSpec) -> None:
+        super().__init__(spec)
+        self._inputs = _Trimmed(spec, TensorStore)
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        raise TypeError("a half layer recomputes K/V from its inputs: call update_from_inputs()")
+
+    def update_from_inputs(
+        self, hidden: torch.Tensor, attention
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(hidden, hidden)
+        everything = _with(self._inputs.read(), hidden)
+        self.recompute_macs += 2 * self.stored * hidden.shape[0] * hidden.shape[-1] ** 2
+        self.seen += hidden.shape[-2]
+        self._inputs.append(hidden)
+        return _heads(attention.k_proj(everything), attention), _heads(
+            attention.v_proj(everything), attention
+        )
+
+    @property
+    def stored(self) -> int:
+        return len(self._inputs)
+
+    @property
+    def nbytes(self) -> int:
+        return self._inputs.nbytes
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if self.seen:
+            self._inputs.select_batch(beam_idx)
+
+
+def _heads(x: torch.Tensor, attention) -> torch.Tensor:
+    """[batch, tokens, heads * head_dim] -> [batch, heads, tokens, head_dim]."""
+    batch, tokens, _ = x.shape
+    return x.view(batch, tokens, attention.num_heads, attention.head_dim).transpose(1, 2)
+
+
+def make_layer(spec: LayerSpec) -> KVLayer:
+    return HalfLayer(spec) if spec.half else KVLayer(spec)
