@@ -51,6 +51,11 @@ class DecoderReport:
     kv_estimated: bool = True
     settings: dict[str, str] = field(default_factory=dict)
     not_applicable: list[str] = field(default_factory=list)
+    # Measured by backends that run the decoder themselves (None: not measurable there).
+    encoder_seconds: float | None = None
+    first_token_seconds: float | None = None  # from transcribe() to the first decoded token
+    step_seconds: list[float] = field(default_factory=list)  # one per decoded token
+    recompute_macs: int = 0  # extra multiply-adds paid by half layers
 
 
 @dataclass

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvscribe.errors import UsageError
+from kvscribe.kvcache.spec import parse_cross, validate_policy
 from kvscribe.writers import FORMATS
 
 TASKS = ("transcribe", "translate")
@@ -26,6 +27,8 @@ class TranscribeOptions:
     device: str | None = None
     stats_json: Path | None = None
     quiet: bool = False
+    kv_policy: str | None = None  # overrides the profile's self-attention policy
+    kv_cross: str | None = None  # overrides the profile's cross-attention policy
 
     def __post_init__(self) -> None:
         if not self.inputs:
@@ -48,6 +51,10 @@ class TranscribeOptions:
                 subject="--device",
                 hint=f"got {self.device!r}",
             )
+        if self.kv_policy is not None:
+            validate_policy(self.kv_policy)
+        if self.kv_cross is not None:
+            parse_cross(self.kv_cross)
         if self.output_dir is None and len(self.formats) > 1:
             raise UsageError(
                 "several formats need a folder to write them to",

@@ -3,6 +3,7 @@ backend -> segments -> writers -> stats. The CLI listens through `Listener`."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -86,6 +87,12 @@ class Runner:
         opts = self.options
         backend_cls = registry.get(opts.backend)
         profile = profiles.load(opts.profile)
+        if opts.kv_policy is not None or opts.kv_cross is not None:
+            profile = dataclasses.replace(
+                profile,
+                kv_self=opts.kv_policy or profile.kv_self,
+                kv_cross=opts.kv_cross or profile.kv_cross,
+            )
         device = profiles.pick_device(profile, opts.device, hardware.detect())
         if device not in backend_cls.capabilities.devices:
             raise UsageError(

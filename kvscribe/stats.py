@@ -65,6 +65,9 @@ class RunStats:
         tokens = sum(f.report.tokens for f in done)
         reports = [f.report for f in done]
         firsts = [f.first_segment_seconds for f in done if f.first_segment_seconds is not None]
+        steps = sorted(t for r in reports for t in r.step_seconds)
+        encoders = [r.encoder_seconds for r in reports if r.encoder_seconds is not None]
+        first_tokens = [r.first_token_seconds for r in reports if r.first_token_seconds is not None]
         return {
             "backend": self.backend,
             "profile": self.profile,
@@ -81,6 +84,11 @@ class RunStats:
             "first_segment_seconds": round(min(firsts), 3) if firsts else None,
             "tokens_decoded": tokens,
             "ms_per_token_incl_encoder": round(1000 * decode / tokens, 2) if tokens else None,
+            "encoder_seconds": round(sum(encoders), 3) if encoders else None,
+            "decode_ms_per_token_p50": _percentile_ms(steps, 0.50),
+            "decode_ms_per_token_p95": _percentile_ms(steps, 0.95),
+            "first_token_seconds": round(min(first_tokens), 3) if first_tokens else None,
+            "recompute_macs": sum(r.recompute_macs for r in reports),
             "kv_self_peak_bytes": max((r.kv_self_peak_bytes for r in reports), default=0),
             "kv_self_full_bytes": max((r.kv_self_full_bytes for r in reports), default=0),
             "kv_cross_bytes": max((r.kv_cross_bytes for r in reports), default=0),
@@ -89,6 +97,14 @@ class RunStats:
             "peak_rss_bytes": peak_rss_bytes(),
             "files": [_file_dict(f) for f in self.files],
         }
+
+
+def _percentile_ms(ordered: list[float], fraction: float) -> float | None:
+    """Nearest-rank percentile of sorted seconds, in milliseconds."""
+    if not ordered:
+        return None
+    index = min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))
+    return round(1000 * ordered[index], 2)
 
 
 def _file_dict(f: FileStats) -> dict[str, Any]:

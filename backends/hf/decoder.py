@@ -28,7 +28,7 @@ class PolicyDecoder:
         cross: CrossAttentionStore,
         positions: tuple[int, ...] = (-1,),
     ) -> torch.Tensor:
-        """Run `tokens` [batch, q] after what `cache` has seen; logits [batch, len(positions), vocab]."""
+        """Run `tokens` [batch, q] after what `cache` has seen -> [batch, len(positions), vocab]."""
         decoder = self.decoder
         seen = cache.get_seq_length()
         query = tokens.shape[1]
@@ -61,8 +61,16 @@ def _cross_attention(
     query = _heads(
         attention.q_proj(layer.encoder_attn_layer_norm(x)) * attention.scaling, attention
     )
-    keys, values = cross.get(index, x.shape[0])
-    out = F.scaled_dot_product_attention(query, keys, values, scale=1.0)
+    keys, values = cross.get(index)
+    batch, heads, tokens, dim = query.shape
+    if keys.shape[0] == 1 and batch > 1:
+        # One shared copy for all beams: fold the beams into the query axis (no mask here,
+        # so this is exact) instead of expanding K/V, which SDPA would copy per beam.
+        folded = query.transpose(0, 1).reshape(1, heads, batch * tokens, dim)
+        out = F.scaled_dot_product_attention(folded, keys, values, scale=1.0)
+        out = out.reshape(heads, batch, tokens, dim).transpose(0, 1)
+    else:
+        out = F.scaled_dot_product_attention(query, keys, values, scale=1.0)
     return attention.out_proj(_merge(out))
 
 

@@ -38,6 +38,27 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
 
+def _measured_decoder_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """Rows only a backend that runs the decoder itself can fill."""
+    rows = []
+    if report.get("encoder_seconds") is not None:
+        rows.append(("encoder", _seconds(report["encoder_seconds"])))
+    if report.get("decode_ms_per_token_p50") is not None:
+        rows.append(
+            (
+                "decode ms / token p50 / p95",
+                "{:.1f} / {:.1f}".format(
+                    report["decode_ms_per_token_p50"], report["decode_ms_per_token_p95"]
+                ),
+            )
+        )
+    if report.get("first_token_seconds") is not None:
+        rows.append(("first token", _seconds(report["first_token_seconds"])))
+    if report.get("recompute_macs"):
+        rows.append(("half-layer recompute", f"{report['recompute_macs'] / 1e9:.2f} GMAC extra"))
+    return rows
+
+
 def stats_table(report: dict[str, Any]) -> Table:
     """The run's figures as a two-column table (the same numbers --stats-json writes)."""
     table = Table(

@@ -84,6 +84,19 @@ def transcribe(
     device: Literal["auto", "cpu", "cuda"] = typer.Option(
         None, "--device", show_default="profile's", help="Run on this device."
     ),
+    kv_policy: str = typer.Option(
+        None,
+        "--kv-policy",
+        show_default="profile's",
+        help="Self-attention KV policy, e.g. 'sink=4,window=64,q8_0@layers>=2' "
+        "(parts: full, half, window=N, sink=N, q8_0, q4_0, residual=N; clauses joined by ';').",
+    ),
+    kv_cross: str = typer.Option(
+        None,
+        "--kv-cross",
+        show_default="profile's",
+        help="Cross-attention KV policy: full, shared, shared,q8_0.",
+    ),
     stats_json: Path = typer.Option(
         None, "--stats-json", dir_okay=False, help="Also write the stats report to this JSON file."
     ),
@@ -110,6 +123,8 @@ def transcribe(
                 device=device,
                 stats_json=stats_json,
                 quiet=quiet,
+                kv_policy=kv_policy,
+                kv_cross=kv_cross,
             )
         )
     except KvscribeError as exc:

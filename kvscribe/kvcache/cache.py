@@ -63,13 +63,12 @@ class CrossAttentionStore:
                 keys, values = quantize(keys, self.spec.quant), quantize(values, self.spec.quant)
             self._layers.append((keys, values))
 
-    def get(self, index: int, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def get(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """K/V of layer `index`: batch 1 when shared, else one row per beam."""
         keys, values = self._layers[index]
         if isinstance(keys, Quantized):
             keys, values = dequantize(keys, self._dtype), dequantize(values, self._dtype)
-        if keys.shape[0] == batch:
-            return keys, values
-        return keys[:1].expand(batch, -1, -1, -1), values[:1].expand(batch, -1, -1, -1)
+        return keys, values
 
     @property
     def nbytes(self) -> int:

@@ -7,6 +7,8 @@ an inference engine.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from kvscribe.errors import ModelNotFoundError
 from kvscribe.models import hub
 from kvscribe.models.embedded import DEFAULT_MODEL, EMBEDDED
 from kvscribe.models.formats import FORMATS, detect_format
+from kvscribe.paths import cache_dir
 
 
 @dataclass(frozen=True)
@@ -37,8 +40,14 @@ class ModelListing:
 
 
 def resolve(spec: str | None, formats: tuple[str, ...]) -> ModelRef:
-    """Find `spec` (name or path; None = the embedded default) in one of `formats`."""
+    """Find `spec` (name or path; None = the embedded default) in one of `formats`,
+    converting it once into the cache when a converter exists."""
     ref = _find(spec or DEFAULT_MODEL)
+    if ref.format in formats:
+        return ref
+    for fmt in formats:
+        if (ref.format, fmt) in _CONVERTERS:
+            return _converted(ref, fmt)
     if ref.format not in formats:
         raise ModelNotFoundError(
             f"is a {ref.format} model; this backend needs {' or '.join(formats)}",
@@ -47,6 +56,30 @@ def resolve(spec: str | None, formats: tuple[str, ...]) -> ModelRef:
             "or pass a model in the needed format",
         )
     return ref
+
+
+def _convert_ct2_to_transformers(source: Path, target: Path) -> Path:
+    from kvscribe.models.ct2_to_hf import convert
+
+    return convert(source, target)
+
+
+_CONVERTERS = {("ctranslate2", "transformers"): _convert_ct2_to_transformers}
+_CONVERTER_VERSION = 1
+
+
+def _converted(ref: ModelRef, fmt: str) -> ModelRef:
+    """The cached conversion of `ref`, keyed by the source's identity and the converter version."""
+    source = ref.path / "model.bin"
+    stat = source.stat()
+    key = hashlib.sha256(
+        f"{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()
+    ).hexdigest()
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", ref.name).strip("_.") or "model"
+    target = cache_dir() / "models" / f"{safe}-{fmt}-v{_CONVERTER_VERSION}-{key[:12]}"
+    if not (target / "config.json").is_file():
+        _CONVERTERS[(ref.format, fmt)](ref.path, target)
+    return ModelRef(ref.name, target, fmt, f"{ref.origin}; converted to {fmt}: {target}")
 
 
 def _find(spec: str) -> ModelRef:
