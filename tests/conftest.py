@@ -35,6 +35,20 @@ def wer(reference: str, hypothesis: str) -> float:
     return jiwer.wer(normalize(reference), normalize(hypothesis))
 
 
+def pooled_wer(pairs) -> float:
+    """Corpus WER over (reference, hypothesis) pairs: errors over normalised reference words.
+
+    Pooling must count normalised words: the normaliser turns "one two ... ten" into one
+    token, and weighting by raw words would let one such clip dominate.
+    """
+    import jiwer
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    normalize = EnglishTextNormalizer()
+    references, hypotheses = zip(*((normalize(r), normalize(h)) for r, h in pairs), strict=True)
+    return jiwer.wer(list(references), list(hypotheses))
+
+
 @dataclass
 class Result:
     code: int

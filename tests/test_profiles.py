@@ -16,7 +16,7 @@ def test_every_built_in_profile_loads_with_a_why_and_backend_settings():
     for name in BUILT_IN[1:]:
         p = profile.load(name)
         assert p.why and p.summary and p.device in profile.DEVICES
-        assert set(p.backends) >= {"ctranslate2", "whispercpp"}
+        assert set(p.backends) >= {"ctranslate2", "transformers", "whispercpp"}
 
 
 @pytest.mark.parametrize(
@@ -79,3 +79,12 @@ def test_unknown_profile_lists_the_known_ones():
     with pytest.raises(UsageError, match="unknown profile") as caught:
         profile.load("turbo")
     assert "cpu-laptop" in caught.value.one_line()
+
+
+def test_every_built_in_kv_policy_parses():
+    from kvscribe.kvcache.spec import parse_cross, parse_policy
+
+    for name in BUILT_IN[1:]:
+        p = profile.load(name)
+        assert len(parse_policy(p.kv_self, 4)) == 4
+        parse_cross(p.kv_cross)

@@ -108,7 +108,7 @@ def _decode_window(
     result = search(plan.setup, prompt, sot_index, cache, cross, plan.beams, max_new)
     if stats.first_token_seconds is None and result.step_seconds:
         stats.first_token_seconds = search_started + result.step_seconds[0] - stats.started
-    positions = len(prompt) + len(result.tokens)
+    positions = cache.get_seq_length()  # every position fed, for the longest-lived beam
     stats.windows += 1
     stats.tokens += len(result.tokens) + 1
     stats.step_seconds.extend(result.step_seconds)

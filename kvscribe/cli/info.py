@@ -74,6 +74,27 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name.")) -> None
         for key, value in settings.items():
             table.add_row(backend, key, str(value))
     console.print(table)
+    _print_layers(console, profile)
+
+
+def _print_layers(console, profile) -> None:
+    """The self-attention policy resolved per decoder layer of the default model."""
+    from kvscribe.kvcache.spec import parse_cross, parse_policy
+    from kvscribe.models import resolve
+    from kvscribe.models.ct2_file import whisper_dims
+
+    try:
+        model = resolve(None, ("ctranslate2",))
+        layers = whisper_dims(model.path / "model.bin").n_text_layer
+        specs = parse_policy(profile.kv_self, layers)
+        cross = parse_cross(profile.kv_cross)
+    except KvscribeError as exc:
+        print_error(stderr_console(), exc)
+        raise typer.Exit(exc.exit_code) from None
+    console.print(f"transformers backend, {model.name} ({layers} decoder layers):")
+    for index, spec in enumerate(specs):
+        console.print(f"  layer {index}: {spec.describe()}")
+    console.print(f"  cross-attention: {cross.describe()}")
 
 
 def models_command() -> None:

@@ -91,6 +91,7 @@ def stats_table(report: dict[str, Any]) -> Table:
             if report["ms_per_token_incl_encoder"] is None
             else f"{report['ms_per_token_incl_encoder']:.1f}",
         ),
+        *_measured_decoder_rows(report),
         (
             "self-attn KV peak",
             human_bytes(report["kv_self_peak_bytes"])

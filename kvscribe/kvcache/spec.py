@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from kvscribe.errors import UsageError
 
 QUANTS = ("q8_0", "q4_0")
-DEFAULT_RESIDUAL = 32  # newest tokens kept in full precision in a quantized layer
+DEFAULT_RESIDUAL = 0  # newest tokens kept in full precision (the current one always is)
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class LayerSpec:
                 f"sink={self.sink},window={self.window}" if self.sink else f"window={self.window}"
             )
         if self.quant:
-            parts.append(f"{self.quant}(residual={self.residual})")
+            parts.append(f"{self.quant}(residual={self.residual})" if self.residual else self.quant)
         return " ".join(parts) if len(parts) > 1 or self.half else "full"
 
 

@@ -1,0 +1,204 @@
+"""The transformers backend on the real converted model and real audio."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from kvscribe.backends.base import DecodeRequest  # noqa: E402
+
+from kvscribe import models, profile, registry  # noqa: E402
+from kvscribe.audio import load_audio  # noqa: E402
+from kvscribe.models.embedded import EMBEDDED  # noqa: E402
+from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, pooled_wer, run_cli, wer  # noqa: E402
+
+CLIPS = sorted(EVAL_DIR.glob("*.wav")) if EVAL_DIR.is_dir() else [SAMPLE]
+LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"
+MODELS = ["tiny.en"] + (["base"] if EMBEDDED["base"].installed() else [])
+
+
+def _features(samples: np.ndarray, n_mels: int) -> np.ndarray:
+    from kvscribe.mel import log_mel
+
+    return log_mel(samples, n_mels)[:, :3000].numpy()[None]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_converted_model_matches_ctranslate2_logits_and_greedy_tokens(name):
+    import ctranslate2
+    from transformers import WhisperForConditionalGeneration
+
+    source = models.resolve(name, ("ctranslate2",))
+    converted = models.resolve(name, ("transformers",))
+    network = WhisperForConditionalGeneration.from_pretrained(
+        str(converted.path), dtype=torch.float32
+    ).eval()
+    features = _features(load_audio(SAMPLE), network.config.num_mel_bins)
+    engine = ctranslate2.models.Whisper(str(source.path), device="cpu", compute_type="float32")
+    config = network.generation_config
+    prompt = [config.decoder_start_token_id]
+    if config.is_multilingual:
+        prompt += [config.lang_to_id["<|en|>"], config.task_to_id["transcribe"]]
+    prompt.append(config.no_timestamps_token_id)
+    result = engine.generate(
+        ctranslate2.StorageView.from_array(np.ascontiguousarray(features)),
+        [prompt],
+        beam_size=1,
+        return_logits_vocab=True,
+        suppress_blank=False,
+        suppress_tokens=[],
+        max_length=60,
+    )[0]
+    ct2_tokens = result.sequences_ids[0]
+    ct2_logits = np.asarray(result.logits[0]).reshape(-1, network.config.vocab_size)
+    ids, ours = list(prompt), []
+    with torch.inference_mode():
+        encoded = network.model.encoder(torch.from_numpy(features)).last_hidden_state
+        for _ in range(len(ct2_logits)):
+            step = network(encoder_outputs=(encoded,), decoder_input_ids=torch.tensor([ids]))
+            ours.append(step.logits[0, -1].numpy())
+            ids.append(int(step.logits[0, -1].argmax()))
+    assert np.abs(np.array(ours) - ct2_logits).max() < 1e-3
+    assert ids[len(prompt) : len(prompt) + len(ct2_tokens)] == ct2_tokens
+    assert wer(SAMPLE_TEXT, engine_text(converted, ct2_tokens)) <= 0.1
+
+
+def engine_text(ref, tokens):
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(ref.path / "tokenizer.json")).decode(tokens)
+
+
+def test_policy_decoder_with_a_full_cache_matches_transformers_forward():
+    from kvscribe.backends.hf.decoder import PolicyDecoder
+    from transformers import WhisperForConditionalGeneration
+
+    from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
+    from kvscribe.kvcache.spec import parse_cross, parse_policy
+
+    ref = models.resolve("tiny.en", ("transformers",))
+    network = WhisperForConditionalGeneration.from_pretrained(
+        str(ref.path), dtype=torch.float32
+    ).eval()
+    features = torch.from_numpy(_features(load_audio(SAMPLE), 80))
+    ids = [50257, 50362, 843, 523, 616, 5891, 3399, 1265, 407, 644, 534]
+    with torch.inference_mode():
+        encoded = network.model.encoder(features).last_hidden_state
+        expected = network(
+            encoder_outputs=(encoded,), decoder_input_ids=torch.tensor([ids])
+        ).logits[0]
+    for self_policy in ("full", "full; half@layers=odd"):
+        cache = PolicyCache(parse_policy(self_policy, 4))
+        cross = CrossAttentionStore(parse_cross("shared"), 1)
+        cross.fill(encoded, network.model.decoder)
+        decoder = PolicyDecoder(network)
+        rows = [decoder.logits(torch.tensor([ids[:4]]), cache, cross, positions=(0, 1, 2, 3))[0]]
+        rows += [decoder.logits(torch.tensor([[t]]), cache, cross)[0] for t in ids[4:]]
+        assert (torch.cat(rows) - expected).abs().max() < 1e-4
+
+
+@functools.cache
+def _backend(profile_name: str, kv_self: str | None = None, kv_cross: str | None = None):
+    chosen = profile.load(profile_name)
+    if kv_self or kv_cross:
+        chosen = dataclasses.replace(
+            chosen, kv_self=kv_self or chosen.kv_self, kv_cross=kv_cross or chosen.kv_cross
+        )
+    backend_cls = registry.get("transformers")
+    backend = backend_cls(models.resolve(None, ("transformers",)), chosen, "cpu")
+    backend.load()
+    return backend
+
+
+@functools.cache
+def _results(profile_name: str, kv_self: str | None = None, kv_cross: str | None = None):
+    """clip name -> (tokens, text, report) for every clip."""
+    backend = _backend(profile_name, kv_self, kv_cross)
+    results = {}
+    for clip in CLIPS:
+        run = backend.transcribe(load_audio(clip), DecodeRequest())
+        segments = list(run.segments)
+        results[clip.name] = (
+            [t for s in segments for t in s.tokens],
+            "".join(s.text for s in segments),
+            run.report,
+        )
+    return results
+
+
+def test_no_loss_gives_the_same_tokens_as_a_full_cache_on_every_clip():
+    no_loss = _results("no-loss")
+    full = _results("no-loss", kv_self="full", kv_cross="full")
+    for name, (tokens, _, _) in no_loss.items():
+        assert tokens == full[name][0], name
+
+
+@pytest.mark.parametrize("name", ["cpu-laptop", "tiny-vram", "gpu", "no-loss"])
+def test_every_profile_transcribes_every_clip_with_bounded_wer(name):
+    results = _results(name)
+    pairs = [
+        (clip.with_suffix(".txt").read_text(encoding="utf-8"), results[clip.name][1])
+        for clip in CLIPS
+    ]
+    assert len(results) == len(CLIPS) and pooled_wer(pairs) <= 0.10
+
+
+@pytest.mark.skipif(not LONG_FORM.exists(), reason="needs the long-form eval clip")
+def test_tiny_vram_window_holds_at_most_half_the_full_cache_on_long_form():
+    report = _results("tiny-vram")[LONG_FORM.name][2]
+    assert report.windows >= 6 and not report.kv_estimated
+    assert report.kv_self_peak_bytes <= 0.5 * report.kv_self_full_bytes
+
+
+@pytest.mark.skipif(not LONG_FORM.exists(), reason="needs the long-form eval clip")
+def test_q8_0_holds_at_most_28_percent_of_an_fp32_cache():
+    report = _results("no-loss", kv_self="q8_0")[LONG_FORM.name][2]
+    assert report.kv_self_peak_bytes <= 0.28 * report.kv_self_full_bytes
+
+
+def test_shared_cross_attention_at_beam_5_holds_what_beam_1_holds():
+    backend = _backend("no-loss", kv_cross="shared")
+    samples = load_audio(SAMPLE)
+    sizes = {}
+    for beams in (1, 5):
+        run = backend.transcribe(samples, DecodeRequest(beam_size=beams))
+        list(run.segments)
+        sizes[beams] = run.report.kv_cross_bytes
+    assert sizes[5] == sizes[1] == 2 * 4 * 1500 * 384 * 4
+
+
+def test_cli_runs_a_custom_policy_and_reports_measured_memory(tmp_path):
+    stats = tmp_path / "stats.json"
+    result = run_cli(
+        SAMPLE,
+        "--backend",
+        "transformers",
+        "--kv-policy",
+        "sink=4,window=64,q8_0@layers>=2",
+        "--stats-json",
+        stats,
+    )
+    assert result.code == 0, result.stderr
+    text = " ".join(line.split("]  ", 1)[1] for line in result.stdout.splitlines())
+    assert wer(SAMPLE_TEXT, text) <= 0.1
+    import json
+
+    report = json.loads(stats.read_text())
+    assert report["settings"]["self-attn policy"] == "sink=4,window=64,q8_0@layers>=2"
+    assert report["kv_estimated"] is False and report["kv_self_peak_bytes"] > 0
+    assert report["decode_ms_per_token_p50"] <= report["decode_ms_per_token_p95"]
+    assert report["encoder_seconds"] > 0 and report["first_token_seconds"] > 0
+    assert "(estimated)" not in result.stderr and "decode ms / token" in result.stderr
+
+
+@pytest.mark.parametrize("bad", ["window=0", "sink=4", "q8_0@layers>>1", "lru=5"])
+def test_cli_rejects_a_malformed_policy_in_one_line(bad):
+    result = run_cli(SAMPLE, "--backend", "transformers", "--kv-policy", bad)
+    assert result.code == 2 and result.stderr.count("\n") == 1
+    assert "bad cache policy part" in result.stderr and "Traceback" not in result.stderr
