@@ -9,10 +9,11 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
+from kvscribe.errors import UsageError
 from kvscribe.models import ModelRef
 from kvscribe.profile import Profile
 from kvscribe.types import Segment
@@ -94,3 +95,38 @@ class Backend(abc.ABC):
     def describe_settings(self) -> dict[str, str]:
         """The engine settings in force after load(), for the stats report."""
         return {}
+
+    def profile_settings(self, schema: dict[str, type]) -> dict[str, Any]:
+        """This backend's section of the profile, checked against `schema` (key -> type)."""
+        section = dict(self.profile.settings_for(self.name))
+        for key, value in section.items():
+            expected = schema.get(key)
+            if expected is None or not isinstance(value, expected):
+                raise UsageError(
+                    f"bad setting [{self.name}] {key} = {value!r}",
+                    subject=self.profile.source,
+                    hint="allowed: " + ", ".join(f"{k} ({t.__name__})" for k, t in schema.items()),
+                )
+        return section
+
+    def check_language(self, request: DecodeRequest, multilingual: bool, known: list[str]) -> None:
+        """English-only models take no other language and cannot translate; codes must exist."""
+        if not multilingual:
+            if request.language not in (None, "en"):
+                raise UsageError(
+                    f"model {self.model.name} is English-only",
+                    subject="--language",
+                    hint="use --language en, or a multilingual model (--model base)",
+                )
+            if request.task == "translate":
+                raise UsageError(
+                    f"model {self.model.name} is English-only and cannot translate",
+                    subject="--task",
+                    hint="use a multilingual model (--model base)",
+                )
+        if request.language is not None and request.language not in known:
+            raise UsageError(
+                f"unknown language code {request.language!r}",
+                subject="--language",
+                hint=f"use a code such as {', '.join(known[:8])}, ... or omit it",
+            )

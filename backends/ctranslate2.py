@@ -10,7 +10,6 @@ dimensions (the engine does not expose its cache).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 from kvscribe.backends.base import (
@@ -21,7 +20,7 @@ from kvscribe.backends.base import (
     Transcription,
 )
 
-from kvscribe.errors import BackendUnavailableError, UsageError
+from kvscribe.errors import BackendUnavailableError
 from kvscribe.kvcache import estimate
 from kvscribe.models.ct2_file import WhisperDims, whisper_dims
 from kvscribe.types import Segment
@@ -57,7 +56,7 @@ class CTranslate2Backend(Backend):
         import ctranslate2
         from faster_whisper import WhisperModel
 
-        self.settings = self._settings()
+        self.settings = self.profile_settings(_SETTINGS)
         if self.device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
             raise BackendUnavailableError(
                 "no CUDA device found",
@@ -79,7 +78,7 @@ class CTranslate2Backend(Backend):
         }
 
     def transcribe(self, audio: np.ndarray, request: DecodeRequest) -> Transcription:
-        self._check_request(request)
+        self.check_language(request, self.dims.is_multilingual, self.engine.supported_languages)
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
         raw, info = self.engine.transcribe(
             audio,
@@ -98,19 +97,6 @@ class CTranslate2Backend(Backend):
 
     # -- internals -------------------------------------------------------------------------
 
-    def _settings(self) -> dict[str, Any]:
-        section = dict(self.profile.settings_for(self.name))
-        for key, value in section.items():
-            expected = _SETTINGS.get(key)
-            if expected is None or not isinstance(value, expected):
-                raise UsageError(
-                    f"bad setting [{self.name}] {key} = {value!r}",
-                    subject=self.profile.source,
-                    hint="allowed: "
-                    + ", ".join(f"{k} ({t.__name__})" for k, t in _SETTINGS.items()),
-                )
-        return section
-
     def _compute_type(self) -> str:
         wanted = self.settings.get("compute_type", "int8" if self.device == "cpu" else "float16")
         if self.device == "cpu" and ("float16" in wanted or wanted == "default"):
@@ -120,28 +106,6 @@ class CTranslate2Backend(Backend):
 
     def _conditioned(self) -> bool:
         return bool(self.settings.get("condition_on_previous_text", True))
-
-    def _check_request(self, request: DecodeRequest) -> None:
-        if not self.dims.is_multilingual:
-            if request.language not in (None, "en"):
-                raise UsageError(
-                    f"model {self.model.name} is English-only",
-                    subject="--language",
-                    hint="use --language en, or a multilingual model (--model base)",
-                )
-            if request.task == "translate":
-                raise UsageError(
-                    f"model {self.model.name} is English-only and cannot translate",
-                    subject="--task",
-                    hint="use a multilingual model (--model base)",
-                )
-        known = self.engine.supported_languages
-        if request.language is not None and request.language not in known:
-            raise UsageError(
-                f"unknown language code {request.language!r}",
-                subject="--language",
-                hint=f"use a code such as {', '.join(known[:8])}, ... or omit it",
-            )
 
     def _base_report(self, beams: int) -> DecoderReport:
         nbytes = estimate.value_bytes(self.engine.model.compute_type)

@@ -9,7 +9,6 @@ own; decoding runs the decoder's modules through kvscribe's per-layer cache
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import numpy as np
 from kvscribe.backends.base import (
@@ -20,7 +19,7 @@ from kvscribe.backends.base import (
     Transcription,
 )
 
-from kvscribe.errors import BackendUnavailableError, UsageError
+from kvscribe.errors import BackendUnavailableError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
 
 _SETTINGS = {"beam_size": int, "condition_on_previous_text": bool, "threads": int}
@@ -53,7 +52,7 @@ class TransformersBackend(Backend):
 
         hf_logging.disable_progress_bar()  # its tqdm bar would litter stderr on every load
 
-        self.settings = _settings(self.profile, self.name)
+        self.settings = self.profile_settings(_SETTINGS)
         if self.device == "cuda" and not torch.cuda.is_available():
             raise BackendUnavailableError(
                 "no CUDA device found",
@@ -99,7 +98,7 @@ class TransformersBackend(Backend):
 
         from kvscribe.mel import log_mel
 
-        self._check_request(request)
+        self.check_language(request, self.special.is_multilingual, list(self.special.languages))
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
         with torch.inference_mode():
             mel = log_mel(torch.from_numpy(audio).to(self.device), self.network.config.num_mel_bins)
@@ -192,28 +191,6 @@ class TransformersBackend(Backend):
         ids = torch.tensor([self.special.languages[c] for c in codes], device=self.device)
         return codes[int(logits[ids].argmax())]
 
-    def _check_request(self, request: DecodeRequest) -> None:
-        languages = self.special.languages
-        if not self.special.is_multilingual:
-            if request.language not in (None, "en"):
-                raise UsageError(
-                    f"model {self.model.name} is English-only",
-                    subject="--language",
-                    hint="use --language en, or a multilingual model (--model base)",
-                )
-            if request.task == "translate":
-                raise UsageError(
-                    f"model {self.model.name} is English-only and cannot translate",
-                    subject="--task",
-                    hint="use a multilingual model (--model base)",
-                )
-        elif request.language is not None and request.language not in languages:
-            raise UsageError(
-                f"unknown language code {request.language!r}",
-                subject="--language",
-                hint=f"use a code such as {', '.join(list(languages)[:8])}, ... or omit it",
-            )
-
 
 def _relayout_vocab_projection(network) -> None:
     """Store the (tied) vocabulary projection transposed in memory, same values, same bytes.
@@ -230,16 +207,3 @@ def _relayout_vocab_projection(network) -> None:
     if network.model.decoder.embed_tokens.weight is weight:
         network.model.decoder.embed_tokens.weight = relaid
     network.proj_out.weight = relaid
-
-
-def _settings(profile, name: str) -> dict[str, Any]:
-    section = dict(profile.settings_for(name))
-    for key, value in section.items():
-        expected = _SETTINGS.get(key)
-        if expected is None or not isinstance(value, expected):
-            raise UsageError(
-                f"bad setting [{name}] {key} = {value!r}",
-                subject=profile.source,
-                hint="allowed: " + ", ".join(f"{k} ({t.__name__})" for k, t in _SETTINGS.items()),
-            )
-    return section

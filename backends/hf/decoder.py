@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
+from kvscribe.kvcache.layers import split_heads
 
 
 class PolicyDecoder:
@@ -47,7 +48,7 @@ class PolicyDecoder:
 def _self_attention(layer, cache_layer, x: torch.Tensor) -> torch.Tensor:
     attention = layer.self_attn
     hidden = layer.self_attn_layer_norm(x)
-    query = _heads(attention.q_proj(hidden) * attention.scaling, attention)
+    query = split_heads(attention.q_proj(hidden) * attention.scaling, attention)
     keys, values = cache_layer.update_from_inputs(hidden, attention)
     mask = _causal_mask(query.shape[-2], keys.shape[-2], x.device)
     out = F.scaled_dot_product_attention(query, keys, values, attn_mask=mask, scale=1.0)
@@ -58,11 +59,13 @@ def _cross_attention(
     layer, cross: CrossAttentionStore, index: int, x: torch.Tensor
 ) -> torch.Tensor:
     attention = layer.encoder_attn
-    query = _heads(
+    query = split_heads(
         attention.q_proj(layer.encoder_attn_layer_norm(x)) * attention.scaling, attention
     )
     keys, values = cross.get(index)
     batch, heads, tokens, dim = query.shape
+    if keys.shape[0] > batch:  # per-beam copies are identical: a one-row prompt uses the first
+        keys, values = keys[:batch], values[:batch]
     if keys.shape[0] == 1 and batch > 1:
         # One shared copy for all beams: fold the beams into the query axis (no mask here,
         # so this is exact) instead of expanding K/V, which SDPA would copy per beam.
@@ -82,11 +85,6 @@ def _causal_mask(query: int, keys: int, device) -> torch.Tensor | None:
     rows = torch.arange(query, device=device)[:, None]
     cols = torch.arange(keys, device=device)[None, :]
     return cols <= rows + offset
-
-
-def _heads(x: torch.Tensor, attention) -> torch.Tensor:
-    batch, tokens, _ = x.shape
-    return x.view(batch, tokens, attention.num_heads, attention.head_dim).transpose(1, 2)
 
 
 def _merge(x: torch.Tensor) -> torch.Tensor:

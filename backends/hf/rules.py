@@ -38,15 +38,21 @@ class TokenRules:
             self.first[: self.ts_begin] = True  # start with a timestamp...
             self.first[self.ts_begin + MAX_INITIAL_TIMESTAMP + 1 :] = True  # ...early in the window
 
-    def apply(self, logits: torch.Tensor, sampled: list[list[int]]) -> torch.Tensor:
-        """Mask `logits` [batch, vocab] in place given each row's sampled tokens so far."""
+    def logprobs(self, logits: torch.Tensor, sampled: list[list[int]]) -> torch.Tensor:
+        """Log-probabilities [batch, vocab] of what may come next after each row's `sampled`.
+
+        Masks `logits` in place, then takes one log-softmax (renormalising only the rows
+        the timestamp-preference rule changes).
+        """
         first_step = not sampled[0]
         logits.masked_fill_(self.first if first_step else self.later, NEG_INF)
         if self.timestamps and not first_step:
             for row, tokens in enumerate(sampled):
                 self._timestamp_pairs(logits[row], tokens)
-            self._prefer_timestamps(logits)
-        return logits
+        logprobs = torch.log_softmax(logits, dim=-1)
+        if self.timestamps and not first_step:
+            self._prefer_timestamps(logprobs)
+        return logprobs
 
     def _timestamp_pairs(self, logits: torch.Tensor, tokens: list[int]) -> None:
         """Timestamps come in pairs (end, start) and never go backwards."""
@@ -63,11 +69,10 @@ class TokenRules:
             floor = stamps[-1] if (last_ts and not before_ts) else stamps[-1] + 1
             logits[ts_begin:floor] = NEG_INF
 
-    def _prefer_timestamps(self, logits: torch.Tensor) -> None:
+    def _prefer_timestamps(self, logprobs: torch.Tensor) -> None:
         """If all timestamps together are likelier than any single text token, emit one."""
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
         timestamp_mass = torch.logsumexp(logprobs[:, self.ts_begin :], dim=-1)
         best_text = logprobs[:, : self.ts_begin].max(dim=-1).values
-        rows = timestamp_mass > best_text
-        if rows.any():
-            logits[rows, : self.ts_begin] = NEG_INF
+        for row in torch.nonzero(timestamp_mass > best_text).flatten().tolist():
+            logprobs[row, : self.ts_begin] = NEG_INF
+            logprobs[row] -= timestamp_mass[row]  # renormalise over the timestamps left

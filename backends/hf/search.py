@@ -46,13 +46,19 @@ def search(
 ) -> WindowResult:
     """Decode one window after `prompt`; `sot_index` is where <|startoftranscript|> sits."""
     clock = _Clock()
-    batch = torch.tensor([prompt] * beams, device=setup.device)
-    logits = setup.decoder.logits(batch, cache, cross, positions=(sot_index, -1))
+    # The prompt is the same for every beam: run it once, then give each beam a copy.
+    prompt_batch = torch.tensor([prompt], device=setup.device)
+    logits = setup.decoder.logits(prompt_batch, cache, cross, positions=(sot_index, -1))
     no_speech = 0.0
     if setup.no_speech >= 0:
         no_speech = float(torch.softmax(logits[0, 0].float(), dim=-1)[setup.no_speech])
+    first = logits[:, -1].repeat(beams, 1)
+    if beams > 1:
+        fan_out = torch.zeros(beams, dtype=torch.long, device=setup.device)
+        for layer in cache.policy_layers:
+            layer.reorder_cache(fan_out)
     run = _greedy if beams == 1 else _beam
-    tokens, score = run(setup, logits[:, -1], cache, cross, beams, max_new, clock)
+    tokens, score = run(setup, first, cache, cross, beams, max_new, clock)
     return WindowResult(tokens, score, no_speech, clock.steps)
 
 
@@ -60,7 +66,7 @@ def _greedy(setup, logits, cache, cross, beams, max_new, clock):
     sampled: list[int] = []
     total = 0.0
     for _ in range(max_new):
-        logprobs = torch.log_softmax(setup.rules.apply(logits.float(), [sampled]), dim=-1)[0]
+        logprobs = setup.rules.logprobs(logits.float(), [sampled])[0]
         token = int(logprobs.argmax())
         total += float(logprobs[token])
         clock.tick()
@@ -77,7 +83,7 @@ def _beam(setup, logits, cache, cross, beams, max_new, clock):
     scores = [0.0] * beams
     finished: dict[tuple[int, ...], float] = {}
     for _ in range(max_new):
-        logprobs = torch.log_softmax(setup.rules.apply(logits.float(), sequences), dim=-1)
+        logprobs = setup.rules.logprobs(logits.float(), sequences)
         kept = _expand(logprobs, sequences, scores, finished, beams, setup.eot)
         clock.tick()
         if len(finished) >= beams or not kept:

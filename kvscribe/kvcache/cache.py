@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import Cache
 
-from kvscribe.kvcache.layers import KVLayer, make_layer
+from kvscribe.kvcache.layers import KVLayer, make_layer, split_heads
 from kvscribe.kvcache.quant import Quantized, dequantize, quantize
 from kvscribe.kvcache.spec import CrossSpec, LayerSpec
 
@@ -55,8 +55,8 @@ class CrossAttentionStore:
         self._layers = []
         for layer in decoder.layers:
             attention = layer.encoder_attn
-            keys = _heads(attention.k_proj(encoder_output), attention)
-            values = _heads(attention.v_proj(encoder_output), attention)
+            keys = split_heads(attention.k_proj(encoder_output), attention).contiguous()
+            values = split_heads(attention.v_proj(encoder_output), attention).contiguous()
             if copies > 1:  # what transformers does: a real copy per beam
                 keys, values = keys.repeat(copies, 1, 1, 1), values.repeat(copies, 1, 1, 1)
             if self.spec.quant:
@@ -73,10 +73,3 @@ class CrossAttentionStore:
     @property
     def nbytes(self) -> int:
         return sum(part.nbytes for pair in self._layers for part in pair)
-
-
-def _heads(x: torch.Tensor, attention) -> torch.Tensor:
-    batch, tokens, _ = x.shape
-    return (
-        x.view(batch, tokens, attention.num_heads, attention.head_dim).transpose(1, 2).contiguous()
-    )

@@ -97,7 +97,8 @@ class KVLayer(CacheLayerMixin):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """K/V for `hidden` [batch, q, d_model] through `attention`'s projections."""
         return self.update(
-            _heads(attention.k_proj(hidden), attention), _heads(attention.v_proj(hidden), attention)
+            split_heads(attention.k_proj(hidden), attention),
+            split_heads(attention.v_proj(hidden), attention),
         )
 
     @property
@@ -142,7 +143,7 @@ class HalfLayer(KVLayer):
         self.recompute_macs += 2 * self.stored * hidden.shape[0] * hidden.shape[-1] ** 2
         self.seen += hidden.shape[-2]
         self._inputs.append(hidden)
-        return _heads(attention.k_proj(everything), attention), _heads(
+        return split_heads(attention.k_proj(everything), attention), split_heads(
             attention.v_proj(everything), attention
         )
 
@@ -159,7 +160,7 @@ class HalfLayer(KVLayer):
             self._inputs.select_batch(beam_idx)
 
 
-def _heads(x: torch.Tensor, attention) -> torch.Tensor:
+def split_heads(x: torch.Tensor, attention) -> torch.Tensor:
     """[batch, tokens, heads * head_dim] -> [batch, heads, tokens, head_dim]."""
     batch, tokens, _ = x.shape
     return x.view(batch, tokens, attention.num_heads, attention.head_dim).transpose(1, 2)
