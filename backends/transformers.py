@@ -53,9 +53,10 @@ class TransformersBackend(Backend):
         hf_logging.disable_progress_bar()  # its tqdm bar would litter stderr on every load
 
         self.settings = self.profile_settings(_SETTINGS)
-        if self.device == "cuda" and not torch.cuda.is_available():
+        present = {"cuda": torch.cuda.is_available, "mps": torch.backends.mps.is_available}
+        if self.device in present and not present[self.device]():
             raise BackendUnavailableError(
-                "no CUDA device found",
+                f"no {self.device.upper()} device found",
                 subject=self.name,
                 hint="use --device cpu or --profile cpu-laptop",
             )

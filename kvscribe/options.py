@@ -10,7 +10,7 @@ from kvscribe.kvcache.spec import parse_cross, validate_policy
 from kvscribe.writers import FORMATS
 
 TASKS = ("transcribe", "translate")
-DEVICES = ("auto", "cpu", "cuda")
+DEVICES = ("auto", "cpu", "cuda", "mps")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 AUTO = "auto"
-DEVICES = ("auto", "cpu", "cuda")
+DEVICES = ("auto", "cpu", "cuda", "mps")
 _TOP_KEYS = {"name", "summary", "why", "device", "kv", "auto"}
 
 

@@ -141,6 +141,7 @@ def test_a_folder_is_expanded_to_its_audio_files(derived, tmp_path):
         (["-f", "txt,srt"], ExitCode.USAGE, "add --output-dir"),
         (["--beam-size", "0"], ExitCode.USAGE, "between 1 and 16"),
         (["--profile", "gpu"], ExitCode.BACKEND_UNAVAILABLE, "no CUDA device"),
+        (["--device", "mps"], ExitCode.USAGE, "backend ctranslate2 cannot run on mps"),
     ],
 )
 def test_bad_options(args, code, words):

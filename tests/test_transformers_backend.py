@@ -203,3 +203,15 @@ def test_cli_rejects_a_malformed_policy_in_one_line(bad):
     result = run_cli(SAMPLE, "--backend", "transformers", "--kv-policy", bad)
     assert result.code == 2 and result.stderr.count("\n") == 1
     assert "bad cache policy part" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("device", "available"),
+    [("cuda", torch.cuda.is_available()), ("mps", torch.backends.mps.is_available())],
+)
+def test_a_missing_accelerator_is_backend_unavailable(device, available):
+    if available:
+        pytest.skip(f"this machine has {device}")
+    result = run_cli(SAMPLE, "--backend", "transformers", "--device", device)
+    assert result.code == 6 and f"no {device.upper()} device found" in result.stderr
+    assert result.stderr.count("\n") == 1

@@ -81,7 +81,7 @@ def transcribe(
     beam_size: int = typer.Option(
         None, "--beam-size", show_default="profile's", help="Beam width (1 = greedy)."
     ),
-    device: Literal["auto", "cpu", "cuda"] = typer.Option(
+    device: Literal["auto", "cpu", "cuda", "mps"] = typer.Option(
         None, "--device", show_default="profile's", help="Run on this device."
     ),
     kv_policy: str = typer.Option(
