@@ -85,6 +85,7 @@ class Runner:
     def prepare(self) -> RunStats:
         """Resolve profile, model and backend, and load the model (raises KvscribeError)."""
         opts = self.options
+        run_started = time.perf_counter()  # wall time counts engine checks and model set-up too
         backend_cls = registry.get(opts.backend)
         profile = profiles.load(opts.profile)
         if opts.kv_policy is not None or opts.kv_cross is not None:
@@ -100,10 +101,16 @@ class Runner:
                 subject="--device",
                 hint=f"use one of: {', '.join(backend_cls.capabilities.devices)}",
             )
+        started = time.perf_counter()  # model load = resolve (and convert once) + engine load
         model = models.resolve(opts.model, backend_cls.capabilities.model_formats)
         label = profile.name + (f" ({profile.chosen_by})" if profile.chosen_by else "")
-        stats = RunStats(backend=opts.backend, profile=label, model=model.name, device=device)
-        started = time.perf_counter()
+        stats = RunStats(
+            backend=opts.backend,
+            profile=label,
+            model=model.name,
+            device=device,
+            started=run_started,
+        )
         self.backend = backend_cls(model, profile, device)
         self.backend.load()
         stats.load_seconds = time.perf_counter() - started
