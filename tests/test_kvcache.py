@@ -244,3 +244,59 @@ def test_malformed_policies_name_the_bad_part(text, bad):
 def test_make_layer_picks_the_strategy():
     assert type(make_layer(LayerSpec(half=True))) is HalfLayer
     assert type(make_layer(LayerSpec(window=3))) is KVLayer
+
+
+@pytest.fixture(scope="module")
+def random_whisper():
+    """A tiny random-weight Whisper: 2 decoder layers, d_model 128, 2 heads of 64."""
+    from transformers import WhisperConfig, WhisperForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = WhisperConfig(
+        vocab_size=300,
+        num_mel_bins=8,
+        d_model=128,
+        encoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_layers=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=256,
+        decoder_ffn_dim=256,
+        max_source_positions=50,
+        max_target_positions=64,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=1,
+        decoder_start_token_id=2,
+    )
+    model = WhisperForConditionalGeneration(config).eval()
+    encoded = torch.randn(1, 50, 128)
+    return model, encoded
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 5), min_size=1, max_size=10),
+    policy=st.sampled_from(
+        ["full", "sink=2,window=60", "window=64; half@layers=1", "half", "sink=1,window=63"]
+    ),
+)
+def test_policy_decoder_matches_transformers_on_a_random_whisper(random_whisper, sizes, policy):
+    from kvscribe.backends.hf.decoder import PolicyDecoder
+
+    model, encoded = random_whisper
+    tokens = torch.randint(
+        3, 300, (1, sum(sizes)), generator=torch.Generator().manual_seed(len(sizes))
+    )
+    with torch.inference_mode():
+        expected = model(encoder_outputs=(encoded,), decoder_input_ids=tokens).logits[0]
+    cache = PolicyCache(parse_policy(policy, 2))
+    cross = CrossAttentionStore(parse_cross("shared"), 1)
+    cross.fill(encoded, model.model.decoder)
+    decoder, start, rows = PolicyDecoder(model), 0, []
+    for size in sizes:
+        chunk = tokens[:, start : start + size]
+        rows.append(decoder.logits(chunk, cache, cross, positions=tuple(range(size)))[0])
+        start += size
+        assert cache.get_seq_length() == start  # positions are absolute
+    torch.testing.assert_close(torch.cat(rows), expected, rtol=1e-4, atol=1e-4)
