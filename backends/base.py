@@ -7,6 +7,7 @@ group. Importing its module must be cheap: engines are imported in `load()`.
 from __future__ import annotations
 
 import abc
+import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -28,7 +29,6 @@ class Capabilities:
     model_formats: tuple[str, ...]
     devices: tuple[str, ...]
     kv_controls: tuple[str, ...]  # which parts of a cache policy the engine can express
-    measures_kv: bool = False  # False: KV figures are estimates from model dimensions
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,8 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     summary: ClassVar[str]
     capabilities: ClassVar[Capabilities]
+    requires: ClassVar[tuple[str, ...]] = ()  # engine modules, imported to check availability
+    install_hint: ClassVar[str] = ""
 
     def __init__(self, model: ModelRef, profile: Profile, device: str):
         self.model = model
@@ -80,9 +82,14 @@ class Backend(abc.ABC):
         self.device = device
 
     @classmethod
-    @abc.abstractmethod
     def check_available(cls) -> str | None:
         """None when this backend can run here, else why not and the fix, in one line."""
+        for module in cls.requires:
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                return f"{exc.name or module} is not installed: {cls.install_hint}"
+        return None
 
     @abc.abstractmethod
     def load(self) -> None:

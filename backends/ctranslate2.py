@@ -43,14 +43,8 @@ class CTranslate2Backend(Backend):
         kv_controls=("compute_type", "beam_size", "previous-text prompt"),
     )
 
-    @classmethod
-    def check_available(cls) -> str | None:
-        try:
-            import ctranslate2  # noqa: F401
-            import faster_whisper  # noqa: F401
-        except ImportError as exc:
-            return f"{exc.name} is not installed: pip install faster-whisper"
-        return None
+    requires = ("ctranslate2", "faster_whisper")
+    install_hint = "pip install faster-whisper"
 
     def load(self) -> None:
         import ctranslate2

@@ -32,17 +32,10 @@ class TransformersBackend(Backend):
         model_formats=("transformers",),
         devices=("cpu", "cuda", "mps"),
         kv_controls=("window", "sink", "half", "q8_0", "q4_0", "cross shared/q8_0", "beam size"),
-        measures_kv=True,
     )
 
-    @classmethod
-    def check_available(cls) -> str | None:
-        try:
-            import torch  # noqa: F401
-            import transformers  # noqa: F401
-        except ImportError as exc:
-            return f"{exc.name} is not installed: pip install 'kvscribe[transformers]'"
-        return None
+    requires = ("torch", "transformers")
+    install_hint = "pip install 'kvscribe[transformers]'"
 
     def load(self) -> None:
         import torch

@@ -79,7 +79,7 @@ def load_audio(path: Path) -> np.ndarray:
     """
     check_readable(path)
     info, chunks = _open_stream(path)
-    audio = _collect(chunks, path, size_hint=info.declared_seconds)
+    audio = _collect(chunks, size_hint=info.declared_seconds)
     if audio.size == 0:
         raise AudioDecodeError(
             "contains no audio samples",
@@ -141,7 +141,7 @@ def _decode(container, stream, path: Path) -> Iterator[np.ndarray]:
         container.close()
 
 
-def _collect(chunks: Iterator[np.ndarray], path: Path, size_hint: float | None) -> np.ndarray:
+def _collect(chunks: Iterator[np.ndarray], size_hint: float | None) -> np.ndarray:
     capacity = int((size_hint or 30.0) * SAMPLE_RATE) + SAMPLE_RATE
     buffer = np.empty(capacity, dtype=np.float32)
     used = 0

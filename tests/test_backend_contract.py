@@ -82,3 +82,14 @@ def test_english_only_model_refuses_translation(loaded):
 
     with pytest.raises(UsageError, match="cannot translate"):
         loaded.transcribe(load_audio(SAMPLE), DecodeRequest(task="translate"))
+
+
+def test_a_backend_with_a_missing_engine_says_what_to_install():
+    class Missing(ENTRIES["ctranslate2"].backend):
+        requires = ("ctranslate2", "kvscribe_no_such_engine")
+        install_hint = "pip install kvscribe-no-such-engine"
+
+    assert ENTRIES["ctranslate2"].backend.check_available() is None
+    assert Missing.check_available() == (
+        "kvscribe_no_such_engine is not installed: pip install kvscribe-no-such-engine"
+    )
