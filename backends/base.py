@@ -57,6 +57,11 @@ class DecoderReport:
     first_token_seconds: float | None = None  # from transcribe() to the first decoded token
     step_seconds: list[float] = field(default_factory=list)  # one per decoded token
     recompute_macs: int = 0  # extra multiply-adds paid by half layers
+    # Figures an engine reports about itself (whisper.cpp's stderr), and its child process.
+    engine_memory_bytes: dict[str, int] = field(default_factory=dict)
+    engine_timings_ms: dict[str, float] = field(default_factory=dict)
+    engine_runs: dict[str, int] = field(default_factory=dict)
+    engine_peak_rss_bytes: int | None = None
 
 
 @dataclass

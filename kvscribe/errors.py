@@ -75,3 +75,9 @@ class OutputError(KvscribeError):
     """An output that cannot be written (no permission, full disk)."""
 
     exit_code = ExitCode.SOME_FAILED
+
+
+class EngineError(KvscribeError):
+    """The engine failed on one input (killed, timed out, crashed); other inputs still run."""
+
+    exit_code = ExitCode.SOME_FAILED

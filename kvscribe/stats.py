@@ -95,8 +95,33 @@ class RunStats:
             "kv_estimated": any(r.kv_estimated for r in reports),
             "not_applicable": sorted({n for r in reports for n in r.not_applicable}),
             "peak_rss_bytes": peak_rss_bytes(),
+            **_engine_figures(reports),
             "files": [_file_dict(f) for f in self.files],
         }
+
+
+def _engine_figures(reports: list[DecoderReport]) -> dict[str, Any]:
+    """What an engine reported about itself: buffers (largest seen), timings and runs (summed),
+    and its child process's peak RSS. Empty for engines that report nothing."""
+    memory: dict[str, int] = {}
+    timings: dict[str, float] = {}
+    runs: dict[str, int] = {}
+    for report in reports:
+        for key, value in report.engine_memory_bytes.items():
+            memory[key] = max(memory.get(key, 0), value)
+        for key, value in report.engine_timings_ms.items():
+            timings[key] = round(timings.get(key, 0.0) + value, 2)
+        for key, value in report.engine_runs.items():
+            runs[key] = runs.get(key, 0) + value
+    peaks = [r.engine_peak_rss_bytes for r in reports if r.engine_peak_rss_bytes is not None]
+    if not (memory or timings or peaks):
+        return {}
+    return {
+        "engine_memory_bytes": memory,
+        "engine_timings_ms": timings,
+        "engine_runs": runs,
+        "engine_peak_rss_bytes": max(peaks) if peaks else None,
+    }
 
 
 def _percentile_ms(ordered: list[float], fraction: float) -> float | None:

@@ -17,6 +17,35 @@ EVAL_DIR = ROOT.parent / "shared" / "eval" / "clips"
 KVSCRIBE = Path(sys.executable).parent / "kvscribe"
 
 
+_WHISPER_CLI_PROBLEM: list[str] = []
+
+
+def pytest_sessionstart(session):
+    """Find whisper-cli once (building it into the user cache if need be, ~3 min) and export
+    it, so every test and CLI child uses the same real binary despite the isolated cache."""
+    from kvscribe.errors import KvscribeError
+    from kvscribe.whispercpp import binary, build
+
+    try:
+        found = binary.find().path
+    except KvscribeError:
+        sys.stderr.write("\nkvscribe tests: building whisper-cli (kvscribe setup whisper-cpp)...\n")
+        try:
+            found = build.build(lambda what, fraction: None)
+        except KvscribeError as exc:
+            _WHISPER_CLI_PROBLEM.append(exc.one_line())
+            return
+    os.environ[binary.ENV_VAR] = str(found)
+
+
+@pytest.fixture(scope="session")
+def whisper_cli() -> Path:
+    """The real whisper-cli every whispercpp test runs (the session fails them if none)."""
+    if _WHISPER_CLI_PROBLEM:
+        pytest.fail(f"no whisper-cli for the whispercpp tests: {_WHISPER_CLI_PROBLEM[0]}")
+    return Path(os.environ["KVSCRIBE_WHISPER_CLI"])
+
+
 @pytest.fixture(autouse=True)
 def _isolated_dirs(tmp_path_factory, monkeypatch):
     """No test touches the user's cache/config or the network."""

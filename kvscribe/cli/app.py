@@ -60,12 +60,13 @@ def _root(
 
 
 def _register() -> None:
-    from kvscribe.cli import info, transcribe
+    from kvscribe.cli import info, setup, transcribe
 
     app.command("transcribe", no_args_is_help=True)(transcribe.transcribe)
     app.command("backends")(info.backends)
     app.add_typer(info.profiles_app, name="profiles")
     app.command("models")(info.models_command)
+    app.add_typer(setup.setup_app, name="setup")
 
 
 _register()

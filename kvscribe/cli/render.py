@@ -14,6 +14,17 @@ def stderr_console() -> Console:
     return Console(stderr=True, highlight=False)
 
 
+def setup_logging(debug: bool) -> None:
+    import logging
+    import sys
+
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        stream=sys.stderr,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+
+
 def print_error(console: Console, error: KvscribeError) -> None:
     console.print(
         f"[bold red]kvscribe: error:[/] {error.one_line()}",
@@ -59,6 +70,24 @@ def _measured_decoder_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def _engine_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """The engine's own figures (whisper.cpp), when it reported any."""
+    rows = []
+    memory = report.get("engine_memory_bytes") or {}
+    if memory:
+        rows.append(
+            ("engine buffers", ", ".join(f"{k} {human_bytes(v)}" for k, v in memory.items()))
+        )
+    timings, runs = report.get("engine_timings_ms") or {}, report.get("engine_runs") or {}
+    steps = runs.get("decode", 0) + runs.get("batchd", 0)
+    if steps:
+        step_ms = (timings.get("decode", 0.0) + timings.get("batchd", 0.0)) / steps
+        rows.append(("engine decode ms / step", f"{step_ms:.1f} (mean over {steps} steps)"))
+    if report.get("engine_peak_rss_bytes") is not None:
+        rows.append(("engine peak RSS", human_bytes(report["engine_peak_rss_bytes"])))
+    return rows
+
+
 def stats_table(report: dict[str, Any]) -> Table:
     """The run's figures as a two-column table (the same numbers --stats-json writes)."""
     table = Table(
@@ -101,6 +130,7 @@ def stats_table(report: dict[str, Any]) -> Table:
         ("cross-attn KV", human_bytes(report["kv_cross_bytes"]) + estimated),
         ("peak RSS", human_bytes(report["peak_rss_bytes"])),
     ]
+    rows += _engine_rows(report)
     rows += [("not applicable", note) for note in report["not_applicable"]]
     for label, value in rows:
         table.add_row(label, value)

@@ -10,7 +10,7 @@ from typing import Literal
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from kvscribe.cli.render import print_error, stats_table, stderr_console
+from kvscribe.cli.render import print_error, setup_logging, stats_table, stderr_console
 from kvscribe.errors import ExitCode, KvscribeError
 from kvscribe.options import TranscribeOptions, parse_formats
 from kvscribe.types import Segment, Transcript
@@ -107,7 +107,7 @@ def transcribe(
 ) -> None:
     """Transcribe audio files: transcript on stdout, stats on stderr."""
     console = stderr_console()
-    _setup_logging(debug)
+    setup_logging(debug)
     try:
         code = _run(
             TranscribeOptions(
@@ -159,16 +159,6 @@ def _exit_code(failures: list[KvscribeError], total: int) -> int:
     if not failures:
         return ExitCode.OK
     return failures[0].exit_code if total == 1 else ExitCode.SOME_FAILED
-
-
-def _setup_logging(debug: bool) -> None:
-    import logging
-
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING,
-        stream=sys.stderr,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
 
 
 class TerminalListener:

