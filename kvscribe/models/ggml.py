@@ -30,6 +30,17 @@ from kvscribe.models.vocab import special_tokens
 WRITER_VERSION = 1
 _F32, _F16 = 0, 1  # ggml tensor types
 _FTYPE_F16 = 1  # the file's weight type: "mostly f16"
+# ggml type -> (bytes per block, values per block): f32, f16 and the quantised types
+# whisper.cpp's quantize tool writes (q4_0, q4_1, q5_0, q5_1, q8_0).
+_BLOCK_BYTES = {
+    0: (4, 1),
+    1: (2, 1),
+    2: (18, 32),
+    3: (20, 32),
+    6: (22, 32),
+    7: (24, 32),
+    8: (34, 32),
+}
 _KEEP_F32 = {
     "encoder.conv1.bias",
     "encoder.conv2.bias",
@@ -197,3 +208,61 @@ def _write_tensor(out, name: str, array: np.ndarray) -> None:
     out.write(struct.pack(f"<{data.ndim}i", *reversed(data.shape)))
     out.write(encoded)
     out.write(data.tobytes())
+
+
+def verify(path: Path) -> int:
+    """Walk a ggml file's structure without reading weights; returns n_vocab.
+
+    whisper.cpp aborts or misbehaves on some incomplete files instead of failing
+    cleanly, so a file given by path is checked here first.
+    """
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as handle:
+            if handle.read(4) != GGML_MAGIC:
+                raise ValueError("not a ggml file")
+            hparams = struct.unpack("<11i", _exactly(handle, 44))
+            n_mel, n_freq = struct.unpack("<2i", _exactly(handle, 8))
+            handle.seek(4 * n_mel * n_freq, os.SEEK_CUR)
+            (count,) = struct.unpack("<i", _exactly(handle, 4))
+            for _ in range(count):
+                (length,) = struct.unpack("<I", _exactly(handle, 4))
+                handle.seek(length, os.SEEK_CUR)
+            tensors = _count_tensors(handle, size)
+    except (ValueError, struct.error) as exc:
+        raise ModelNotFoundError(
+            f"is not a complete whisper.cpp model ({exc})",
+            subject=str(path),
+            hint="re-download or reconvert it, or pass a model name such as tiny.en",
+        ) from None
+    encoder_layers, decoder_layers = hparams[4], hparams[8]
+    expected = 7 + 15 * encoder_layers + 4 + 24 * decoder_layers
+    if tensors != expected:
+        raise ModelNotFoundError(
+            f"is not a complete whisper.cpp model ({tensors} of {expected} tensors)",
+            subject=str(path),
+            hint="re-download or reconvert it, or pass a model name such as tiny.en",
+        )
+    return hparams[0]
+
+
+def _count_tensors(handle, size: int) -> int:
+    tensors = 0
+    while handle.tell() < size:
+        n_dims, name_len, kind = struct.unpack("<3i", _exactly(handle, 12))
+        if not 0 < n_dims <= 4 or kind not in _BLOCK_BYTES:
+            raise ValueError(f"unsupported tensor header at byte {handle.tell() - 12}")
+        dims = struct.unpack(f"<{n_dims}i", _exactly(handle, 4 * n_dims))
+        block_bytes, block_size = _BLOCK_BYTES[kind]
+        handle.seek(name_len + int(np.prod(dims)) // block_size * block_bytes, os.SEEK_CUR)
+        if handle.tell() > size:
+            raise ValueError("the file ends inside a tensor")
+        tensors += 1
+    return tensors
+
+
+def _exactly(handle, count: int) -> bytes:
+    data = handle.read(count)
+    if len(data) != count:
+        raise ValueError("the file ends early")
+    return data

@@ -124,29 +124,29 @@ class WhisperProcess:
         return self._proc.returncode, usage.ru_maxrss * 1024  # Linux reports KiB
 
 
-def check_outcome(outcome: Outcome, binary: str, model: Path, audio: Path) -> None:
-    """Raise the kvscribe error for a failed run; return quietly for a good one."""
-    error = _outcome_error(outcome, binary, model, audio)
+def check_outcome(outcome: Outcome, binary: str, model: Path, audio: Path | None = None) -> None:
+    """Raise the kvscribe error for a failed run; return quietly for a good one.
+
+    `audio` names the input in errors; None leaves the subject for the caller (the runner
+    names the user's file, not the temporary WAV whisper-cli was given).
+    """
+    error = _outcome_error(outcome, binary, model, str(audio) if audio else None)
     if error is not None:
         raise error
 
 
-def _outcome_error(outcome: Outcome, binary: str, model: Path, audio: Path) -> KvscribeError | None:
+def _outcome_error(
+    outcome: Outcome, binary: str, model: Path, audio: str | None
+) -> KvscribeError | None:
     detail = _first_error_line(outcome.stderr)
     if outcome.timed_out:
         return EngineError(
             f"whisper-cli did not finish within {outcome.seconds:.0f} s and was stopped",
-            subject=str(audio),
+            subject=audio,
             hint="set KVSCRIBE_WHISPER_TIMEOUT to a larger number of seconds (0: no limit)",
         )
     if outcome.returncode < 0:
-        name = signal.Signals(-outcome.returncode).name
-        return EngineError(
-            f"whisper-cli was killed by {name}"
-            + (" (out of memory?)" if name == "SIGKILL" else ""),
-            subject=str(audio),
-            hint="try a smaller model or --profile tiny-vram; rerun to resume",
-        )
+        return _signal_error(-outcome.returncode, detail, audio)
     if "error: unknown argument" in outcome.stderr or "requires value" in outcome.stderr:
         return BackendUnavailableError(
             f"{binary} does not accept kvscribe's flags ({detail})",
@@ -163,28 +163,41 @@ def _outcome_error(outcome: Outcome, binary: str, model: Path, audio: Path) -> K
             hint="pass a whisper.cpp ggml model, or a model name such as tiny.en to convert",
         )
     if outcome.returncode == 2:
-        return InputNotFoundError(
-            "whisper-cli found no input file", subject=str(audio), hint="check the path"
-        )
+        return InputNotFoundError("whisper-cli found no input file", subject=audio)
     if "failed to read audio" in outcome.stderr:  # whisper-cli exits 0 here
         return AudioDecodeError(
             "whisper-cli could not read this audio",
-            subject=str(audio),
+            subject=audio,
             hint="convert it to 16-bit WAV, or let kvscribe decode it",
         )
     if outcome.returncode != 0:
         return EngineError(
             f"whisper-cli failed with exit code {outcome.returncode} ({detail})",
-            subject=str(audio),
+            subject=audio,
             hint="rerun with --debug to see whisper-cli's output",
         )
     return None
 
 
+def _signal_error(number: int, detail: str, audio: str | None) -> EngineError:
+    name = signal.Signals(number).name
+    if name == "SIGKILL":
+        return EngineError(
+            "whisper-cli was killed by SIGKILL (out of memory?)",
+            subject=audio,
+            hint="try a smaller model or --profile tiny-vram",
+        )
+    return EngineError(
+        f"whisper-cli crashed with {name} ({detail})",
+        subject=audio,
+        hint="rerun with --debug to see whisper-cli's output, and check the model file",
+    )
+
+
 def _first_error_line(stderr: str) -> str:
     for line in stderr.splitlines():
         lowered = line.lower()
-        if "error" in lowered or "failed" in lowered:
+        if "error" in lowered or "failed" in lowered or "what():" in lowered:
             return line.strip()
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     return lines[-1] if lines else "no output"
