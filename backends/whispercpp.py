@@ -115,7 +115,7 @@ class WhisperCppBackend(Backend):
                 parsed_json = parse_json(result, self.eot)
                 run.language = parsed_json.language or run.language
                 run.report.tokens = parsed_json.decoded_tokens
-            _fill_report(run.report, figures, outcome.peak_rss_bytes)
+            _fill_report(run.report, figures, outcome.peak_rss_bytes, beams)
 
     def _argv(self, wav: Path, out: Path, request: DecodeRequest, beams: int) -> list[str]:
         argv = [str(self.cli.path), "-m", str(self.model.path), "-f", str(wav)]
@@ -138,9 +138,26 @@ class WhisperCppBackend(Backend):
         return bool(self.settings.get("flash_attn", True))
 
 
-def _fill_report(report: DecoderReport, figures: EngineFigures, peak_rss: int | None) -> None:
-    report.kv_self_peak_bytes = figures.kv_self_bytes
-    report.kv_self_full_bytes = figures.kv_self_bytes  # whisper.cpp always allocates it whole
+def self_cache_factor(decoders: int) -> int:
+    """How many single-decoder self-attention caches whisper.cpp holds for `decoders`.
+
+    whisper.cpp prints the size it allocates at start (one decoder), then for beam
+    search silently re-allocates it (n + 2)-fold "to work around fragmentation"
+    (whisper_full_with_state in 1.8.5, logged at debug level only).
+    """
+    return decoders + 2 if decoders > 1 else 1
+
+
+def _fill_report(
+    report: DecoderReport, figures: EngineFigures, peak_rss: int | None, beams: int
+) -> None:
+    factor = self_cache_factor(beams)  # -bo equals -bs, so fallbacks never use more decoders
+    report.kv_self_peak_bytes = figures.kv_self_bytes * factor
+    report.kv_self_full_bytes = report.kv_self_peak_bytes  # whisper.cpp always allocates it whole
+    if factor > 1:
+        report.settings["kv self allocation"] = (
+            f"{figures.kv_self_bytes / 1e6:.2f} MB x {factor} ({beams} beams + 2, re-allocated)"
+        )
     report.kv_cross_bytes = figures.kv_cross_bytes
     report.windows = figures.runs.get("encode", 0)
     if "encode" in figures.timings_ms:
