@@ -92,7 +92,7 @@ class WhisperCppBackend(Backend):
         with tempfile.TemporaryDirectory(prefix="kvscribe-whispercpp-") as work:
             wav, out = Path(work) / "audio.wav", Path(work) / "result"
             write_wav_f32(wav, audio)
-            argv = self._argv(wav, out, request, beams)
+            argv = self.argv_for(wav, out, request, beams)
             proc = WhisperProcess(argv, Path(work) / "stderr.txt", _timeout(audio.size / 16_000))
             finished = False
             try:
@@ -117,7 +117,7 @@ class WhisperCppBackend(Backend):
                 run.report.tokens = parsed_json.decoded_tokens
             _fill_report(run.report, figures, outcome.peak_rss_bytes, beams)
 
-    def _argv(self, wav: Path, out: Path, request: DecodeRequest, beams: int) -> list[str]:
+    def argv_for(self, wav: Path, out: Path, request: DecodeRequest, beams: int) -> list[str]:
         argv = [str(self.cli.path), "-m", str(self.model.path), "-f", str(wav)]
         argv += ["-of", str(out), "-ojf", "-t", str(self._threads())]
         argv += ["-bs", str(beams), "-bo", str(beams), "-mc", str(self._max_context())]
