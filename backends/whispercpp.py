@@ -122,6 +122,7 @@ class WhisperCppBackend(Backend):
         argv += ["-of", str(out), "-ojf", "-t", str(self._threads())]
         argv += ["-bs", str(beams), "-bo", str(beams), "-mc", str(self._max_context())]
         argv += ["-fa" if self._flash_attn() else "-nfa"]
+        argv += ["-ng"]  # the backend runs on CPU even if this whisper-cli was built with a GPU
         argv += ["-l", request.language or ("auto" if self.multilingual else "en")]
         if request.task == "translate":
             argv.append("-tr")

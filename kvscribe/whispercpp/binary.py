@@ -27,7 +27,7 @@ from kvscribe.paths import cache_dir, config_dir
 WHISPER_CPP_VERSION = "1.8.5"  # the source inside the sdist below
 SOURCE_PACKAGE = "pywhispercpp==1.5.1"
 ENV_VAR = "KVSCRIBE_WHISPER_CLI"
-REQUIRED_FLAGS = ("-ojf", "-mc", "-bs", "-bo", "-fa", "-nfa", "-t", "-of", "-l", "-tr")
+REQUIRED_FLAGS = ("-ojf", "-mc", "-bs", "-bo", "-fa", "-nfa", "-ng", "-t", "-of", "-l", "-tr")
 SETUP_HINT = f"run `kvscribe setup whisper-cpp`, or set {ENV_VAR} to a whisper-cli binary"
 
 
