@@ -29,6 +29,14 @@ class TranscribeOptions:
     quiet: bool = False
     kv_policy: str | None = None  # overrides the profile's self-attention policy
     kv_cross: str | None = None  # overrides the profile's cross-attention policy
+    # Finding inputs in folders.
+    recursive: bool = False
+    globs: tuple[str, ...] = ()
+    # Batch runs into --output-dir (resumable through the folder's manifest).
+    jobs: int = 1
+    force: bool = False
+    fail_fast: bool = False
+    json_events: bool = False
 
     def __post_init__(self) -> None:
         if not self.inputs:
@@ -55,6 +63,21 @@ class TranscribeOptions:
             validate_policy(self.kv_policy)
         if self.kv_cross is not None:
             parse_cross(self.kv_cross)
+        if self.jobs < 1:
+            raise UsageError("must be at least 1", subject="--jobs", hint=f"got {self.jobs}")
+        batch_only = {
+            "--jobs": self.jobs > 1,
+            "--json": self.json_events,
+            "--force": self.force,
+            "--fail-fast": self.fail_fast,
+        }
+        for flag, used in batch_only.items():
+            if used and self.output_dir is None:
+                raise UsageError(
+                    "only applies to runs that write into a folder",
+                    subject=flag,
+                    hint="add --output-dir DIR",
+                )
         if self.output_dir is None and len(self.formats) > 1:
             raise UsageError(
                 "several formats need a folder to write them to",

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
 from kvscribe import audio, hardware, models, registry
 from kvscribe import profile as profiles
 from kvscribe.backends.base import Backend, DecodeRequest
-from kvscribe.errors import InputNotFoundError, KvscribeError, UsageError
+from kvscribe.errors import KvscribeError, UsageError
+from kvscribe.inputs import Input, output_bases
 from kvscribe.options import TranscribeOptions
 from kvscribe.stats import FileStats, RunStats
 from kvscribe.types import Segment, Transcript
@@ -24,54 +24,6 @@ class Listener(Protocol):
     def segment(self, source: Path, segment: Segment) -> None: ...
     def file_done(self, source: Path, transcript: Transcript, outputs: list[Path]) -> None: ...
     def file_failed(self, source: Path, error: KvscribeError) -> None: ...
-
-
-def expand_inputs(paths: Iterable[Path]) -> list[tuple[Path, KvscribeError | None]]:
-    """Files as given, folders as the audio files directly inside them (sorted).
-
-    A bad entry is kept with its error, so it is reported in order and the rest still run.
-    """
-    expanded: list[tuple[Path, KvscribeError | None]] = []
-    for path in paths:
-        if path.is_dir():
-            found = sorted(
-                p
-                for p in path.iterdir()
-                if p.is_file() and p.suffix.lower() in audio.AUDIO_EXTENSIONS
-            )
-            if not found:
-                expanded.append(
-                    (
-                        path,
-                        InputNotFoundError(
-                            "folder holds no audio files",
-                            subject=str(path),
-                            hint="pass audio files, or a folder with .wav/.mp3/.flac/... in it",
-                        ),
-                    )
-                )
-            expanded.extend((p, None) for p in found)
-            continue
-        try:
-            audio.check_readable(path)
-            expanded.append((path, None))
-        except KvscribeError as exc:
-            expanded.append((path, exc))
-    return expanded
-
-
-def check_output_collisions(inputs: list[Path], options: TranscribeOptions) -> None:
-    if options.output_dir is None:
-        return
-    seen: dict[str, Path] = {}
-    for path in inputs:
-        other = seen.setdefault(path.stem, path)
-        if other != path:
-            raise UsageError(
-                f"{other} and {path} would both write {path.stem}.*",
-                subject=str(options.output_dir),
-                hint="rename one, or run them with different --output-dir",
-            )
 
 
 class Runner:
@@ -118,25 +70,38 @@ class Runner:
         self.stats = stats
         return stats
 
-    def run(self, inputs: list[tuple[Path, KvscribeError | None]], listener: Listener) -> RunStats:
+    def run(
+        self, inputs: list[Input], listener: Listener, outputs: OutputPlan | None = None
+    ) -> RunStats:
+        """Transcribe every input in order; bad ones are reported and the rest still run."""
         if self.backend is None or self.stats is None:
             self.prepare()
         assert self.stats is not None  # set by prepare()
-        for path, error in inputs:
+        for entry in inputs:
+            error = entry.error
             if error is None:
-                error = self._one(path, listener)
+                base = outputs.base_for(entry.path) if outputs else None
+                try:
+                    done = self.transcribe_file(entry.path, listener, base)
+                except KvscribeError as exc:
+                    error = exc
+                else:
+                    self.stats.files.append(done[0])
+                    listener.file_done(entry.path, done[1], done[2])
             if error is not None:
-                self.stats.files.append(FileStats(str(path), error=error.one_line()))
-                listener.file_failed(path, error)
+                self.stats.files.append(FileStats(str(entry.path), error=error.one_line()))
+                listener.file_failed(entry.path, error)
         self.stats.finish()
         return self.stats
 
-    def _one(self, path: Path, listener: Listener) -> KvscribeError | None:
+    def transcribe_file(
+        self, path: Path, listener: Listener, base: Path | None
+    ) -> tuple[FileStats, Transcript, list[Path]]:
+        """Decode, transcribe and (with `base`, the output path minus extension) write one
+        input. Raises KvscribeError naming the file."""
+        assert self.backend is not None and self.stats is not None, "call prepare() first"
         opts = self.options
-        try:
-            samples = audio.load_audio(path)
-        except KvscribeError as exc:
-            return exc
+        samples = audio.load_audio(path)
         duration = samples.size / audio.SAMPLE_RATE
         listener.file_started(path, duration)
         request = DecodeRequest(opts.language, opts.task, opts.beam_size)
@@ -152,15 +117,24 @@ class Runner:
                 listener.segment(path, segment)
             file_stats.decode_seconds = time.perf_counter() - started
             transcript = Transcript(str(path), run.language, duration, segments)
-            outputs = []
-            if opts.output_dir is not None:
-                outputs = write_outputs(transcript, opts.output_dir, path.stem, opts.formats)
+            written = []
+            if base is not None:
+                written = write_outputs(transcript, base.parent, base.name, opts.formats)
         except KvscribeError as exc:
             if exc.subject is None:  # an engine failure that could not name the file itself
                 exc.subject = str(path)
-            return exc
+            raise
         file_stats.language, file_stats.report = run.language, run.report
         self.stats.settings.update(run.report.settings)
-        self.stats.files.append(file_stats)
-        listener.file_done(path, transcript, outputs)
-        return None
+        return file_stats, transcript, written
+
+
+class OutputPlan:
+    """Where each input's outputs go: the output folder plus its mirrored relative base."""
+
+    def __init__(self, folder: Path, paths: list[Path]):
+        self.folder = folder
+        self.bases = output_bases(paths)
+
+    def base_for(self, path: Path) -> Path:
+        return self.folder / self.bases[path]

@@ -46,6 +46,7 @@ class RunStats:
     files: list[FileStats] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
+    worker_peak_rss: int | None = None  # the largest worker process's (batch --jobs N)
 
     def finish(self) -> None:
         self.finished = time.perf_counter()
@@ -94,7 +95,7 @@ class RunStats:
             "kv_cross_bytes": max((r.kv_cross_bytes for r in reports), default=0),
             "kv_estimated": any(r.kv_estimated for r in reports),
             "not_applicable": sorted({n for r in reports for n in r.not_applicable}),
-            "peak_rss_bytes": peak_rss_bytes(),
+            "peak_rss_bytes": max(peak_rss_bytes() or 0, self.worker_peak_rss or 0) or None,
             **_engine_figures(reports),
             "files": [_file_dict(f) for f in self.files],
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kvscribe.errors import KvscribeError
@@ -27,7 +28,7 @@ def setup_logging(debug: bool) -> None:
 
 def print_error(console: Console, error: KvscribeError) -> None:
     console.print(
-        f"[bold red]kvscribe: error:[/] {error.one_line()}",
+        f"[bold red]kvscribe: error:[/] {escape(error.one_line())}",
         markup=True,
         soft_wrap=True,
         highlight=False,

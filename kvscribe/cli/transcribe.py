@@ -31,7 +31,10 @@ def _complete_backends(incomplete: str) -> list[str]:
 
 def transcribe(
     files: list[Path] = typer.Argument(
-        ..., metavar="FILE...", show_default=False, help="Audio or video files, or folders of them."
+        None,
+        metavar="FILE...",
+        show_default=False,
+        help="Audio or video files, or folders of them.",
     ),
     backend: str = typer.Option(
         "ctranslate2",
@@ -97,6 +100,51 @@ def transcribe(
         show_default="profile's",
         help="Cross-attention KV policy: full, shared, shared,q8_0.",
     ),
+    recursive: bool = typer.Option(
+        False, "--recursive", "-r", help="Search folders' subfolders too.", rich_help_panel="Inputs"
+    ),
+    glob: list[str] = typer.Option(
+        None,
+        "--glob",
+        "-g",
+        metavar="PATTERN",
+        help="Only files in folders matching PATTERN (name or relative path); "
+        "'!PATTERN' excludes. Repeatable.",
+        rich_help_panel="Inputs",
+    ),
+    files_from: str = typer.Option(
+        None,
+        "--files-from",
+        metavar="FILE|-",
+        help="Also read input paths from FILE, one per line ('-': stdin).",
+        rich_help_panel="Inputs",
+    ),
+    jobs: int = typer.Option(
+        None,
+        "--jobs",
+        "-j",
+        show_default="1 on <= 2 cores, else up to 4 that fit in memory",
+        help="Worker processes, each with its own model (needs -o).",
+        rich_help_panel="Batch (with -o)",
+    ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Redo inputs the output folder's manifest says are done.",
+        rich_help_panel="Batch (with -o)",
+    ),
+    fail_fast: bool = typer.Option(
+        False,
+        "--fail-fast",
+        help="Stop at the first failed input.",
+        rich_help_panel="Batch (with -o)",
+    ),
+    json_events: bool = typer.Option(
+        False,
+        "--json",
+        help="One JSON event per file on stdout (started/done/failed/skipped).",
+        rich_help_panel="Batch (with -o)",
+    ),
     stats_json: Path = typer.Option(
         None, "--stats-json", dir_okay=False, help="Also write the stats report to this JSON file."
     ),
@@ -105,28 +153,40 @@ def transcribe(
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks and debug logs."),
 ) -> None:
-    """Transcribe audio files: transcript on stdout, stats on stderr."""
+    """Transcribe audio files: transcript on stdout, stats on stderr.
+
+    With --output-dir it is a batch: the output folder mirrors the input tree, a
+    manifest there makes a rerun skip what is done and redo what changed or failed.
+    """
     console = stderr_console()
     setup_logging(debug)
+    from kvscribe.inputs import read_files_from
+
     try:
-        code = _run(
-            TranscribeOptions(
-                inputs=tuple(files),
-                backend=backend,
-                profile=profile,
-                model=model,
-                language=language,
-                task=task,
-                formats=parse_formats(output_format, to_dir=output_dir is not None),
-                output_dir=output_dir,
-                beam_size=beam_size,
-                device=device,
-                stats_json=stats_json,
-                quiet=quiet,
-                kv_policy=kv_policy,
-                kv_cross=kv_cross,
-            )
+        listed = read_files_from(files_from) if files_from else []
+        options = TranscribeOptions(
+            inputs=(*(files or ()), *listed),
+            backend=backend,
+            profile=profile,
+            model=model,
+            language=language,
+            task=task,
+            formats=parse_formats(output_format, to_dir=output_dir is not None),
+            output_dir=output_dir,
+            beam_size=beam_size,
+            device=device,
+            stats_json=stats_json,
+            quiet=quiet,
+            kv_policy=kv_policy,
+            kv_cross=kv_cross,
+            recursive=recursive,
+            globs=tuple(glob or ()),
+            jobs=jobs or 1,
+            force=force,
+            fail_fast=fail_fast,
+            json_events=json_events,
         )
+        code = _run_batch(options, jobs is None) if output_dir is not None else _run(options)
     except KvscribeError as exc:
         if debug:
             console.print_exception()
@@ -136,23 +196,72 @@ def transcribe(
 
 
 def _run(options: TranscribeOptions) -> int:
-    from kvscribe.runner import Runner, check_output_collisions, expand_inputs
+    """Transcripts to stdout, one input after the other."""
+    from kvscribe.inputs import Selection, expand
+    from kvscribe.runner import Runner
 
-    inputs = expand_inputs(options.inputs)
-    check_output_collisions([p for p, err in inputs if err is None], options)
+    inputs = expand(options.inputs, Selection(options.recursive, options.globs))
     console = stderr_console()
     with TerminalListener(options, console, several=len(inputs) > 1) as listener:
-        if all(err is not None for _, err in inputs):  # nothing to do: skip loading the model
-            for path, err in inputs:
-                listener.file_failed(path, err)
-            return _exit_code([err for _, err in inputs], len(inputs))
+        if all(entry.error is not None for entry in inputs):  # skip loading the model
+            for entry in inputs:
+                listener.file_failed(entry.path, entry.error)
+            return _exit_code([entry.error for entry in inputs], len(inputs))
         stats = Runner(options).run(inputs, listener)
+    _report_stats(options, stats, console)
+    return _exit_code(listener.failures, len(inputs))
+
+
+def _run_batch(options: TranscribeOptions, auto_jobs: bool) -> int:
+    """Into --output-dir: planned against the folder's manifest, N workers, JSON events."""
+    import dataclasses
+    import time
+
+    from kvscribe import batch, models, registry
+    from kvscribe.cli.batch_view import BatchView
+    from kvscribe.inputs import Selection, expand
+
+    started = time.perf_counter()
+    console = stderr_console()
+    inputs = expand(options.inputs, Selection(options.recursive, options.globs))
+    if any(entry.error is None for entry in inputs):  # convert the model once, before workers
+        backend_cls = registry.get(options.backend)
+        model_bytes = _size(
+            models.resolve(options.model, backend_cls.capabilities.model_formats).path
+        )
+        if auto_jobs:
+            options = dataclasses.replace(options, jobs=batch.default_jobs(model_bytes))
+        warning = batch.memory_warning(options.jobs, model_bytes)
+        if warning and not options.quiet:
+            console.print(f"[yellow]kvscribe: warning:[/] {warning}")
+    view = BatchView(console, options.json_events, options.quiet)
+    try:
+        summary = batch.Batch(
+            options, view, jobs=options.jobs, force=options.force, fail_fast=options.fail_fast
+        ).run(inputs)
+    finally:
+        view.close()
+    if summary.fatal is not None:
+        print_error(console, summary.fatal)
+    if summary.stats is not None and summary.stats.done:
+        _report_stats(options, summary.stats, console)
+    if not options.quiet:
+        console.print(view.summary(summary, time.perf_counter() - started))
+    return summary.exit_code
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _report_stats(options: TranscribeOptions, stats, console) -> None:
     report = stats.to_dict()
     if options.stats_json is not None:
         atomic_write_text(options.stats_json, json.dumps(report, indent=2) + "\n")
     if not options.quiet and stats.done:
         console.print(stats_table(report))
-    return _exit_code(listener.failures, len(inputs))
 
 
 def _exit_code(failures: list[KvscribeError], total: int) -> int:

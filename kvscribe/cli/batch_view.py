@@ -1,0 +1,152 @@
+"""How a batch run looks: a progress bar (files, audio hours, failures, ETA) or one line
+per file on stderr, or JSON events on stdout (`--json`), and a summary at the end."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from kvscribe.batch import Result, Summary, Task
+from kvscribe.cli.render import print_error
+from kvscribe.errors import KvscribeError
+from kvscribe.inputs import Input
+from kvscribe.manifest import Record
+
+
+class BatchView:
+    def __init__(self, console: Console, json_events: bool, quiet: bool):
+        self.console = console
+        self.json_events = json_events
+        self.quiet = quiet
+        self.total = 0
+        self.completed = 0
+        self.failures = 0
+        self.audio_seconds = 0.0
+        self._progress: Progress | None = None
+        self._task = None
+        self._started: dict[Path, float] = {}
+
+    # -- BatchListener -------------------------------------------------------------------
+
+    def planned(self, todo: list[Task], skipped: list[tuple[Path, Record]]) -> None:
+        self.total = len(todo)
+        done_before = [path for path, record in skipped if record.status == "done"]
+        failed_before = [(path, record) for path, record in skipped if record.status != "done"]
+        for path in done_before:
+            self._event("skipped", path, reason="done before, unchanged")
+        for path, record in failed_before:
+            self._event("failed", path, error=record.error, exit_code=record.exit_code, seconds=0)
+            self._error_line(f"{record.error} [failed before, unchanged: not retried]")
+        if not self.quiet:
+            self.console.print(
+                f"{len(todo)} to transcribe, {len(done_before)} done before, "
+                f"{len(failed_before)} failed before (unchanged)",
+                style="dim",
+            )
+        if todo and not self.quiet and self.console.is_terminal:
+            self._progress = Progress(
+                TextColumn("[bold]transcribing"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("files  {task.fields[audio]}  {task.fields[failed]}"),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=True,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task("", total=len(todo), audio="", failed="")
+
+    def started(self, task: Task) -> None:
+        self._started[task.path] = time.perf_counter()
+        self._event("started", task.path)
+
+    def finished(self, result: Result) -> None:
+        self.completed += 1
+        path = result.task.path
+        seconds = round(result.stats.decode_seconds, 3) if result.stats else 0.0
+        if result.error is None:
+            self.audio_seconds += result.stats.audio_seconds if result.stats else 0.0
+            self._event("done", path, outputs=result.outputs, seconds=seconds)
+            if not self.quiet and self._progress is None:
+                self.console.print(
+                    escape(f"[{self.completed}/{self.total}] {path}"), style="dim", soft_wrap=True
+                )
+        else:
+            self.failures += 1
+            self._event(
+                "failed",
+                path,
+                error=result.error.one_line(),
+                exit_code=result.error.exit_code,
+                seconds=seconds,
+            )
+            self._error(result.error)
+        self._advance()
+
+    def failed_input(self, entry: Input) -> None:
+        assert entry.error is not None
+        self._event(
+            "failed", entry.path, error=entry.error.one_line(), exit_code=entry.error.exit_code
+        )
+        self._error(entry.error)
+
+    # -- output --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def summary(self, summary: Summary, wall_seconds: float) -> Table:
+        table = Table(title="kvscribe batch", title_justify="left", show_header=False, box=None)
+        table.add_column(style="bold")
+        table.add_column()
+        audio = summary.audio_seconds
+        rows = [
+            ("transcribed", str(summary.done)),
+            ("failed", str(summary.failed + summary.input_errors)),
+            ("skipped: done before", str(summary.skipped_done)),
+            ("skipped: failed before", str(summary.skipped_failed)),
+            ("audio transcribed", f"{audio / 3600:.3f} h ({audio:.1f} s)"),
+            ("wall", f"{wall_seconds:.1f} s"),
+        ]
+        if audio and wall_seconds:
+            rows.append(("throughput", f"{audio / wall_seconds:.1f}x real time"))
+        if summary.not_started:
+            rows.append(("not started", str(summary.not_started)))
+        for label, value in rows:
+            table.add_row(label, value)
+        return table
+
+    def _advance(self) -> None:
+        if self._progress is None or self._task is None:
+            return
+        hours = f"{self.audio_seconds / 3600:.2f} h audio"
+        failed = f"[red]{self.failures} failed[/]" if self.failures else ""
+        self._progress.update(self._task, advance=1, audio=hours, failed=failed)
+
+    def _event(self, kind: str, path: Path, **fields) -> None:
+        if not self.json_events:
+            return
+        sys.stdout.write(json.dumps({"event": kind, "path": str(path), **fields}) + "\n")
+        sys.stdout.flush()
+
+    def _error(self, error: KvscribeError) -> None:
+        if self._progress is not None:
+            self._progress.console.print(
+                f"[bold red]kvscribe: error:[/] {escape(error.one_line())}", soft_wrap=True
+            )
+        else:
+            print_error(self.console, error)
+
+    def _error_line(self, text: str) -> None:
+        self.console.print(
+            f"[bold red]kvscribe: error:[/] {escape(text)}", soft_wrap=True, highlight=False
+        )

@@ -1,0 +1,172 @@
+"""The output folder's memory of what was done: `.kvscribe-manifest.jsonl`.
+
+One JSON record per finished input, appended and fsynced after its outputs are
+renamed into place, so a crash at any moment leaves either a complete record
+or none (a torn last line is ignored). The last record for an input wins. A
+record holds the input's fingerprint (size, mtime, sha256), the key of the
+options that shape its outputs, and what became of it. Only one kvscribe run
+writes to an output folder at a time (an flock on the manifest's lock file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kvscribe.errors import ExitCode, UsageError
+
+NAME = ".kvscribe-manifest.jsonl"
+VERSION = 1
+# Failures that rerunning cannot change while the input stays the same.
+PERMANENT = {ExitCode.INPUT_NOT_FOUND, ExitCode.AUDIO_UNDECODABLE}
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    size: int
+    mtime_ns: int
+    mode: int
+    sha256: str | None  # None when the file cannot be read
+
+    def same_stat(self, other: Fingerprint | None) -> bool:
+        return other is not None and (self.size, self.mtime_ns, self.mode) == (
+            other.size,
+            other.mtime_ns,
+            other.mode,
+        )
+
+
+def fingerprint(path: Path, known: Fingerprint | None = None) -> Fingerprint | None:
+    """The file's fingerprint; its bytes are hashed only when size/mtime/mode moved."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    quick = Fingerprint(stat.st_size, stat.st_mtime_ns, stat.st_mode, None)
+    if quick.same_stat(known):
+        return known
+    try:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+    except OSError:
+        return quick
+    return Fingerprint(stat.st_size, stat.st_mtime_ns, stat.st_mode, digest.hexdigest())
+
+
+@dataclass
+class Record:
+    input: str  # absolute path
+    fingerprint: Fingerprint | None
+    options: str  # options_key()
+    status: str  # "done" or "failed"
+    outputs: list[str] = field(default_factory=list)  # relative to the output folder
+    error: str | None = None
+    exit_code: int = 0
+    audio_seconds: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def permanent_failure(self) -> bool:
+        return self.status == "failed" and self.exit_code in PERMANENT
+
+    def to_json(self) -> str:
+        return json.dumps({"v": VERSION, **asdict(self)}, ensure_ascii=False, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, line: str) -> Record | None:
+        try:
+            data = json.loads(line)
+            if data.pop("v", None) != VERSION:
+                return None
+            print_ = data.pop("fingerprint")
+            return cls(fingerprint=Fingerprint(**print_) if print_ else None, **data)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None  # a torn or foreign line
+
+
+def options_key(settings: dict) -> str:
+    """A short stable key for the options that change what an output contains."""
+    text = json.dumps(settings, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Manifest:
+    """Read at start, appended to as inputs finish, compacted at the end."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.path = folder / NAME
+        self.records: dict[str, Record] = {}
+        self._handle = None
+        self._lock = None
+
+    def __enter__(self) -> Manifest:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._lock = _take_lock(self.folder / (NAME + ".lock"))
+        self.records = _read(self.path)
+        self._handle = open(self.path, "a", encoding="utf-8")
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._handle is not None:
+            self._handle.close()
+        if self._lock is not None:
+            self._lock.close()
+
+    def get(self, path: Path) -> Record | None:
+        return self.records.get(os.path.abspath(path))
+
+    def add(self, record: Record) -> None:
+        """Append and fsync: once this returns, the record survives a crash."""
+        assert self._handle is not None, "use the manifest as a context manager"
+        self._handle.write(record.to_json() + "\n")
+        self._handle.flush()
+        os.fsync(self._handle.fileno())
+        self.records[record.input] = record
+
+    def compact(self) -> None:
+        """Rewrite with one line per input (atomically), so the file does not grow forever."""
+        assert self._handle is not None
+        staging = self.path.with_name(f".{NAME}.{os.getpid()}.part")
+        with open(staging, "w", encoding="utf-8") as out:
+            for record in self.records.values():
+                out.write(record.to_json() + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(staging, self.path)
+        self._handle.close()
+        self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (kept open)
+
+
+def _read(path: Path) -> dict[str, Record]:
+    records: dict[str, Record] = {}
+    with contextlib.suppress(FileNotFoundError), open(path, encoding="utf-8") as handle:
+        for line in handle:
+            record = Record.from_json(line)
+            if record is not None:
+                records[record.input] = record
+    return records
+
+
+def _take_lock(path: Path):
+    handle = open(path, "a")  # noqa: SIM115 (held open for the whole run)
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory lock
+        return handle
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise UsageError(
+            "another kvscribe run is writing to this folder",
+            subject=str(path.parent),
+            hint="wait for it to finish, or choose another --output-dir",
+        ) from None
+    return handle
