@@ -21,7 +21,7 @@ from typing import Protocol
 from kvscribe import profile as profiles
 from kvscribe.errors import EngineError, ExitCode, KvscribeError
 from kvscribe.inputs import Input, output_bases
-from kvscribe.manifest import Fingerprint, Manifest, Record, fingerprint, options_key
+from kvscribe.manifest import STATE_DIR, Fingerprint, Manifest, Record, fingerprint, options_key
 from kvscribe.options import TranscribeOptions
 from kvscribe.stats import FileStats, RunStats, peak_rss_bytes
 from kvscribe.types import Segment, Transcript
@@ -66,7 +66,8 @@ class Summary:
     not_started: int = 0
     interrupted: bool = False
     fatal: KvscribeError | None = None
-    failures: list[str] = field(default_factory=list)  # one line each, in input order
+    failures: list[tuple[str, int]] = field(default_factory=list)  # (one line, exit code)
+    inputs: int = 0
     audio_seconds: float = 0.0
     stats: RunStats | None = None
 
@@ -76,7 +77,9 @@ class Summary:
             return self.fatal.exit_code
         if self.interrupted:
             return ExitCode.INTERRUPTED
-        return ExitCode.SOME_FAILED if self.failures else ExitCode.OK
+        if not self.failures:
+            return ExitCode.OK
+        return self.failures[0][1] if self.inputs == 1 else ExitCode.SOME_FAILED
 
 
 def output_settings(options: TranscribeOptions) -> dict:
@@ -113,8 +116,14 @@ class Batch:
         self.folder = options.output_dir
 
     def run(self, inputs: list[Input]) -> Summary:
-        summary = Summary()
+        summary = Summary(inputs=len(inputs))
         self.started = time.perf_counter()
+        if all(entry.error is not None for entry in inputs):  # nothing to record: no folder
+            for entry in inputs:
+                summary.input_errors += 1
+                summary.failures.append((entry.error.one_line(), entry.error.exit_code))
+                self.listener.failed_input(entry)
+            return summary
         key = options_key(output_settings(self.options))
         with Manifest(self.folder) as manifest:
             _remove_stale_parts(self.folder)
@@ -133,14 +142,13 @@ class Batch:
     # -- planning ------------------------------------------------------------------------
 
     def _plan(self, inputs: list[Input], manifest: Manifest, key: str, summary: Summary):
-        good = [entry.path for entry in inputs if entry.error is None]
-        bases = output_bases(good)
+        bases = output_bases([entry for entry in inputs if entry.error is None])
         todo: list[Task] = []
         skipped: list[tuple[Path, Record]] = []
         for entry in inputs:
             if entry.error is not None:
                 summary.input_errors += 1
-                summary.failures.append(entry.error.one_line())
+                summary.failures.append((entry.error.one_line(), entry.error.exit_code))
                 self.listener.failed_input(entry)
                 continue
             record = manifest.get(entry.path)
@@ -152,7 +160,7 @@ class Batch:
             skipped.append((entry.path, record))
             if reason == "failed":
                 summary.skipped_failed += 1
-                summary.failures.append(record.error or "failed")
+                summary.failures.append((record.error or "failed", record.exit_code))
             else:
                 summary.skipped_done += 1
         return todo, skipped
@@ -244,7 +252,7 @@ class Batch:
         manifest.add(record)
         if failed:
             summary.failed += 1
-            summary.failures.append(record.error)
+            summary.failures.append((record.error, record.exit_code))
         else:
             summary.done += 1
             summary.audio_seconds += record.audio_seconds
@@ -340,7 +348,8 @@ def _worker_died() -> EngineError:
 
 def _remove_stale_parts(folder: Path) -> None:
     """Temporary files a killed run left behind (never a finished output)."""
-    for root, _, names in os.walk(folder):
+    for root, dirs, names in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != STATE_DIR]
         for name in names:
             if _STALE_PART.match(name):
                 with contextlib.suppress(OSError):

@@ -64,6 +64,7 @@ class Input:
 
     path: Path
     error: KvscribeError | None = None
+    root: Path | None = None  # the folder it was found in (as given); None: given directly
 
 
 def read_files_from(source: str) -> list[Path]:
@@ -94,12 +95,12 @@ def expand(paths: Iterable[Path], selection: Selection = Selection()) -> list[In
     return found
 
 
-def _file(path: Path) -> Input:
+def _file(path: Path, root: Path | None = None) -> Input:
     try:
         check_readable(path)
     except KvscribeError as exc:
-        return Input(path, exc)
-    return Input(path)
+        return Input(path, exc, root)
+    return Input(path, None, root)
 
 
 def _folder(folder: Path, selection: Selection) -> list[Input]:
@@ -126,7 +127,7 @@ def _folder(folder: Path, selection: Selection) -> list[Input]:
                 ),
             )
         ]
-    return [_file(p) for p in sorted(files)]
+    return [_file(p, folder) for p in sorted(files)]
 
 
 def looks_like_media(path: Path) -> bool:
@@ -143,16 +144,19 @@ def looks_like_media(path: Path) -> bool:
     return any(head[offset : offset + len(magic)] == magic for offset, magic in _MAGIC)
 
 
-def output_bases(paths: list[Path]) -> dict[Path, PurePosixPath]:
+def output_bases(inputs: list[Input]) -> dict[Path, PurePosixPath]:
     """Each input -> its output path without extension, relative to the output folder.
 
-    Relative to the deepest common folder of all inputs (so a tree is mirrored);
-    two inputs that would share a base (a.wav and a.mp3) keep their extension in it.
+    Relative to the deepest folder holding every input's root (a folder given as
+    input, or a given file's folder), so a folder's tree is mirrored under the
+    output folder; two inputs that would share a base (a.wav and a.mp3) keep their
+    extension in it.
     """
-    if not paths:
+    if not inputs:
         return {}
-    absolute = {p: Path(os.path.abspath(p)) for p in paths}
-    common = Path(os.path.commonpath([str(a.parent) for a in absolute.values()]))
+    absolute = {entry.path: Path(os.path.abspath(entry.path)) for entry in inputs}
+    roots = [os.path.abspath(e.root) if e.root else str(absolute[e.path].parent) for e in inputs]
+    common = Path(os.path.commonpath(roots))
     bases = {
         p: PurePosixPath(a.relative_to(common).with_suffix("").as_posix())
         for p, a in absolute.items()

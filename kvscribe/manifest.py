@@ -1,4 +1,4 @@
-"""The output folder's memory of what was done: `.kvscribe-manifest.jsonl`.
+"""The output folder's memory of what was done: `.kvscribe/manifest.jsonl` in it.
 
 One JSON record per finished input, appended and fsynced after its outputs are
 renamed into place, so a crash at any moment leaves either a complete record
@@ -19,7 +19,8 @@ from pathlib import Path
 
 from kvscribe.errors import ExitCode, UsageError
 
-NAME = ".kvscribe-manifest.jsonl"
+STATE_DIR = ".kvscribe"  # the one hidden entry kvscribe adds to an output folder
+NAME = "manifest.jsonl"
 VERSION = 1
 # Failures that rerunning cannot change while the input stays the same.
 PERMANENT = {ExitCode.INPUT_NOT_FOUND, ExitCode.AUDIO_UNDECODABLE}
@@ -101,14 +102,15 @@ class Manifest:
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.path = folder / NAME
+        self.state = folder / STATE_DIR
+        self.path = self.state / NAME
         self.records: dict[str, Record] = {}
         self._handle = None
         self._lock = None
 
     def __enter__(self) -> Manifest:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self._lock = _take_lock(self.folder / (NAME + ".lock"))
+        self.state.mkdir(parents=True, exist_ok=True)
+        self._lock = _take_lock(self.state / "lock", self.folder)
         self.records = _read(self.path)
         self._handle = open(self.path, "a", encoding="utf-8")
         return self
@@ -154,7 +156,7 @@ def _read(path: Path) -> dict[str, Record]:
     return records
 
 
-def _take_lock(path: Path):
+def _take_lock(path: Path, folder: Path):
     handle = open(path, "a")  # noqa: SIM115 (held open for the whole run)
     try:
         import fcntl
@@ -166,7 +168,7 @@ def _take_lock(path: Path):
         handle.close()
         raise UsageError(
             "another kvscribe run is writing to this folder",
-            subject=str(path.parent),
+            subject=str(folder),
             hint="wait for it to finish, or choose another --output-dir",
         ) from None
     return handle

@@ -12,7 +12,7 @@ from kvscribe import audio, hardware, models, registry
 from kvscribe import profile as profiles
 from kvscribe.backends.base import Backend, DecodeRequest
 from kvscribe.errors import KvscribeError, UsageError
-from kvscribe.inputs import Input, output_bases
+from kvscribe.inputs import Input
 from kvscribe.options import TranscribeOptions
 from kvscribe.stats import FileStats, RunStats
 from kvscribe.types import Segment, Transcript
@@ -70,19 +70,17 @@ class Runner:
         self.stats = stats
         return stats
 
-    def run(
-        self, inputs: list[Input], listener: Listener, outputs: OutputPlan | None = None
-    ) -> RunStats:
-        """Transcribe every input in order; bad ones are reported and the rest still run."""
+    def run(self, inputs: list[Input], listener: Listener) -> RunStats:
+        """Transcribe every input in order, transcripts to the listener (no files: a run
+        into an output folder is a batch.Batch); bad ones are reported, the rest still run."""
         if self.backend is None or self.stats is None:
             self.prepare()
         assert self.stats is not None  # set by prepare()
         for entry in inputs:
             error = entry.error
             if error is None:
-                base = outputs.base_for(entry.path) if outputs else None
                 try:
-                    done = self.transcribe_file(entry.path, listener, base)
+                    done = self.transcribe_file(entry.path, listener, None)
                 except KvscribeError as exc:
                     error = exc
                 else:
@@ -127,14 +125,3 @@ class Runner:
         file_stats.language, file_stats.report = run.language, run.report
         self.stats.settings.update(run.report.settings)
         return file_stats, transcript, written
-
-
-class OutputPlan:
-    """Where each input's outputs go: the output folder plus its mirrored relative base."""
-
-    def __init__(self, folder: Path, paths: list[Path]):
-        self.folder = folder
-        self.bases = output_bases(paths)
-
-    def base_for(self, path: Path) -> Path:
-        return self.folder / self.bases[path]

@@ -21,8 +21,9 @@ from kvscribe.manifest import Record
 
 
 class BatchView:
-    def __init__(self, console: Console, json_events: bool, quiet: bool):
+    def __init__(self, console: Console, json_events: bool, quiet: bool, inputs: int):
         self.console = console
+        self.several = inputs > 1  # one file gets no plan line and no batch summary
         self.json_events = json_events
         self.quiet = quiet
         self.total = 0
@@ -44,7 +45,13 @@ class BatchView:
         for path, record in failed_before:
             self._event("failed", path, error=record.error, exit_code=record.exit_code, seconds=0)
             self._error_line(f"{record.error} [failed before, unchanged: not retried]")
-        if not self.quiet:
+        if not self.several and done_before and not self.quiet:
+            self.console.print(
+                escape(f"{done_before[0]}: done before, unchanged (--force redoes it)"),
+                style="dim",
+                soft_wrap=True,
+            )
+        elif self.several and not self.quiet:
             self.console.print(
                 f"{len(todo)} to transcribe, {len(done_before)} done before, "
                 f"{len(failed_before)} failed before (unchanged)",

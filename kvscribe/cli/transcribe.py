@@ -234,7 +234,7 @@ def _run_batch(options: TranscribeOptions, auto_jobs: bool) -> int:
         warning = batch.memory_warning(options.jobs, model_bytes)
         if warning and not options.quiet:
             console.print(f"[yellow]kvscribe: warning:[/] {warning}")
-    view = BatchView(console, options.json_events, options.quiet)
+    view = BatchView(console, options.json_events, options.quiet, len(inputs))
     try:
         summary = batch.Batch(
             options, view, jobs=options.jobs, force=options.force, fail_fast=options.fail_fast
@@ -245,7 +245,7 @@ def _run_batch(options: TranscribeOptions, auto_jobs: bool) -> int:
         print_error(console, summary.fatal)
     if summary.stats is not None and summary.stats.done:
         _report_stats(options, summary.stats, console)
-    if not options.quiet:
+    if not options.quiet and view.several:
         console.print(view.summary(summary, time.perf_counter() - started))
     return summary.exit_code
 
