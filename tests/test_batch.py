@@ -1,0 +1,245 @@
+"""Batch runs into an output folder, for real: a tree of real clips and bad files, resume
+through the manifest, worker processes, JSON events, kill -9 and rerun."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from kvscribe.errors import ExitCode
+from kvscribe.inputs import Input, Selection, expand, looks_like_media, output_bases
+from tests.conftest import KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
+
+FAST = ("--beam-size", "1", "-f", "txt,json")  # greedy: the tests check plumbing, not accuracy
+GOOD = [
+    "a.wav",
+    "talks/a.wav",  # the same name in another folder
+    "talks/day 2/ünïcode talk.flac",
+    "talks/day 2/-starts-with-dash.mp3",
+    "talks/day 2/dots..in..name.ogg",
+    "same/x.wav",
+    "same/x.flac",  # same stem, same folder
+    "no-extension-recording",  # audio found by its bytes
+]
+BAD = {
+    "bad/empty.wav": 4,
+    "bad/notes.wav": 4,
+    "bad/truncated.wav": 4,
+    "bad/corrupt.flac": 4,
+    "bad/header_only.wav": 4,
+}
+
+
+@pytest.fixture(scope="module")
+def tree(derived, tmp_path_factory) -> Path:
+    """A folder of real clips and bad files; also an ignored text file and a hidden file."""
+    root = tmp_path_factory.mktemp("batch") / "recordings"
+    sources = {".wav": SAMPLE, ".flac": derived["flac"], ".mp3": derived["mp3"]}
+    sources[".ogg"] = derived["ogg"]
+    for name in GOOD:
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(sources.get(Path(name).suffix, SAMPLE), target)
+    bad = {"empty": "empty", "notes": "not_audio", "truncated": "truncated_wav"}
+    bad |= {"corrupt": "corrupt_flac", "header_only": "header_only"}
+    for name in BAD:
+        target = root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(derived[bad[Path(name).stem]], target)
+    (root / "README.txt").write_text("not audio, not an input")
+    (root / ".hidden.wav").write_bytes(SAMPLE.read_bytes())
+    return root
+
+
+def _events(stdout: str) -> list[dict]:
+    return [json.loads(line) for line in stdout.splitlines()]
+
+
+def _outputs(folder: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and ".kvscribe" not in p.parts
+    }
+
+
+@pytest.fixture(scope="module")
+def first_run(tree, tmp_path_factory):
+    out = tmp_path_factory.mktemp("first") / "out"
+    result = run_cli(tree, "-o", out, "--recursive", "--jobs", "2", "--json", *FAST)
+    return out, result
+
+
+def test_batch_mirrors_the_tree_and_reports_each_bad_file_once(tree, first_run):
+    out, result = first_run
+    assert result.code == ExitCode.SOME_FAILED, result.stderr
+    events = _events(result.stdout)
+    done = {Path(e["path"]).relative_to(tree).as_posix() for e in events if e["event"] == "done"}
+    failed = {
+        Path(e["path"]).relative_to(tree).as_posix(): e for e in events if e["event"] == "failed"
+    }
+    assert done == set(GOOD)
+    assert {k: e["exit_code"] for k, e in failed.items()} == BAD
+    for name in BAD:
+        assert sum(name in line for line in result.stderr.splitlines()) == 1, name
+    expected = {
+        "a",
+        "talks/a",
+        "talks/day 2/ünïcode talk",
+        "talks/day 2/-starts-with-dash",
+        "talks/day 2/dots..in..name",
+        "same/x.wav",
+        "same/x.flac",
+        "no-extension-recording",
+    }
+    assert set(_outputs(out)) == {f"{b}.{fmt}" for b in expected for fmt in ("txt", "json")}
+    transcript = json.loads((out / "talks/day 2/ünïcode talk.json").read_text())
+    assert wer(SAMPLE_TEXT, transcript["text"]) <= 0.15
+    assert not list(out.rglob("*.part"))
+
+
+def test_rerun_does_no_work_and_lists_the_same_failures(tree, first_run):
+    out, _ = first_run
+    result = run_cli(tree, "-o", out, "--recursive", "--jobs", "2", "--json", *FAST)
+    assert result.code == ExitCode.SOME_FAILED
+    events = _events(result.stdout)
+    assert not [e for e in events if e["event"] in ("started", "done")]
+    assert len([e for e in events if e["event"] == "skipped"]) == len(GOOD)
+    failed = sorted(
+        Path(e["path"]).relative_to(tree).as_posix() for e in events if e["event"] == "failed"
+    )
+    assert failed == sorted(BAD)
+    assert result.stderr.count("failed before, unchanged") == len(BAD) - 1  # empty.wav: at once
+
+
+def test_changed_input_and_forced_rerun_are_redone(tree, derived, tmp_path):
+    folder = tmp_path / "in"
+    shutil.copytree(tree / "same", folder)
+    out = tmp_path / "out"
+    assert run_cli(folder, "-o", out, *FAST).code == 0
+    shutil.copy(derived["mp3"], folder / "x.wav")  # new bytes under the old name
+    os.utime(folder / "x.flac")  # touched only: same bytes
+    events = _events(run_cli(folder, "-o", out, "--json", *FAST).stdout)
+    assert [(e["event"], Path(e["path"]).name) for e in events if e["event"] != "started"] == [
+        ("skipped", "x.flac"),
+        ("done", "x.wav"),
+    ]
+    forced = _events(run_cli(folder, "-o", out, "--json", "--force", *FAST).stdout)
+    assert sorted(Path(e["path"]).name for e in forced if e["event"] == "done") == [
+        "x.flac",
+        "x.wav",
+    ]
+
+
+def test_changed_options_redo_and_new_formats_are_written(tmp_path):
+    out = tmp_path / "out"
+    assert run_cli(SAMPLE, "-o", out, "-f", "txt", "--beam-size", "1").code == 0
+    again = run_cli(SAMPLE, "-o", out, "-f", "txt", "--beam-size", "1", "--json")
+    assert [e["event"] for e in _events(again.stdout)] == ["skipped"]
+    more = run_cli(SAMPLE, "-o", out, "-f", "txt,srt", "--beam-size", "1", "--json")
+    assert [e["event"] for e in _events(more.stdout)] == ["started", "done"]
+    beam = run_cli(SAMPLE, "-o", out, "-f", "txt,srt", "--beam-size", "2", "--json")
+    assert [e["event"] for e in _events(beam.stdout)] == ["started", "done"]
+    assert (out / "jfk.srt").is_file()
+
+
+def test_kill_9_mid_batch_then_rerun_equals_an_uninterrupted_run(tree, first_run, tmp_path):
+    reference, _ = first_run
+    out = tmp_path / "out"
+    argv = [KVSCRIBE, tree, "-o", out, "--recursive", "--jobs", "2", "-q", *FAST]
+    proc = subprocess.Popen(argv, start_new_session=True, stderr=subprocess.DEVNULL)
+    manifest = out / ".kvscribe" / "manifest.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if manifest.exists() and len(manifest.read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole batch, workers too: a power cut
+    proc.wait()
+    done_before = len(manifest.read_text().splitlines())
+    assert 0 < done_before < len(GOOD) + len(BAD), "the kill did not land mid-batch"
+    rerun = run_cli(tree, "-o", out, "--recursive", "--jobs", "2", "--json", *FAST)
+    assert rerun.code == ExitCode.SOME_FAILED
+    assert _outputs(out) == _outputs(reference)  # byte for byte, no partial or extra file
+    assert not list(out.rglob("*.part"))
+
+
+def test_files_from_stdin_like_find(tree, tmp_path):
+    listed = "\n".join(str(tree / name) for name in ("a.wav", "talks/a.wav", "bad/notes.wav"))
+    proc = subprocess.run(
+        [KVSCRIBE, "--files-from", "-", "-o", tmp_path / "out", "--json", *FAST],
+        input=listed + "\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == ExitCode.SOME_FAILED, proc.stderr
+    events = _events(proc.stdout)
+    assert sorted(e["event"] for e in events) == [
+        "done",
+        "done",
+        "failed",
+        "started",
+        "started",
+        "started",
+    ]
+    assert set(_outputs(tmp_path / "out")) == {"a.txt", "a.json", "talks/a.txt", "talks/a.json"}
+
+
+def test_glob_includes_and_excludes(tree, tmp_path):
+    selection = Selection(recursive=True, globs=("*.wav", "!bad/*"))
+    found = [e.path.relative_to(tree).as_posix() for e in expand([tree], selection)]
+    assert found == ["a.wav", "same/x.wav", "talks/a.wav"]
+    flat = [e.path.name for e in expand([tree], Selection())]
+    assert flat == ["a.wav", "no-extension-recording"]  # top level only; README.txt ignored
+
+
+def test_an_output_folder_in_use_is_refused(tmp_path):
+    out = tmp_path / "out"
+    (out / ".kvscribe").mkdir(parents=True)
+    with open(out / ".kvscribe" / "lock", "a") as held:  # another run holds it
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        result = run_cli(SAMPLE, "-o", out)
+    assert result.code == ExitCode.USAGE and "another kvscribe run" in result.stderr
+
+
+def test_output_paths_stay_inside_the_output_folder(tmp_path):
+    inner = tmp_path / "a" / "b"
+    inner.mkdir(parents=True)
+    names = ["x.wav", "-x.wav", "..x.wav", "x..wav", "ü x.wav"]
+    for name in names:
+        (inner / name).write_bytes(b"")
+    climbing = [Input(inner / ".." / "b" / name) for name in names]
+    bases = output_bases(climbing)
+    assert all(".." not in base.parts and not base.is_absolute() for base in bases.values())
+    assert sorted(str(b) for b in bases.values()) == sorted(PurePosixPath(n).stem for n in names)
+    outside = Input(tmp_path / "other.wav")
+    mixed = output_bases([Input(inner / "x.wav"), outside])
+    assert mixed[inner / "x.wav"] == PurePosixPath("a/b/x") and mixed[outside.path].name == "other"
+
+
+def test_media_is_recognised_by_content(derived, tmp_path):
+    for key in ("flac", "mp3", "ogg", "m4a"):
+        blind = tmp_path / f"blind-{key}"
+        shutil.copy(derived[key], blind)
+        assert looks_like_media(blind), key
+    text = tmp_path / "notes"
+    text.write_text("Minutes of the meeting")
+    assert not looks_like_media(text)
+
+
+def test_memory_warning_names_a_number_of_jobs_that_fits(monkeypatch):
+    from kvscribe import batch
+
+    monkeypatch.setattr(batch, "available_memory_bytes", lambda: 2_000_000_000)
+    warning = batch.memory_warning(8, 75_000_000)
+    assert warning is not None and "--jobs 8" in warning and "consider --jobs 3" in warning
+    assert batch.memory_warning(2, 75_000_000) is None
