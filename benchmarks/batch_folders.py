@@ -1,0 +1,117 @@
+"""The batch acceptance run: 40 files (the eval clips repeated under nested folders, plus
+5 bad ones), --jobs 1 vs --jobs 2, a rerun, and kill -9 halfway + rerun.
+
+    .venv/bin/python benchmarks/batch_folders.py [CLIPS_DIR] [--profile NAME]
+
+Prints wall times, throughput, and whether the killed-and-resumed output tree is
+byte-identical to an uninterrupted one (same --jobs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+KVSCRIBE = Path(sys.executable).parent / "kvscribe"
+BAD = {
+    "empty.wav": b"",
+    "notes.wav": b"Minutes of the meeting.\n" * 40,
+    "header_only.wav": None,  # filled from a real clip
+    "truncated.wav": None,
+    "cover.mp3": b"\xff\xfb" + os.urandom(4000),
+}
+
+
+def build_tree(clips: list[Path], root: Path) -> int:
+    """35 good files in nested folders, 5 bad ones; returns the good count."""
+    folders = ["2024/jan", "2024/feb/interviews", "2025/misc"]
+    good = 0
+    for index in range(35):
+        clip = clips[index % len(clips)]
+        target = root / folders[index % len(folders)] / f"{index:02d} {clip.name}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(clip, target)
+        good += 1
+    raw = clips[0].read_bytes()
+    bad_dir = root / "2025" / "broken"
+    bad_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in BAD.items():
+        if name == "header_only.wav":
+            data = raw[:44]
+        elif name == "truncated.wav":
+            data = raw[: len(raw) // 2]
+        (bad_dir / name).write_bytes(data)
+    return good
+
+
+def run(argv: list, **kwargs) -> tuple[float, subprocess.CompletedProcess]:
+    started = time.perf_counter()
+    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True, **kwargs)
+    return time.perf_counter() - started, done
+
+
+def outputs(folder: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and ".kvscribe" not in p.parts
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    default = Path(__file__).resolve().parents[2] / "shared" / "eval" / "clips"
+    parser.add_argument("clips", nargs="?", type=Path, default=default)
+    parser.add_argument("--profile", default="auto")
+    args = parser.parse_args()
+    clips = sorted(args.clips.glob("*.wav"))
+    with tempfile.TemporaryDirectory() as work:
+        root = Path(work) / "recordings"
+        good = build_tree(clips, root)
+        common = [KVSCRIBE, root, "--recursive", "-f", "srt,txt", "-p", args.profile, "-q"]
+        audio = 0.0
+        for jobs in (1, 2):
+            out = Path(work) / f"out-jobs{jobs}"
+            seconds, done = run([*common, "-o", out, "--jobs", jobs, "--json"])
+            events = [json.loads(line) for line in done.stdout.splitlines()]
+            audio = sum(1 for e in events if e["event"] == "done")
+            errors = [line for line in done.stderr.splitlines() if "error:" in line]
+            print(
+                f"--jobs {jobs}: exit {done.returncode}, {seconds:.1f} s, {audio} done, "
+                f"{len(errors)} one-line errors, {len(outputs(out))} output files"
+            )
+        seconds, again = run([*common, "-o", Path(work) / "out-jobs2", "--jobs", 2, "--json"])
+        events = [json.loads(line) for line in again.stdout.splitlines()]
+        kinds = sorted({e["event"] for e in events})
+        failed = sum(e["event"] == "failed" for e in events)
+        print(f"rerun: exit {again.returncode}, {seconds:.1f} s, events {kinds}, {failed} failures")
+        killed = Path(work) / "out-killed"
+        proc = subprocess.Popen(
+            [str(a) for a in [*common, "-o", killed, "--jobs", 2]],
+            start_new_session=True,
+            stderr=subprocess.DEVNULL,
+        )
+        manifest = killed / ".kvscribe" / "manifest.jsonl"
+        while not manifest.exists() or len(manifest.read_text().splitlines()) < (good + 5) // 2:
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        at_kill = len(manifest.read_text().splitlines())
+        seconds, resumed = run([*common, "-o", killed, "--jobs", 2])
+        same = outputs(killed) == outputs(Path(work) / "out-jobs2")
+        print(
+            f"kill -9 after {at_kill} records, rerun exit {resumed.returncode} in {seconds:.1f} s: "
+            f"byte-identical to the uninterrupted --jobs 2 run: {same}"
+        )
+
+
+if __name__ == "__main__":
+    main()
