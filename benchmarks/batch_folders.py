@@ -66,6 +66,11 @@ def outputs(folder: Path) -> dict[str, bytes]:
     }
 
 
+def _audio_seconds(out: Path) -> float:
+    lines = (out / ".kvscribe" / "manifest.jsonl").read_text().splitlines()
+    return sum(json.loads(line)["audio_seconds"] for line in lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     default = Path(__file__).resolve().parents[2] / "shared" / "eval" / "clips"
@@ -77,15 +82,16 @@ def main() -> None:
         root = Path(work) / "recordings"
         good = build_tree(clips, root)
         common = [KVSCRIBE, root, "--recursive", "-f", "srt,txt", "-p", args.profile, "-q"]
-        audio = 0.0
         for jobs in (1, 2):
             out = Path(work) / f"out-jobs{jobs}"
             seconds, done = run([*common, "-o", out, "--jobs", jobs, "--json"])
             events = [json.loads(line) for line in done.stdout.splitlines()]
-            audio = sum(1 for e in events if e["event"] == "done")
+            finished = sum(1 for e in events if e["event"] == "done")
             errors = [line for line in done.stderr.splitlines() if "error:" in line]
+            audio = _audio_seconds(out)
             print(
-                f"--jobs {jobs}: exit {done.returncode}, {seconds:.1f} s, {audio} done, "
+                f"--jobs {jobs}: exit {done.returncode}, {seconds:.1f} s for {audio:.0f} s of "
+                f"audio ({audio / seconds:.1f}x real time), {finished} done, "
                 f"{len(errors)} one-line errors, {len(outputs(out))} output files"
             )
         seconds, again = run([*common, "-o", Path(work) / "out-jobs2", "--jobs", 2, "--json"])
