@@ -129,8 +129,15 @@ class WhisperCppBackend(Backend):
         return argv
 
     def _threads(self) -> int:
-        default = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-        return int(self.settings.get("threads", default or os.cpu_count() or 4))
+        """The profile's `threads`, else OMP_NUM_THREADS (a batch worker's share), else the
+        cores this process may use."""
+        if "threads" in self.settings:
+            return int(self.settings["threads"])
+        if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+            return max(1, int(os.environ["OMP_NUM_THREADS"]))
+        if hasattr(os, "sched_getaffinity"):
+            return len(os.sched_getaffinity(0))
+        return os.cpu_count() or 4
 
     def _max_context(self) -> int:
         return int(self.settings.get("max_context", -1))

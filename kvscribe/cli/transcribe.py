@@ -123,7 +123,7 @@ def transcribe(
         None,
         "--jobs",
         "-j",
-        show_default="1 on <= 2 cores, else up to 4 that fit in memory",
+        show_default="1 per core, up to 4 that fit in memory; 1 under 4 GB free",
         help="Worker processes, each with its own model (needs -o).",
         rich_help_panel="Batch (with -o)",
     ),
