@@ -57,6 +57,8 @@ class DecoderReport:
     first_token_seconds: float | None = None  # from transcribe() to the first decoded token
     step_seconds: list[float] = field(default_factory=list)  # one per decoded token
     recompute_macs: int = 0  # extra multiply-adds paid by half layers
+    # (positions seen, self-attention bytes stored) per step of the longest window.
+    kv_trace: list[tuple[int, int]] = field(default_factory=list)
     # Figures an engine reports about itself (whisper.cpp's stderr), and its child process.
     engine_memory_bytes: dict[str, int] = field(default_factory=dict)
     engine_timings_ms: dict[str, float] = field(default_factory=dict)

@@ -116,6 +116,7 @@ class TransformersBackend(Backend):
         report.step_seconds = stats.step_seconds
         report.recompute_macs = stats.recompute_macs
         report.first_token_seconds = stats.first_token_seconds
+        report.kv_trace = stats.kv_trace
 
     def _text(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=False)

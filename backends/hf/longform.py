@@ -54,6 +54,7 @@ class WindowStats:
     recompute_macs: int = 0
     started: float = field(default_factory=time.perf_counter)
     first_token_seconds: float | None = None
+    kv_trace: list[tuple[int, int]] = field(default_factory=list)  # of the longest window
 
 
 def transcribe(
@@ -118,6 +119,8 @@ def _decode_window(
     )
     stats.cross_bytes = max(stats.cross_bytes, cross.nbytes)
     stats.recompute_macs += cache.recompute_macs
+    if len(cache.trace) > len(stats.kv_trace):
+        stats.kv_trace = cache.trace
     return result
 
 

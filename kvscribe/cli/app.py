@@ -60,13 +60,14 @@ def _root(
 
 
 def _register() -> None:
-    from kvscribe.cli import info, setup, transcribe
+    from kvscribe.cli import bench, info, setup, transcribe
 
     app.command("transcribe", no_args_is_help=True)(transcribe.transcribe)
     app.command("backends")(info.backends)
     app.add_typer(info.profiles_app, name="profiles")
     app.command("models")(info.models_command)
     app.add_typer(setup.setup_app, name="setup")
+    app.command("bench")(bench.bench)
 
 
 _register()

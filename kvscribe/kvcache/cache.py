@@ -20,6 +20,7 @@ class PolicyCache(Cache):
     def __init__(self, specs: tuple[LayerSpec, ...]) -> None:
         super().__init__(layers=[make_layer(spec) for spec in specs])
         self.peak_bytes = 0
+        self.trace: list[tuple[int, int]] = []  # (positions seen, bytes stored) after each step
 
     @property
     def policy_layers(self) -> list[KVLayer]:
@@ -34,7 +35,9 @@ class PolicyCache(Cache):
         return sum(layer.recompute_macs for layer in self.policy_layers)
 
     def note_peak(self) -> int:
-        self.peak_bytes = max(self.peak_bytes, self.nbytes)
+        stored = self.nbytes
+        self.peak_bytes = max(self.peak_bytes, stored)
+        self.trace.append((self.get_seq_length(), stored))
         return self.peak_bytes
 
 

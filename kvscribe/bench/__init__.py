@@ -1,0 +1,1 @@
+"""`kvscribe bench`: every backend x profile x cache policy on real speech, side by side."""

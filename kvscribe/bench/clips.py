@@ -1,0 +1,74 @@
+"""The clips a bench runs: a TSV manifest, or the clip kvscribe ships (and a long one made
+from it, so policies that trim have a window long enough to trim)."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from kvscribe.audio import SAMPLE_RATE, load_audio
+from kvscribe.errors import InputNotFoundError, UsageError
+
+LONG_REPEATS = 4  # 4 x 11 s: past one 30 s window
+
+
+@dataclass(frozen=True)
+class Clip:
+    name: str
+    audio: np.ndarray  # mono 16 kHz float32, decoded once
+    reference: str
+
+    @property
+    def seconds(self) -> float:
+        return self.audio.size / SAMPLE_RATE
+
+
+def read_manifest(path: Path) -> list[Clip]:
+    """TSV rows `audio<TAB>reference`: the reference is a text file's path or the text itself.
+    Relative paths are relative to the manifest; `#` lines and an `audio` header are skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputNotFoundError(
+            f"cannot read the manifest: {exc.strerror}", subject=str(path), hint="check the path"
+        ) from None
+    clips = []
+    rows = csv.reader(text.splitlines(), delimiter="\t", quoting=csv.QUOTE_NONE)
+    for number, row in enumerate(rows, start=1):
+        if not row or row[0].startswith("#") or row[0].strip().lower() == "audio":
+            continue
+        if len(row) < 2:
+            raise UsageError(
+                f"line {number} needs two tab-separated columns (audio, reference)",
+                subject=str(path),
+                hint="audio path<TAB>reference text or path to a .txt",
+            )
+        audio_path = (path.parent / row[0].strip()).resolve()
+        clips.append(Clip(audio_path.name, load_audio(audio_path), _reference(path, row[1])))
+    if not clips:
+        raise UsageError("lists no clips", subject=str(path), hint="add audio<TAB>reference rows")
+    return clips
+
+
+def _reference(manifest: Path, value: str) -> str:
+    candidate = manifest.parent / value.strip()
+    if value.strip().endswith(".txt") and candidate.is_file():
+        return candidate.read_text(encoding="utf-8")
+    return value
+
+
+def shipped() -> list[Clip]:
+    """The JFK clip packaged with kvscribe, and the same four times over (44 s)."""
+    data = resources.files("kvscribe.data")
+    with resources.as_file(data / "jfk.flac") as flac:
+        audio = load_audio(flac)
+    reference = (data / "jfk.txt").read_text(encoding="utf-8").strip()
+    long_audio = np.tile(audio, LONG_REPEATS)
+    return [
+        Clip("jfk.flac", audio, reference),
+        Clip(f"jfk-x{LONG_REPEATS}", long_audio, " ".join([reference] * LONG_REPEATS)),
+    ]

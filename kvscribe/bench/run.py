@@ -1,0 +1,152 @@
+"""Run a bench: clips -> matrix -> one process per cell -> interleaved repeats -> figures."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from kvscribe import __version__
+from kvscribe.bench import cells as matrix_
+from kvscribe.bench.clips import Clip, read_manifest, shipped
+from kvscribe.bench.figures import CellFigures, claims, compare, summarise
+from kvscribe.bench.report import as_csv, as_json, as_markdown, rich_table
+from kvscribe.bench.worker import CellProcess
+from kvscribe.errors import ExitCode, UsageError
+from kvscribe.writers import atomic_write_text
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    manifest: Path | None = None
+    backends: tuple[str, ...] = ()
+    profiles: tuple[str, ...] = ()
+    policies: tuple[str, ...] | None = None
+    models: tuple[str, ...] = ()
+    repeat: int = 1
+    baseline: bool = False
+    plot: Path | None = None
+    json_out: Path | None = None
+    csv_out: Path | None = None
+    markdown_out: Path | None = None
+
+
+def main(options: BenchOptions, console: Console) -> int:
+    clips = read_manifest(options.manifest) if options.manifest else shipped()
+    cells = matrix_.matrix(
+        list(options.backends) or _available_backends(console),
+        list(options.profiles) or list(matrix_.PROFILES),
+        matrix_.split_policies(list(options.policies)) if options.policies else None,
+        list(options.models) or [None],
+        options.baseline,
+    )
+    audio = sum(clip.seconds for clip in clips)
+    console.print(
+        f"{len(cells)} cells x {len(clips)} clips ({audio:.1f} s of audio) x {options.repeat} "
+        "repeat(s); starting one process per cell",
+        style="dim",
+    )
+    started = time.perf_counter()
+    ran, figures = _run_cells(cells, clips, options.repeat, console)
+    compare(ran, figures)
+    found = claims(figures)
+    meta = _meta(options, clips, time.perf_counter() - started)
+    wide = Console(stderr=True, highlight=False, width=max(console.width, 200))
+    wide.print(rich_table(figures))  # a dozen columns: never squeeze them to 80
+    for claim in found:
+        console.print(f"[bold]{claim.verdict}[/]: {escape(claim.claim)}: {escape(claim.measured)}")
+    _write_outputs(options, figures, found, meta, console)
+    return ExitCode.OK if len(ran) == len(cells) else ExitCode.SOME_FAILED
+
+
+def _available_backends(console: Console) -> list[str]:
+    from kvscribe import registry
+
+    found = []
+    for name, entry in registry.discover().items():
+        reason = entry.backend.check_available() if entry.backend else entry.load_error
+        if reason is None:
+            found.append(name)
+        else:
+            console.print(f"[yellow]skipping backend {name}[/]: {escape(str(reason))}")
+    if not found:
+        raise UsageError("no backend is available here", hint="see `kvscribe backends`")
+    return found
+
+
+def _run_cells(cells, clips: list[Clip], repeat: int, console: Console):
+    """Start every cell, then run them round-robin `repeat` times (drift hits all alike)."""
+    processes = [CellProcess(cell, clips, "cpu") for cell in cells]
+    try:
+        live = []
+        for process in processes:
+            error = process.ready()
+            if error is None:
+                live.append(process)
+            else:
+                console.print(
+                    f"[yellow]skipping {escape(process.cell.label)}[/]: {escape(error.one_line())}"
+                )
+                process.close()
+        runs = {p.cell: [] for p in live}
+        for round_ in range(repeat):
+            for process in live:
+                console.print(
+                    f"round {round_ + 1}/{repeat}: {escape(process.cell.label)}", style="dim"
+                )
+                runs[process.cell].append(process.run())
+    finally:
+        for process in processes:
+            process.close()
+    ran = [p.cell for p in live]
+    figures: list[CellFigures] = [summarise(cell, runs[cell], clips) for cell in ran]
+    return ran, figures
+
+
+def _meta(options: BenchOptions, clips: list[Clip], seconds: float) -> dict:
+    import numpy
+
+    versions = {
+        "kvscribe": __version__,
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+    }
+    for module in ("ctranslate2", "faster_whisper", "torch", "transformers"):
+        with contextlib.suppress(ImportError):
+            versions[module] = __import__(module).__version__
+    return {
+        "command": "kvscribe " + " ".join(sys.argv[1:]),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        "versions": ", ".join(f"{k} {v}" for k, v in versions.items()),
+        "clips": f"{len(clips)} ({sum(c.seconds for c in clips):.1f} s): "
+        + ", ".join(c.name for c in clips),
+        "repeats": options.repeat,
+        "bench wall": f"{seconds:.0f} s",
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def _write_outputs(options: BenchOptions, figures, found, meta, console: Console) -> None:
+    written = []
+    if options.json_out:
+        atomic_write_text(options.json_out, as_json(figures, found, meta) + "\n")
+        written.append(options.json_out)
+    if options.csv_out:
+        atomic_write_text(options.csv_out, as_csv(figures))
+        written.append(options.csv_out)
+    if options.markdown_out:
+        atomic_write_text(options.markdown_out, as_markdown(figures, found, meta))
+        written.append(options.markdown_out)
+    if options.plot:
+        from kvscribe.bench.plots import write_plots
+
+        written += write_plots(figures, options.plot)
+    if written:
+        console.print("[dim]wrote " + escape(", ".join(str(p) for p in written)) + "[/]")

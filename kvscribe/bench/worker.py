@@ -1,0 +1,229 @@
+"""One process per bench cell: it loads its engine once, warms up on the first clip, then
+runs every clip each time the parent asks, so cells can be interleaved and each
+cell's peak RSS is its own."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import multiprocessing
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvscribe.bench.cells import Cell
+from kvscribe.bench.clips import Clip
+from kvscribe.errors import KvscribeError
+from kvscribe.stats import peak_rss_bytes
+
+
+@dataclass
+class ClipRun:
+    """One clip through one cell: the text and what it cost."""
+
+    name: str
+    text: str
+    seconds: float
+    tokens: int = 0
+    kv_self_peak_bytes: int | None = None
+    kv_self_full_bytes: int | None = None
+    kv_cross_bytes: int | None = None
+    kv_estimated: bool = False
+    step_seconds: list[float] = field(default_factory=list)
+    engine_step_ms: float | None = None  # whisper.cpp's own mean per decoder call
+    encoder_seconds: float | None = None
+    windows: int = 0
+    kv_trace: list[tuple[int, int]] = field(default_factory=list)
+    engine_peak_rss_bytes: int | None = None
+
+
+@dataclass
+class CellRun:
+    clips: list[ClipRun]
+    peak_rss_bytes: int | None
+    settings: dict[str, str] = field(default_factory=dict)
+
+
+class CellProcess:
+    """The parent's handle on one cell's worker process."""
+
+    def __init__(self, cell: Cell, clips: list[Clip], device: str):
+        context = multiprocessing.get_context("spawn")
+        self.cell = cell
+        self._conn, child = context.Pipe()
+        self._proc = context.Process(target=_serve, args=(child, cell, clips, device), daemon=True)
+        self._proc.start()
+        child.close()
+
+    def ready(self) -> KvscribeError | None:
+        """Wait for load + warm-up; the error if the cell cannot run here."""
+        return self._receive()
+
+    def run(self) -> CellRun:
+        self._conn.send("run")
+        return self._receive()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._conn.send("stop")
+        self._proc.join(timeout=30)
+        if self._proc.is_alive():
+            self._proc.kill()
+
+    def _receive(self):
+        try:
+            message = self._conn.recv()
+        except EOFError:
+            from kvscribe.errors import EngineError
+
+            raise EngineError(
+                f"the bench worker for {self.cell.label} died", hint="rerun with --debug"
+            ) from None
+        if isinstance(message, Exception) and not isinstance(message, KvscribeError):
+            raise message
+        return message
+
+
+def _serve(conn, cell: Cell, clips: list[Clip], device: str) -> None:
+    try:
+        runner = _make_runner(cell, device)
+        runner(clips[0])  # warm-up: caches, allocator, page cache; not counted
+    except KvscribeError as exc:
+        conn.send(exc)
+        return
+    except Exception as exc:  # sent to the parent, which re-raises it
+        conn.send(RuntimeError(f"{cell.label}: {type(exc).__name__}: {exc}"))
+        return
+    conn.send(None)
+    settings = getattr(runner, "settings", {})
+    while conn.recv() == "run":
+        results = [runner(clip) for clip in clips]
+        conn.send(CellRun(results, peak_rss_bytes(), dict(settings)))
+
+
+def _make_runner(cell: Cell, device: str):
+    if cell.kind == "faster-whisper":
+        return _FasterWhisper(cell)
+    if cell.kind == "whisper-cli":
+        return _WhisperCli(cell)
+    return _Kvscribe(cell, device)
+
+
+class _Kvscribe:
+    """A kvscribe backend, exactly as `kvscribe FILE` drives it."""
+
+    def __init__(self, cell: Cell, device: str):
+        from kvscribe import models, registry
+        from kvscribe import profile as profiles
+        from kvscribe.backends.base import DecodeRequest
+
+        backend_cls = registry.get(cell.backend)
+        profile = profiles.load(cell.profile)
+        if cell.kv_self is not None:
+            profile = dataclasses.replace(profile, kv_self=cell.kv_self, kv_cross=cell.kv_cross)
+        model = models.resolve(cell.model, backend_cls.capabilities.model_formats)
+        self.backend = backend_cls(model, profile, device)
+        self.backend.load()
+        self.request = DecodeRequest()
+        self.settings = self.backend.describe_settings()
+
+    def __call__(self, clip: Clip) -> ClipRun:
+        started = time.perf_counter()
+        run = self.backend.transcribe(clip.audio, self.request)
+        text = "".join(segment.text for segment in run.segments)
+        seconds = time.perf_counter() - started
+        report = run.report
+        self.settings = {**self.settings, **report.settings}
+        steps = report.engine_runs.get("decode", 0) + report.engine_runs.get("batchd", 0)
+        engine_ms = report.engine_timings_ms
+        return ClipRun(
+            clip.name,
+            text,
+            seconds,
+            tokens=report.tokens,
+            kv_self_peak_bytes=report.kv_self_peak_bytes,
+            kv_self_full_bytes=report.kv_self_full_bytes,
+            kv_cross_bytes=report.kv_cross_bytes,
+            kv_estimated=report.kv_estimated,
+            step_seconds=list(report.step_seconds),
+            engine_step_ms=(engine_ms.get("decode", 0) + engine_ms.get("batchd", 0)) / steps
+            if steps
+            else None,
+            encoder_seconds=report.encoder_seconds,
+            windows=report.windows,
+            kv_trace=list(report.kv_trace),
+            engine_peak_rss_bytes=report.engine_peak_rss_bytes,
+        )
+
+
+class _FasterWhisper:
+    """faster-whisper's WhisperModel called directly with the ctranslate2 cell's options."""
+
+    def __init__(self, cell: Cell):
+        from faster_whisper import WhisperModel
+
+        mirror = _Kvscribe(dataclasses.replace(cell, kind="kvscribe"), "cpu")
+        settings = mirror.backend.settings
+        self.beams = int(settings.get("beam_size", 5))
+        self.condition = bool(settings.get("condition_on_previous_text", True))
+        compute = mirror.backend.engine.model.compute_type
+        path = str(mirror.backend.model.path)
+        del mirror  # one model in memory, like the kvscribe cell
+        self.model = WhisperModel(path, device="cpu", compute_type=compute)
+        self.settings = {"compute type": compute, "beam size": str(self.beams)}
+
+    def __call__(self, clip: Clip) -> ClipRun:
+        started = time.perf_counter()
+        segments, _ = self.model.transcribe(
+            clip.audio,
+            beam_size=self.beams,
+            best_of=self.beams,
+            condition_on_previous_text=self.condition,
+            vad_filter=False,
+            word_timestamps=False,
+        )
+        text = "".join(segment.text for segment in segments)
+        return ClipRun(clip.name, text, time.perf_counter() - started)
+
+
+class _WhisperCli:
+    """whisper-cli run directly with the whispercpp cell's argv on a WAV of the clip."""
+
+    def __init__(self, cell: Cell):
+        from kvscribe.backends.base import DecodeRequest
+
+        mirror = _Kvscribe(dataclasses.replace(cell, kind="kvscribe"), "cpu")
+        self.backend = mirror.backend
+        self.request = DecodeRequest()
+        self.beams = int(self.backend.settings.get("beam_size", 5))
+        self.work = Path(tempfile.mkdtemp(prefix="kvscribe-bench-"))
+        self.settings = {"beam size": str(self.beams)}
+
+    def __call__(self, clip: Clip) -> ClipRun:
+        from kvscribe.backends.whispercpp import self_cache_factor
+        from kvscribe.whispercpp.process import WhisperProcess, check_outcome, write_wav_f32
+        from kvscribe.whispercpp.report import parse_segment_line, parse_stderr
+
+        wav = self.work / f"{abs(hash(clip.name))}.wav"
+        if not wav.exists():
+            write_wav_f32(wav, clip.audio)
+        argv = self.backend.argv_for(wav, self.work / "out", self.request, self.beams)
+        started = time.perf_counter()
+        proc = WhisperProcess(argv, self.work / "stderr.txt", None)
+        lines = list(proc.stdout_lines())
+        outcome = proc.finish()
+        seconds = time.perf_counter() - started
+        check_outcome(outcome, argv[0], self.backend.model.path, wav)
+        text = "".join(p[2] for line in lines if (p := parse_segment_line(line)))
+        figures = parse_stderr(outcome.stderr)
+        return ClipRun(
+            clip.name,
+            text,
+            seconds,
+            kv_self_peak_bytes=figures.kv_self_bytes * self_cache_factor(self.beams),
+            kv_cross_bytes=figures.kv_cross_bytes,
+            encoder_seconds=figures.timings_ms.get("encode", 0) / 1000,
+            windows=figures.runs.get("encode", 0),
+            engine_peak_rss_bytes=outcome.peak_rss_bytes,
+        )

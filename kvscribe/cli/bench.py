@@ -1,0 +1,80 @@
+"""`kvscribe bench`: backends x profiles x cache policies on real speech, side by side."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from kvscribe.cli.render import print_error, setup_logging, stderr_console
+from kvscribe.errors import KvscribeError
+
+
+def bench(
+    manifest: Path = typer.Option(
+        None,
+        "--manifest",
+        dir_okay=False,
+        show_default="the shipped JFK clip, and a 44 s clip made from it",
+        help="TSV: audio path <TAB> reference text or .txt path.",
+    ),
+    backend: list[str] = typer.Option(
+        None, "--backend", "-b", show_default="every available", help="Backends (repeatable)."
+    ),
+    profile: list[str] = typer.Option(
+        None, "--profile", "-p", show_default="cpu-laptop, tiny-vram, no-loss", help="Profiles."
+    ),
+    policy: list[str] = typer.Option(
+        None,
+        "--policy",
+        show_default="the seed claims' policies",
+        help="Self-attention policies for the transformers backend, e.g. "
+        "'full,sink=4,window=32,q8_0' (a new policy starts at `full` or a repeated part; "
+        "repeat --policy for policies with ';').",
+    ),
+    model: list[str] = typer.Option(None, "--model", "-m", show_default="tiny.en", help="Models."),
+    repeat: int = typer.Option(1, "--repeat", min=1, help="Timed runs per cell (medians)."),
+    baseline: bool = typer.Option(
+        False, "--baseline", help="Also run faster-whisper and whisper-cli directly."
+    ),
+    plot: Path = typer.Option(None, "--plot", file_okay=False, help="Write PNG charts here."),
+    json_out: Path = typer.Option(None, "--json", dir_okay=False, help="Write results as JSON."),
+    csv_out: Path = typer.Option(None, "--csv", dir_okay=False, help="Write results as CSV."),
+    markdown_out: Path = typer.Option(
+        None, "--markdown", dir_okay=False, help="Write a markdown report."
+    ),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Measure every backend x profile x cache policy on real speech (WER, KV bytes, speed).
+
+    Each cell runs in its own process (model loaded once, one untimed warm-up),
+    cells are interleaved each repeat, and --baseline adds the engines called
+    directly with the same options, in the same run.
+    """
+    from kvscribe.bench import run as bench_run
+
+    console = stderr_console()
+    setup_logging(debug)
+    try:
+        code = bench_run.main(
+            bench_run.BenchOptions(
+                manifest=manifest,
+                backends=tuple(backend or ()),
+                profiles=tuple(profile or ()),
+                policies=tuple(policy) if policy else None,
+                models=tuple(model or ()),
+                repeat=repeat,
+                baseline=baseline,
+                plot=plot,
+                json_out=json_out,
+                csv_out=csv_out,
+                markdown_out=markdown_out,
+            ),
+            console,
+        )
+    except KvscribeError as exc:
+        if debug:
+            console.print_exception()
+        print_error(console, exc)
+        raise typer.Exit(exc.exit_code) from None
+    raise typer.Exit(code)
