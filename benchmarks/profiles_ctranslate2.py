@@ -4,7 +4,7 @@
 
 Prints a markdown table. Each profile's model is loaded once and warmed up on the
 first clip before timing; WER is pooled over all words (Whisper's English normaliser).
-Until `kvscribe bench` lands (issue 7) this is the script behind the README's figures.
+The script behind the README's per-profile table; `kvscribe bench` measures the same and more.
 """
 
 from __future__ import annotations

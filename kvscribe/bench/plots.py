@@ -9,7 +9,7 @@ from kvscribe.bench.figures import CellFigures
 from kvscribe.errors import BackendUnavailableError
 
 
-def _pyplot():
+def pyplot():
     try:
         import matplotlib
 
@@ -25,39 +25,37 @@ def _pyplot():
 
 
 def write_plots(figures: list[CellFigures], folder: Path) -> list[Path]:
-    plt = _pyplot()
+    plt = pyplot()
     folder.mkdir(parents=True, exist_ok=True)
-    return [_kv_vs_tokens(plt, figures, folder), _wer_vs_kv(plt, figures, folder)]
+    written = []
+    for name, build in (("kv_vs_tokens.png", kv_figure), ("wer_vs_kv.png", wer_figure)):
+        chart = build(plt, figures)
+        chart.tight_layout()
+        chart.savefig(folder / name, dpi=120)
+        plt.close(chart)
+        written.append(folder / name)
+    return written
 
 
-def _kv_vs_tokens(plt, figures: list[CellFigures], folder: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(8, 5))
+def kv_figure(plt, figures: list[CellFigures]):
+    fig, ax = plt.subplots(figsize=(9, 5.5))
     for figure in figures:
         if figure.kv_trace:
             seen, stored = zip(*figure.kv_trace, strict=True)
             ax.plot(seen, [b / 1e6 for b in stored], label=figure.label, linewidth=1.5)
-        elif (
-            figure.kv_self_peak_bytes
-            and figure.backend == "whispercpp"
-            and figure.kind == "kvscribe"
-        ):
-            ax.axhline(
-                figure.kv_self_peak_bytes / 1e6, linestyle="--", label=f"{figure.label} (allocated)"
-            )
+        elif figure.kv_self_peak_bytes and figure.backend == "whispercpp":
+            allocated = figure.kv_self_peak_bytes / 1e6  # whisper.cpp allocates it up front
+            ax.axhline(allocated, linestyle="--", label=f"{figure.label} (allocated)")
     ax.set_xlabel("decoder positions seen in the longest 30 s window (prompt + tokens)")
     ax.set_ylabel("self-attention KV stored (MB)")
     ax.set_title("Self-attention cache as decoding proceeds, per policy")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    path = folder / "kv_vs_tokens.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig
 
 
-def _wer_vs_kv(plt, figures: list[CellFigures], folder: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(8, 5))
+def wer_figure(plt, figures: list[CellFigures]):
+    fig, ax = plt.subplots(figsize=(9, 5.5))
     points = [(f.kv_total_bytes / 1e6, f.wer, f) for f in figures if f.kv_total_bytes]
     for x, y, figure in points:
         marker = "x" if figure.kv_estimated else "o"
@@ -71,11 +69,7 @@ def _wer_vs_kv(plt, figures: list[CellFigures], folder: Path) -> Path:
     ax.set_title("WER against KV memory per cell")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    path = folder / "wer_vs_kv.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def _pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -1,0 +1,145 @@
+"""`kvscribe bench`: its parts, and one real run end to end on a tiny manifest whose
+figures must agree with each other."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import jiwer
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvscribe.bench.cells import Cell, matrix, mirror_of, split_policies
+from kvscribe.bench.clips import read_manifest, shipped
+from kvscribe.bench.wer import pooled_wer
+from kvscribe.errors import UsageError
+from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli
+
+WORDS = ["ask", "not", "what", "your", "country", "can", "do", "for", "you"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(WORDS), min_size=1, max_size=12),
+            st.lists(st.sampled_from(WORDS), max_size=12),
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_pooled_wer_equals_jiwer(pairs):
+    texts = [(" ".join(r), " ".join(h)) for r, h in pairs]
+    expected = jiwer.wer([r for r, _ in texts], [h for _, h in texts])
+    assert pooled_wer(texts) == pytest.approx(expected)
+
+
+def test_identical_hypothesis_has_zero_wer():
+    assert pooled_wer([(SAMPLE_TEXT, SAMPLE_TEXT), ("Hello, world.", "hello world")]) == 0.0
+
+
+def test_policies_split_where_a_new_one_starts():
+    assert split_policies(["full,sink=4,window=32,q8_0"]) == ["full", "sink=4,window=32,q8_0"]
+    assert split_policies(["window=32,window=64", "q8_0"]) == ["window=32", "window=64", "q8_0"]
+    with pytest.raises(UsageError):
+        split_policies(["window=banana"])
+
+
+def test_matrix_has_references_and_mirrored_baselines():
+    cells = matrix(["transformers", "ctranslate2"], ["cpu-laptop"], ["q8_0"], [None], True)
+    references = [c for c in cells if c.is_reference]
+    assert {c.backend for c in references} == {"transformers", "ctranslate2"}
+    assert Cell("kvscribe", "transformers", None, "cpu-laptop", "q8_0", "shared") in cells
+    faster = next(c for c in cells if c.kind == "faster-whisper")
+    assert mirror_of(faster, cells) == Cell("kvscribe", "ctranslate2", None, "cpu-laptop")
+    assert not [c for c in cells if c.kind == "whisper-cli"]  # whispercpp not benched
+    with pytest.raises(UsageError, match="transformers backend"):
+        matrix(["ctranslate2"], ["cpu-laptop"], ["q8_0"], [None], False)
+
+
+def test_manifest_reads_paths_texts_comments(tmp_path):
+    (tmp_path / "ref.txt").write_text(SAMPLE_TEXT)
+    manifest = tmp_path / "clips.tsv"
+    manifest.write_text(
+        f"# comment\naudio\treference\n{SAMPLE}\tref.txt\n{SAMPLE}\tliteral words\n"
+    )
+    clips = read_manifest(manifest)
+    assert [c.reference for c in clips] == [SAMPLE_TEXT, "literal words"]
+    assert clips[0].seconds == pytest.approx(11.0, abs=0.01)
+    manifest.write_text(f"{SAMPLE}\n")
+    with pytest.raises(UsageError, match="two tab-separated columns"):
+        read_manifest(manifest)
+
+
+def test_shipped_clips_include_one_longer_than_a_window():
+    clips = shipped()
+    assert clips[0].reference.startswith("And so my fellow Americans")
+    assert max(c.seconds for c in clips) > 30
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory, whisper_cli):
+    folder = tmp_path_factory.mktemp("bench")
+    manifest = folder / "tiny.tsv"
+    manifest.write_text(f"{SAMPLE}\t{SAMPLE_TEXT}")
+    args = ["bench", "--manifest", manifest, "--profile", "cpu-laptop", "--baseline"]
+    args += ["-b", "transformers", "-b", "ctranslate2", "-b", "whispercpp", "--policy", "q8_0"]
+    args += ["--json", folder / "b.json", "--csv", folder / "b.csv"]
+    args += ["--markdown", folder / "b.md", "--plot", folder / "plots"]
+    result = run_cli(*args, timeout=900)
+    return folder, result
+
+
+def test_bench_writes_every_output(bench_run):
+    folder, result = bench_run
+    assert result.code == 0, result.stderr
+    assert "kvscribe bench" in result.stderr and "Traceback" not in result.stderr
+    data = json.loads((folder / "b.json").read_text())
+    labels = [c["label"] for c in data["cells"]]
+    assert len(labels) == 7 and len(data["claims"]) == 4
+    rows = list(csv.DictReader((folder / "b.csv").open()))
+    assert [r["label"] for r in rows] == labels
+    markdown = (folder / "b.md").read_text()
+    assert "## Seed claims" in markdown and all(label in markdown for label in labels)
+    for name in ("kv_vs_tokens.png", "wer_vs_kv.png"):
+        assert (folder / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_figures_agree_with_each_other(bench_run):
+    folder, _ = bench_run
+    cells = {c["label"]: c for c in json.loads((folder / "b.json").read_text())["cells"]}
+    full = cells["transformers: full / full"]
+    # A full cache holds every position: its measured peak is the arithmetic full size.
+    layers, d_model, beams, fp32 = 4, 384, 5, 4
+    assert full["kv_cross_bytes"] == beams * layers * 2 * 1500 * d_model * fp32
+    positions = max(seen for seen, _ in full["kv_trace"])
+    assert full["kv_self_peak_bytes"] == positions * beams * layers * 2 * d_model * fp32
+    assert full["wer_delta"] == 0 and full["kv_vs_full_pct"] == 100
+    q8 = cells["transformers: q8_0 / shared"]
+    assert q8["kv_vs_full_pct"] < 30 and q8["kv_estimated"] is False
+    for baseline, mirror in (("faster-whisper", "ctranslate2"), ("whisper-cli", "whispercpp")):
+        base, ours = cells[f"{baseline}: cpu-laptop"], cells[f"{mirror}: cpu-laptop"]
+        assert base["vs_kvscribe"] == pytest.approx(ours["seconds"] / base["seconds"], abs=1e-3)
+    assert cells["ctranslate2: cpu-laptop"]["kv_estimated"] is True
+    for cell in cells.values():
+        assert 0 <= cell["wer"] <= 0.2 and cell["peak_rss_bytes"] > 50_000_000
+
+
+def test_charts_have_labelled_axes_and_legends(bench_run):
+    from kvscribe.bench.figures import CellFigures
+    from kvscribe.bench.plots import kv_figure, pyplot, wer_figure
+
+    folder, _ = bench_run
+    cells = json.loads((folder / "b.json").read_text())["cells"]
+    figures = [CellFigures(**{**c, "kv_trace": [tuple(p) for p in c["kv_trace"]]}) for c in cells]
+    plt = pyplot()
+    for build, expected in ((kv_figure, "transformers: full / full"), (wer_figure, "whisper-cli")):
+        chart = build(plt, figures)
+        ax = chart.axes[0]
+        assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert any(expected in text for text in legend), legend
+        plt.close(chart)
