@@ -7,8 +7,8 @@ Each policy is `SELF|CROSS`. Prints a markdown table: pooled WER (Whisper's Engl
 normaliser), WER delta vs the first policy, whether every clip's tokens equal the
 first policy's, self-attention KV held at peak vs a full cache (all clips, and the
 long-form clip alone), cross-attention KV and transcribe time. Every byte figure is
-measured from the cache's tensors. `kvscribe bench` runs the same policies as cells; this is the script
-behind the README's policy table.
+measured from the cache's tensors. `kvscribe bench` runs the same policies as cells;
+this is the script behind the README's policy table.
 """
 
 from __future__ import annotations

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import typer
 
-from kvscribe.cli.render import print_error, setup_logging, stderr_console
-from kvscribe.errors import KvscribeError
+from kvscribe.cli.render import exit_with, setup_logging, stderr_console
 
 
 def bench(
@@ -55,8 +54,8 @@ def bench(
 
     console = stderr_console()
     setup_logging(debug)
-    try:
-        code = bench_run.main(
+    exit_with(
+        lambda: bench_run.main(
             bench_run.BenchOptions(
                 manifest=manifest,
                 backends=tuple(backend or ()),
@@ -71,10 +70,7 @@ def bench(
                 markdown_out=markdown_out,
             ),
             console,
-        )
-    except KvscribeError as exc:
-        if debug:
-            console.print_exception()
-        print_error(console, exc)
-        raise typer.Exit(exc.exit_code) from None
-    raise typer.Exit(code)
+        ),
+        console,
+        debug,
+    )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -24,6 +26,19 @@ def setup_logging(debug: bool) -> None:
         stream=sys.stderr,
         format="%(levelname)s %(name)s: %(message)s",
     )
+
+
+def exit_with(run: Callable[[], int], console: Console, debug: bool) -> NoReturn:
+    """Run a command body; exit with its code, or print its KvscribeError in one line and
+    exit with that error's code (the traceback too with --debug)."""
+    try:
+        code = run()
+    except KvscribeError as exc:
+        if debug:
+            console.print_exception()
+        print_error(console, exc)
+        raise typer.Exit(exc.exit_code) from None
+    raise typer.Exit(code)
 
 
 def print_error(console: Console, error: KvscribeError) -> None:

@@ -10,7 +10,13 @@ from typing import Literal
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from kvscribe.cli.render import print_error, setup_logging, stats_table, stderr_console
+from kvscribe.cli.render import (
+    exit_with,
+    print_error,
+    setup_logging,
+    stats_table,
+    stderr_console,
+)
 from kvscribe.errors import ExitCode, KvscribeError
 from kvscribe.options import TranscribeOptions, parse_formats
 from kvscribe.types import Segment, Transcript
@@ -162,7 +168,7 @@ def transcribe(
     setup_logging(debug)
     from kvscribe.inputs import read_files_from
 
-    try:
+    def body() -> int:
         listed = read_files_from(files_from) if files_from else []
         options = TranscribeOptions(
             inputs=(*(files or ()), *listed),
@@ -186,13 +192,9 @@ def transcribe(
             fail_fast=fail_fast,
             json_events=json_events,
         )
-        code = _run_batch(options, jobs is None) if output_dir is not None else _run(options)
-    except KvscribeError as exc:
-        if debug:
-            console.print_exception()
-        print_error(console, exc)
-        raise typer.Exit(exc.exit_code) from None
-    raise typer.Exit(code)
+        return _run_batch(options, jobs is None) if output_dir is not None else _run(options)
+
+    exit_with(body, console, debug)
 
 
 def _run(options: TranscribeOptions) -> int:
