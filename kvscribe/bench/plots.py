@@ -37,16 +37,26 @@ def write_plots(figures: list[CellFigures], folder: Path) -> list[Path]:
     return written
 
 
+STYLES = ("-", "--", "-.", ":")
+
+
+def _colour(plt, index: int):
+    return plt.get_cmap("tab20")(index % 20)
+
+
 def kv_figure(plt, figures: list[CellFigures]):
+    """Bytes stored after each decoded token, in each cell's longest window (the first
+    point includes that window's prompt); whisper.cpp's cache is allocated up front."""
     fig, ax = plt.subplots(figsize=(9, 5.5))
-    for figure in figures:
+    for index, figure in enumerate(figures):
+        style = {"color": _colour(plt, index), "linestyle": STYLES[index % len(STYLES)]}
         if figure.kv_trace:
-            seen, stored = zip(*figure.kv_trace, strict=True)
-            ax.plot(seen, [b / 1e6 for b in stored], label=figure.label, linewidth=1.5)
+            stored = [b / 1e6 for _, b in figure.kv_trace]
+            ax.plot(range(len(stored)), stored, label=figure.label, linewidth=1.6, **style)
         elif figure.kv_self_peak_bytes and figure.backend == "whispercpp":
-            allocated = figure.kv_self_peak_bytes / 1e6  # whisper.cpp allocates it up front
-            ax.axhline(allocated, linestyle="--", label=f"{figure.label} (allocated)")
-    ax.set_xlabel("decoder positions seen in the longest 30 s window (prompt + tokens)")
+            allocated = figure.kv_self_peak_bytes / 1e6
+            ax.axhline(allocated, label=f"{figure.label} (allocated)", linewidth=1.2, **style)
+    ax.set_xlabel("tokens decoded in the window (each cell's longest 30 s window)")
     ax.set_ylabel("self-attention KV stored (MB)")
     ax.set_title("Self-attention cache as decoding proceeds, per policy")
     ax.grid(alpha=0.3)
@@ -54,17 +64,25 @@ def kv_figure(plt, figures: list[CellFigures]):
     return fig
 
 
+MARKERS = {"transformers": "o", "ctranslate2": "x", "whispercpp": "s"}
+
+
 def wer_figure(plt, figures: list[CellFigures]):
     fig, ax = plt.subplots(figsize=(9, 5.5))
     points = [(f.kv_total_bytes / 1e6, f.wer, f) for f in figures if f.kv_total_bytes]
-    for x, y, figure in points:
-        marker = "x" if figure.kv_estimated else "o"
-        ax.scatter([x], [y], marker=marker, label=figure.label)
+    wers = sorted(y for _, y, _ in points)
+    top = max(0.05, 2.5 * wers[len(wers) // 2]) if wers else 1.0  # outliers drawn at the top
+    for index, (x, y, figure) in enumerate(points):
+        marker = "^" if figure.kind != "kvscribe" else MARKERS.get(figure.backend, "o")
+        label = figure.label + (f" (WER {y:.2f}, off the scale)" if y > top else "")
+        ax.scatter([x], [min(y, top)], marker=marker, color=_colour(plt, index), label=label, s=40)
+    if any(y > top for _, y, _ in points):
+        ax.set_ylim(0, top * 1.05)
     front = _pareto([(x, y) for x, y, _ in points])
     if len(front) > 1:
         ax.plot(*zip(*front, strict=True), color="grey", linestyle=":", label="Pareto front")
     ax.set_xscale("log")
-    ax.set_xlabel("KV memory, self + cross (MB, log scale; x: estimated)")
+    ax.set_xlabel("KV memory, self + cross (MB, log scale; ctranslate2 x: estimated)")
     ax.set_ylabel("WER (normalised, pooled over clips)")
     ax.set_title("WER against KV memory per cell")
     ax.grid(alpha=0.3)
