@@ -215,8 +215,9 @@ class Batch:
         queue = list(reversed(todo))
         try:
             while queue or pending:
-                while queue and len(pending) < self.jobs * 2:  # keep every worker busy
+                while queue and len(pending) < self.jobs:  # one per worker: submitted = started
                     task = queue.pop()
+                    self.listener.started(task)
                     pending[pool.submit(_work_in_worker, task)] = task
                 finished, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
                 for future in finished:

@@ -88,6 +88,10 @@ def test_batch_mirrors_the_tree_and_reports_each_bad_file_once(tree, first_run):
     }
     assert done == set(GOOD)
     assert {k: e["exit_code"] for k, e in failed.items()} == BAD
+    started = {
+        Path(e["path"]).relative_to(tree).as_posix() for e in events if e["event"] == "started"
+    }
+    assert started == done | (set(BAD) - {"bad/empty.wav"})  # empty: refused before any work
     for name in BAD:
         assert sum(name in line for line in result.stderr.splitlines()) == 1, name
     expected = {
