@@ -190,7 +190,8 @@ class Batch:
         summary.stats = None
         if not todo:
             return
-        results = self._in_process(todo) if self.jobs <= 1 else self._in_pool(todo)
+        jobs = min(self.jobs, len(todo))  # no idle workers (and one input runs in-process)
+        results = self._in_process(todo) if jobs <= 1 else self._in_pool(todo, jobs)
         for result in results:
             if self._record(result, manifest, key, summary) and self.fail_fast:
                 break
@@ -203,10 +204,10 @@ class Batch:
             self.listener.started(task)
             yield worker.work(task)
 
-    def _in_pool(self, todo: list[Task]):
-        threads = max(1, (os.cpu_count() or 2) // self.jobs)
+    def _in_pool(self, todo: list[Task], jobs: int):
+        threads = max(1, (os.cpu_count() or 2) // jobs)
         pool = cf.ProcessPoolExecutor(
-            max_workers=self.jobs,
+            max_workers=jobs,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_init_worker,
             initargs=(self.options, self.folder, threads),
@@ -215,7 +216,7 @@ class Batch:
         queue = list(reversed(todo))
         try:
             while queue or pending:
-                while queue and len(pending) < self.jobs:  # one per worker: submitted = started
+                while queue and len(pending) < jobs:  # one per worker: submitted = started
                     task = queue.pop()
                     self.listener.started(task)
                     pending[pool.submit(_work_in_worker, task)] = task
