@@ -40,7 +40,8 @@ app = typer.Typer(
     "Examples:\n\n"
     "  kvscribe talk.wav                      transcript on stdout, stats on stderr\n\n"
     "  kvscribe talk.wav --profile tiny-vram  pick a hardware profile\n\n"
-    "  kvscribe recordings/ -o out/ -f srt    every audio file in a folder, to .srt files",
+    "  kvscribe recordings/ -o out/ -r        a folder tree; rerun to resume\n\n"
+    "  kvscribe bench --baseline              measure backends, profiles, cache policies",
 )
 
 
