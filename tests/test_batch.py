@@ -259,3 +259,51 @@ def test_default_jobs_is_one_on_small_machines_and_fits_memory(monkeypatch):
     assert batch.default_jobs(75_000_000) == 4
     monkeypatch.setattr(batch, "available_memory_bytes", lambda: 5_000_000_000)
     assert batch.default_jobs(1_500_000_000) == 1  # a large model: one fits in half
+
+
+class _Collect:
+    """A BatchListener that keeps what it is told."""
+
+    def __init__(self):
+        self.results, self.skipped = [], []
+
+    def planned(self, todo, skipped):
+        self.skipped = [path.name for path, _ in skipped]
+
+    def started(self, task): ...
+
+    def finished(self, result):
+        self.results.append(result)
+
+    def failed_input(self, entry): ...
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names fds through /proc")
+def test_a_full_disk_fails_that_file_only_and_a_rerun_retries_it(tmp_path, monkeypatch):
+    from kvscribe import batch
+    from kvscribe.options import TranscribeOptions
+
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    for name in ("a.wav", "b.wav"):
+        shutil.copy(SAMPLE, folder / name)
+    options = TranscribeOptions(inputs=(folder,), output_dir=out, formats=("txt",), beam_size=1)
+    real_fsync = os.fsync
+
+    def disk_full_for_b(fd):  # fault injection at the OS boundary: ENOSPC for b's output only
+        if "/.b.txt." in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(28, "No space left on device")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", disk_full_for_b)
+    first = _Collect()
+    summary = batch.Batch(options, first).run(expand([folder]))
+    assert (summary.done, summary.failed, summary.exit_code) == (1, 1, ExitCode.SOME_FAILED)
+    failure = next(r.error for r in first.results if r.error is not None)
+    assert "No space left on device" in failure.one_line() and "b.txt" in failure.one_line()
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == ["a.txt"]
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    again = _Collect()
+    summary = batch.Batch(options, again).run(expand([folder]))
+    assert again.skipped == ["a.wav"] and [r.task.path.name for r in again.results] == ["b.wav"]
+    assert summary.exit_code == ExitCode.OK and (out / "b.txt").is_file()
