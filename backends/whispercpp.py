@@ -61,7 +61,6 @@ class WhisperCppBackend(Backend):
         self.cli = binary.find()
         self.n_vocab = ggml.verify(self.model.path)
         self.multilingual = self.n_vocab >= 51865
-        self.eot = 50257 if self.multilingual else 50256
 
     def describe_settings(self) -> dict[str, str]:
         return {
@@ -112,7 +111,7 @@ class WhisperCppBackend(Backend):
             figures = parse_stderr(outcome.stderr)
             result = out.with_suffix(".json")
             if result.is_file():
-                parsed_json = parse_json(result, self.eot)
+                parsed_json = parse_json(result)
                 run.language = parsed_json.language or run.language
                 run.report.tokens = parsed_json.decoded_tokens
             _fill_report(run.report, figures, outcome.peak_rss_bytes, beams)

@@ -1,5 +1,5 @@
 """Read what whisper-cli prints: segment lines on stdout, memory and timings on stderr,
-and the `-ojf` JSON file (tokens with ids)."""
+and the `-ojf` JSON file (language, tokens)."""
 
 from __future__ import annotations
 
@@ -70,32 +70,14 @@ def parse_segment_line(line: str) -> tuple[float, float, str] | None:
 
 
 @dataclass(frozen=True)
-class JsonSegment:
-    start: float
-    end: float
-    text: str
-    tokens: tuple[int, ...]  # text tokens only (ids below end-of-text)
-
-
-@dataclass(frozen=True)
 class JsonResult:
     language: str
-    segments: list[JsonSegment]
     decoded_tokens: int  # every token the decoder emitted, timestamps included
 
 
-def parse_json(path: Path, eot: int) -> JsonResult:
-    """The `-ojf` file: language, and per segment its offsets (ms), text and token ids."""
+def parse_json(path: Path) -> JsonResult:
+    """The `-ojf` file: the language, and how many tokens were decoded (text segments come
+    from stdout as they are printed, so they stream)."""
     data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    items = data.get("transcription", [])
-    segments = [
-        JsonSegment(
-            item["offsets"]["from"] / 1000,
-            item["offsets"]["to"] / 1000,
-            item["text"],
-            tuple(t["id"] for t in item.get("tokens", []) if t["id"] < eot),
-        )
-        for item in items
-    ]
-    decoded = sum(len(item.get("tokens", [])) for item in items)
-    return JsonResult(data.get("result", {}).get("language", ""), segments, decoded)
+    decoded = sum(len(item.get("tokens", [])) for item in data.get("transcription", []))
+    return JsonResult(data.get("result", {}).get("language", ""), decoded)
