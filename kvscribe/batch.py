@@ -187,7 +187,6 @@ class Batch:
     # -- execution -----------------------------------------------------------------------
 
     def _execute(self, todo: list[Task], manifest: Manifest, key: str, summary: Summary):
-        summary.stats = None
         if not todo:
             return
         jobs = min(self.jobs, len(todo))  # no idle workers (and one input runs in-process)
@@ -356,55 +355,3 @@ def _remove_stale_parts(folder: Path) -> None:
             if _STALE_PART.match(name):
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(root, name))
-
-
-# -- how many workers ---------------------------------------------------------------------
-
-WORKER_BASE_BYTES = 300_000_000  # interpreter, engine libraries, audio buffers
-WEIGHTS_FACTOR = 3  # loaded weights plus working memory, per byte of model file
-
-
-def available_memory_bytes() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def worker_bytes(model_bytes: int) -> int:
-    """A deliberately generous guess of one worker's peak memory."""
-    return WORKER_BASE_BYTES + WEIGHTS_FACTOR * model_bytes
-
-
-SMALL_MACHINE_BYTES = 4_000_000_000
-
-
-def default_jobs(model_bytes: int) -> int:
-    """1 on small machines (under 4 GB available, or memory unknown); else one worker per
-    core, as many as fit in half the available memory, at most 4. Measured on 2 cores:
-    2 single-threaded workers beat 1 two-threaded one by 24-31 % (README, batch)."""
-    memory = available_memory_bytes()
-    if memory is None or memory < SMALL_MACHINE_BYTES:
-        return 1
-    fit = int(0.5 * memory // worker_bytes(model_bytes))
-    return max(1, min(os.cpu_count() or 1, fit, 4))
-
-
-def memory_warning(jobs: int, model_bytes: int) -> str | None:
-    """A one-line warning when `jobs` workers will likely not fit in available memory."""
-    memory = available_memory_bytes()
-    need = jobs * worker_bytes(model_bytes)
-    if memory is None or jobs == 1 or need <= 0.8 * memory:
-        return None
-    fit = max(1, int(0.8 * memory // worker_bytes(model_bytes)))
-    return (
-        f"--jobs {jobs} loads {jobs} models (about {need / 1e9:.1f} GB) but "
-        f"{memory / 1e9:.1f} GB is available: consider --jobs {fit}"
-    )

@@ -17,6 +17,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kvscribe.digest import sha256_file
 from kvscribe.errors import ExitCode, UsageError
 
 STATE_DIR = ".kvscribe"  # the one hidden entry kvscribe adds to an output folder
@@ -51,13 +52,10 @@ def fingerprint(path: Path, known: Fingerprint | None = None) -> Fingerprint | N
     if quick.same_stat(known):
         return known
     try:
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            while chunk := handle.read(1 << 20):
-                digest.update(chunk)
+        digest = sha256_file(path)
     except OSError:
         return quick
-    return Fingerprint(stat.st_size, stat.st_mtime_ns, stat.st_mode, digest.hexdigest())
+    return Fingerprint(stat.st_size, stat.st_mtime_ns, stat.st_mode, digest)
 
 
 @dataclass

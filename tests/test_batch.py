@@ -241,24 +241,24 @@ def test_media_is_recognised_by_content(derived, tmp_path):
 
 
 def test_memory_warning_names_a_number_of_jobs_that_fits(monkeypatch):
-    from kvscribe import batch
+    from kvscribe import capacity
 
-    monkeypatch.setattr(batch, "available_memory_bytes", lambda: 2_000_000_000)
-    warning = batch.memory_warning(8, 75_000_000)
+    monkeypatch.setattr(capacity, "available_memory_bytes", lambda: 2_000_000_000)
+    warning = capacity.memory_warning(8, 75_000_000)
     assert warning is not None and "--jobs 8" in warning and "consider --jobs 3" in warning
-    assert batch.memory_warning(2, 75_000_000) is None
+    assert capacity.memory_warning(2, 75_000_000) is None
 
 
 def test_default_jobs_is_one_on_small_machines_and_fits_memory(monkeypatch):
-    from kvscribe import batch
+    from kvscribe import capacity
 
-    monkeypatch.setattr(batch.os, "cpu_count", lambda: 8)
-    monkeypatch.setattr(batch, "available_memory_bytes", lambda: 3_000_000_000)
-    assert batch.default_jobs(75_000_000) == 1
-    monkeypatch.setattr(batch, "available_memory_bytes", lambda: 64_000_000_000)
-    assert batch.default_jobs(75_000_000) == 4
-    monkeypatch.setattr(batch, "available_memory_bytes", lambda: 5_000_000_000)
-    assert batch.default_jobs(1_500_000_000) == 1  # a large model: one fits in half
+    monkeypatch.setattr(capacity.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(capacity, "available_memory_bytes", lambda: 3_000_000_000)
+    assert capacity.default_jobs(75_000_000) == 1
+    monkeypatch.setattr(capacity, "available_memory_bytes", lambda: 64_000_000_000)
+    assert capacity.default_jobs(75_000_000) == 4
+    monkeypatch.setattr(capacity, "available_memory_bytes", lambda: 5_000_000_000)
+    assert capacity.default_jobs(1_500_000_000) == 1  # a large model: one fits in half
 
 
 class _Collect:

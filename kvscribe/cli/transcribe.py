@@ -219,7 +219,7 @@ def _run_batch(options: TranscribeOptions, auto_jobs: bool) -> int:
     import dataclasses
     import time
 
-    from kvscribe import batch, models, registry
+    from kvscribe import batch, capacity, models, registry
     from kvscribe.cli.batch_view import BatchView
     from kvscribe.inputs import Selection, expand
 
@@ -232,8 +232,8 @@ def _run_batch(options: TranscribeOptions, auto_jobs: bool) -> int:
             models.resolve(options.model, backend_cls.capabilities.model_formats).path
         )
         if auto_jobs:
-            options = dataclasses.replace(options, jobs=batch.default_jobs(model_bytes))
-        warning = batch.memory_warning(options.jobs, model_bytes)
+            options = dataclasses.replace(options, jobs=capacity.default_jobs(model_bytes))
+        warning = capacity.memory_warning(options.jobs, model_bytes)
         if warning and not options.quiet:
             console.print(f"[yellow]kvscribe: warning:[/] {warning}")
     view = BatchView(console, options.json_events, options.quiet, len(inputs))

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvscribe.digest import sha256_file
 from kvscribe.errors import ModelNotFoundError
 from kvscribe.models import hub
 from kvscribe.models.embedded import DEFAULT_MODEL, EMBEDDED
@@ -131,11 +132,7 @@ def _file_digest(path: Path) -> str:
         return memo.read_text(encoding="ascii").strip()
     except OSError:
         pass
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    value = digest.hexdigest()
+    value = sha256_file(path)
     memo.parent.mkdir(parents=True, exist_ok=True)
     staging = memo.with_name(f".{memo.name}.{os.getpid()}")
     staging.write_text(value, encoding="ascii")
