@@ -38,6 +38,7 @@ class DecodeRequest:
     language: str | None = None
     task: str = "transcribe"
     beam_size: int | None = None
+    prompt: str | None = None  # text that came before this audio (live mode's committed text)
 
 
 @dataclass

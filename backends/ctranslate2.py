@@ -81,6 +81,7 @@ class CTranslate2Backend(Backend):
             beam_size=beams,
             best_of=beams,
             condition_on_previous_text=self._conditioned(),
+            initial_prompt=request.prompt or None,
             vad_filter=False,
             word_timestamps=False,
         )

@@ -101,13 +101,18 @@ class TransformersBackend(Backend):
         report = DecoderReport(
             kv_estimated=False, settings={**self.describe_settings(), "beam size": str(beams)}
         )
-        return Transcription(language, None, self._stream(plan, mel, report), report)
+        prompt = (
+            self.tokenizer.encode(" " + request.prompt.strip(), add_special_tokens=False).ids
+            if request.prompt
+            else []
+        )
+        return Transcription(language, None, self._stream(plan, mel, report, prompt), report)
 
-    def _stream(self, plan, mel, report: DecoderReport):
+    def _stream(self, plan, mel, report: DecoderReport, prompt: list[int]):
         from kvscribe.backends.hf import longform
 
         stats = longform.WindowStats()
-        yield from longform.transcribe(plan, mel, self._text, stats)
+        yield from longform.transcribe(plan, mel, self._text, stats, prompt)
         report.tokens, report.windows = stats.tokens, stats.windows
         report.kv_self_peak_bytes = stats.self_peak_bytes
         report.kv_self_full_bytes = stats.self_full_bytes

@@ -125,6 +125,8 @@ class WhisperCppBackend(Backend):
         argv += ["-l", request.language or ("auto" if self.multilingual else "en")]
         if request.task == "translate":
             argv.append("-tr")
+        if request.prompt:
+            argv += ["--prompt", request.prompt]
         return argv
 
     def _threads(self) -> int:

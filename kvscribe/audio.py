@@ -90,6 +90,14 @@ def load_audio(path: Path) -> np.ndarray:
     return audio
 
 
+def stream_audio(path: Path) -> Iterator[np.ndarray]:
+    """Decode `path` lazily: mono 16 kHz float32 pieces of the decoder's frame sizes, so a long
+    file replays in flat memory. Raises as load_audio does (decode errors when reached)."""
+    check_readable(path)
+    _, chunks = _open_stream(path)
+    yield from chunks
+
+
 def _open_stream(path: Path) -> tuple[AudioInfo, Iterator[np.ndarray]]:
     import av  # deferred: PyAV loads the FFmpeg libraries
 

@@ -104,3 +104,62 @@ def parse_formats(value: str | None, to_dir: bool) -> tuple[str, ...]:
                 hint=f"use {', '.join(FORMATS)} or all (comma-separated)",
             )
     return tuple(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    """`kvscribe mic`: where audio comes from, the engine, and the streaming policy."""
+
+    source: str | None = None  # None: a microphone; "-": raw PCM on stdin; else a file
+    paced: bool = True  # replay a file at the speed it was spoken
+    mic: str | None = None
+    output: Path | None = None
+    backend: str = "ctranslate2"
+    profile: str = "auto"
+    model: str | None = None
+    language: str | None = None
+    task: str = "transcribe"
+    beam_size: int | None = None
+    device: str | None = None
+    kv_policy: str | None = None
+    kv_cross: str | None = None
+    prompt: str | None = None
+    step: float = 1.0
+    min_silence: float = 0.7
+    vad_threshold: float = 0.5
+    stats_json: Path | None = None
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        _in_range("--step", self.step, 0.2, 10.0)
+        _in_range("--min-silence", self.min_silence, 0.1, 5.0)
+        _in_range("--vad-threshold", self.vad_threshold, 0.05, 0.95)
+        if not self.paced and self.source in (None, "-"):
+            raise UsageError(
+                "only applies to replaying a file",
+                subject="--as-fast-as-possible",
+                hint="add --input FILE (a microphone or a pipe sets its own pace)",
+            )
+        if self.mic is not None and self.source is not None:
+            raise UsageError(
+                "picks a microphone, but --input replaces the microphone",
+                subject="--mic",
+                hint="use one of --mic and --input",
+            )
+        if self.task not in TASKS:
+            raise UsageError(
+                f"must be one of {', '.join(TASKS)}", subject="--task", hint=f"got {self.task!r}"
+            )
+        if self.beam_size is not None and not 1 <= self.beam_size <= 16:
+            raise UsageError(
+                "must be between 1 and 16", subject="--beam-size", hint=f"got {self.beam_size}"
+            )
+        if self.kv_policy is not None:
+            validate_policy(self.kv_policy)
+        if self.kv_cross is not None:
+            parse_cross(self.kv_cross)
+
+
+def _in_range(flag: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise UsageError(f"must be between {low:g} and {high:g}", subject=flag, hint=f"got {value}")

@@ -26,6 +26,48 @@ class Listener(Protocol):
     def file_failed(self, source: Path, error: KvscribeError) -> None: ...
 
 
+class EngineChoice(Protocol):
+    """The options that pick and load an engine (TranscribeOptions, LiveOptions)."""
+
+    backend: str
+    profile: str
+    model: str | None
+    device: str | None
+    kv_policy: str | None
+    kv_cross: str | None
+
+
+def load_backend(opts: EngineChoice) -> tuple[Backend, RunStats]:
+    """Resolve profile, model and backend, and load the model (raises KvscribeError)."""
+    run_started = time.perf_counter()  # wall time counts engine checks and model set-up too
+    backend_cls = registry.get(opts.backend)
+    profile = profiles.load(opts.profile)
+    if opts.kv_policy is not None or opts.kv_cross is not None:
+        profile = dataclasses.replace(
+            profile,
+            kv_self=opts.kv_policy or profile.kv_self,
+            kv_cross=opts.kv_cross or profile.kv_cross,
+        )
+    device = profiles.pick_device(profile, opts.device, hardware.detect())
+    if device not in backend_cls.capabilities.devices:
+        raise UsageError(
+            f"backend {opts.backend} cannot run on {device}",
+            subject="--device",
+            hint=f"use one of: {', '.join(backend_cls.capabilities.devices)}",
+        )
+    started = time.perf_counter()  # model load = resolve (and convert once) + engine load
+    model = models.resolve(opts.model, backend_cls.capabilities.model_formats)
+    label = profile.name + (f" ({profile.chosen_by})" if profile.chosen_by else "")
+    stats = RunStats(
+        backend=opts.backend, profile=label, model=model.name, device=device, started=run_started
+    )
+    backend = backend_cls(model, profile, device)
+    backend.load()
+    stats.load_seconds = time.perf_counter() - started
+    stats.settings = backend.describe_settings()
+    return backend, stats
+
+
 class Runner:
     """Loads one backend for the run and transcribes every input with it."""
 
@@ -36,39 +78,8 @@ class Runner:
 
     def prepare(self) -> RunStats:
         """Resolve profile, model and backend, and load the model (raises KvscribeError)."""
-        opts = self.options
-        run_started = time.perf_counter()  # wall time counts engine checks and model set-up too
-        backend_cls = registry.get(opts.backend)
-        profile = profiles.load(opts.profile)
-        if opts.kv_policy is not None or opts.kv_cross is not None:
-            profile = dataclasses.replace(
-                profile,
-                kv_self=opts.kv_policy or profile.kv_self,
-                kv_cross=opts.kv_cross or profile.kv_cross,
-            )
-        device = profiles.pick_device(profile, opts.device, hardware.detect())
-        if device not in backend_cls.capabilities.devices:
-            raise UsageError(
-                f"backend {opts.backend} cannot run on {device}",
-                subject="--device",
-                hint=f"use one of: {', '.join(backend_cls.capabilities.devices)}",
-            )
-        started = time.perf_counter()  # model load = resolve (and convert once) + engine load
-        model = models.resolve(opts.model, backend_cls.capabilities.model_formats)
-        label = profile.name + (f" ({profile.chosen_by})" if profile.chosen_by else "")
-        stats = RunStats(
-            backend=opts.backend,
-            profile=label,
-            model=model.name,
-            device=device,
-            started=run_started,
-        )
-        self.backend = backend_cls(model, profile, device)
-        self.backend.load()
-        stats.load_seconds = time.perf_counter() - started
-        stats.settings = self.backend.describe_settings()
-        self.stats = stats
-        return stats
+        self.backend, self.stats = load_backend(self.options)
+        return self.stats
 
     def run(self, inputs: list[Input], listener: Listener) -> RunStats:
         """Transcribe every input in order, transcripts to the listener (no files: a run

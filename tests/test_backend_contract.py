@@ -77,6 +77,20 @@ def test_report_is_complete_after_the_segments(loaded):
     assert report.kv_cross_bytes > 0 and report.settings
 
 
+def test_a_prompt_reaches_the_decoder_and_keeps_the_transcript(loaded):
+    samples = load_audio(SAMPLE)
+    plain = loaded.transcribe(samples, DecodeRequest(beam_size=1))
+    plain_text = "".join(s.text for s in plain.segments)
+    prompted = loaded.transcribe(samples, DecodeRequest(beam_size=1, prompt="President Kennedy:"))
+    assert wer(SAMPLE_TEXT, "".join(s.text for s in prompted.segments)) <= 0.1
+    assert plain_text
+    if loaded.name == "transformers":  # the prompt's tokens sit in the measured cache
+        assert prompted.report.kv_self_peak_bytes > plain.report.kv_self_peak_bytes
+    if loaded.name == "whispercpp":
+        argv = loaded.argv_for(SAMPLE, SAMPLE, DecodeRequest(prompt="President Kennedy:"), 1)
+        assert argv[argv.index("--prompt") + 1] == "President Kennedy:"
+
+
 def test_english_only_model_refuses_translation(loaded):
     from kvscribe.errors import UsageError
 

@@ -58,14 +58,20 @@ class WindowStats:
 
 
 def transcribe(
-    plan: WindowPlan, mel: torch.Tensor, decode_text: Callable[[list[int]], str], stats: WindowStats
+    plan: WindowPlan,
+    mel: torch.Tensor,
+    decode_text: Callable[[list[int]], str],
+    stats: WindowStats,
+    prompt: list[int] | None = None,
 ) -> Iterator[Segment]:
-    """Yield segments of `mel` [n_mels, frames incl. 30 s padding] as each window is decoded."""
+    """Yield segments of `mel` [n_mels, frames incl. 30 s padding] as each window is decoded.
+    `prompt`: tokens of text said before this audio (the first window always sees them)."""
     content_frames = mel.shape[-1] - FRAMES_PER_WINDOW
-    seek, history, next_id = 0, [], 0
+    seek, history, next_id = 0, list(prompt or ()), 0
     while seek < content_frames:
         window_frames = min(FRAMES_PER_WINDOW, content_frames - seek)
-        result = _decode_window(plan, mel[:, seek : seek + FRAMES_PER_WINDOW], history, stats)
+        context = history if plan.condition or seek == 0 else []
+        result = _decode_window(plan, mel[:, seek : seek + FRAMES_PER_WINDOW], context, stats)
         if result.no_speech_prob > NO_SPEECH_THRESHOLD and result.avg_logprob < LOGPROB_THRESHOLD:
             seek += window_frames  # silence: nothing to say here
             continue
@@ -100,7 +106,7 @@ def _decode_window(
     cross.fill(encoded, plan.decoder_module)
     cache = PolicyCache(plan.self_specs)
     prompt = []
-    if plan.condition and history:
+    if history:
         prompt = [plan.special.sot_prev, *history[-PROMPT_MAX:]]
     prompt += plan.sot_sequence
     sot_index = len(prompt) - len(plan.sot_sequence)

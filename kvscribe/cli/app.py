@@ -41,6 +41,7 @@ app = typer.Typer(
     "  kvscribe talk.wav                      transcript on stdout, stats on stderr\n\n"
     "  kvscribe talk.wav --profile tiny-vram  pick a hardware profile\n\n"
     "  kvscribe recordings/ -o out/ -r        a folder tree; rerun to resume\n\n"
+    "  kvscribe mic --live                    text as you speak (Ctrl-C to stop)\n\n"
     "  kvscribe bench --baseline              measure backends, profiles, cache policies",
 )
 
@@ -61,9 +62,10 @@ def _root(
 
 
 def _register() -> None:
-    from kvscribe.cli import bench, info, setup, transcribe
+    from kvscribe.cli import bench, info, live, setup, transcribe
 
     app.command("transcribe", no_args_is_help=True)(transcribe.transcribe)
+    app.command("mic")(live.mic)
     app.command("backends")(info.backends)
     app.add_typer(info.profiles_app, name="profiles")
     app.command("models")(info.models_command)

@@ -1,0 +1,292 @@
+"""`kvscribe mic --live`: transcribe a microphone, a pipe or a replayed file as it is spoken."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Literal
+
+import typer
+from rich.table import Table
+
+from kvscribe.cli.render import exit_with, human_bytes, setup_logging, stderr_console
+from kvscribe.errors import ExitCode
+from kvscribe.options import LiveOptions
+from kvscribe.writers import atomic_write_text
+
+_STREAMING = "Streaming"
+
+
+def mic(
+    live: bool = typer.Option(
+        True, "--live", help="Show text as it is spoken (the only mode: kept for scripts)."
+    ),
+    list_devices: bool = typer.Option(
+        False, "--list-devices", help="List the input devices and exit."
+    ),
+    mic_device: str = typer.Option(
+        None,
+        "--mic",
+        metavar="INDEX|NAME",
+        show_default="the system's default input",
+        help="Record from this input device (see --list-devices).",
+    ),
+    source: str = typer.Option(
+        None,
+        "--input",
+        "-i",
+        metavar="FILE|-",
+        help="Instead of a microphone: replay an audio FILE at real-time pace, or read raw "
+        "s16le 16 kHz mono PCM from stdin ('-').",
+    ),
+    as_fast_as_possible: bool = typer.Option(
+        False, "--as-fast-as-possible", help="Replay --input FILE as fast as it is decoded."
+    ),
+    output: Path = typer.Option(
+        None,
+        "--output",
+        "-o",
+        dir_okay=False,
+        help="Append committed text to this file as it is committed (one line per utterance).",
+    ),
+    backend: str = typer.Option("ctranslate2", "--backend", "-b", help="Inference backend."),
+    profile: str = typer.Option("auto", "--profile", "-p", help="Hardware profile."),
+    model: str = typer.Option(
+        None, "--model", "-m", show_default="tiny.en (embedded)", help="Model name or path."
+    ),
+    language: str = typer.Option(
+        None, "--language", "-l", show_default="detected once", help="Spoken language code."
+    ),
+    task: Literal["transcribe", "translate"] = typer.Option(
+        "transcribe", "--task", help="Transcribe, or translate into English."
+    ),
+    beam_size: int = typer.Option(
+        None, "--beam-size", show_default="profile's", help="Beam width (1 = greedy)."
+    ),
+    device: Literal["auto", "cpu", "cuda", "mps"] = typer.Option(
+        None, "--device", show_default="profile's", help="Run the model on this device."
+    ),
+    kv_policy: str = typer.Option(
+        None, "--kv-policy", show_default="profile's", help="Self-attention KV policy."
+    ),
+    kv_cross: str = typer.Option(
+        None, "--kv-cross", show_default="profile's", help="Cross-attention KV policy."
+    ),
+    prompt: str = typer.Option(
+        None,
+        "--prompt",
+        metavar="TEXT",
+        help="Context for the decoder, e.g. names and terms it should spell your way.",
+    ),
+    step: float = typer.Option(
+        1.0, "--step", help="Seconds of new audio between re-decodes.", rich_help_panel=_STREAMING
+    ),
+    min_silence: float = typer.Option(
+        0.7,
+        "--min-silence",
+        help="Seconds of silence that end an utterance.",
+        rich_help_panel=_STREAMING,
+    ),
+    vad_threshold: float = typer.Option(
+        0.5,
+        "--vad-threshold",
+        help="Speech probability that starts an utterance.",
+        rich_help_panel=_STREAMING,
+    ),
+    stats_json: Path = typer.Option(
+        None, "--stats-json", dir_okay=False, help="Also write the stats report to this file."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Committed lines only; no stats."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks and debug logs."),
+) -> None:
+    """Transcribe as you speak: committed text as it settles, stats at the end.
+
+    Voice activity detection cuts the stream into utterances; each is re-decoded as it
+    grows and the words two decodes in a row agree on are committed. Ctrl-C finishes the
+    utterance in progress, writes it, prints the stats and exits 0.
+    """
+    console = stderr_console()
+    setup_logging(debug)
+
+    def body() -> int:
+        if list_devices:
+            return _list_devices()
+        options = LiveOptions(
+            source=source,
+            paced=not as_fast_as_possible,
+            mic=mic_device,
+            output=output,
+            backend=backend,
+            profile=profile,
+            model=model,
+            language=language,
+            task=task,
+            beam_size=beam_size,
+            device=device,
+            kv_policy=kv_policy,
+            kv_cross=kv_cross,
+            prompt=prompt,
+            step=step,
+            min_silence=min_silence,
+            vad_threshold=vad_threshold,
+            stats_json=stats_json,
+            quiet=quiet,
+        )
+        return _run(options, console)
+
+    exit_with(body, console, debug)
+
+
+def _list_devices() -> int:
+    from kvscribe.live import microphone
+
+    devices = microphone.input_devices()
+    if not devices:
+        stderr_console().print("no input devices found (is a microphone connected?)")
+        return ExitCode.INPUT_NOT_FOUND
+    for d in devices:
+        mark = "*" if d.is_default else " "
+        sys.stdout.write(
+            f"{mark} {d.index:3d}  {d.name}  ({d.host_api}, {d.channels} ch, "
+            f"{d.default_rate:.0f} Hz)\n"
+        )
+    return ExitCode.OK
+
+
+def _open_source(options: LiveOptions):
+    from kvscribe.live import capture, microphone
+
+    if options.source == "-":
+        return capture.PcmStdin(sys.stdin.buffer)
+    if options.source is not None:
+        return capture.FileReplay(Path(options.source), options.paced)
+    return microphone.Microphone(microphone.pick(options.mic))
+
+
+def _run(options: LiveOptions, console) -> int:
+    from kvscribe.backends.base import DecodeRequest
+    from kvscribe.cli.live_view import LiveView, TranscriptFile
+    from kvscribe.live.capture import Capture
+    from kvscribe.live.session import LiveSession, StreamSettings
+    from kvscribe.live.stats import LiveStats
+    from kvscribe.live.vad import SileroVad, VadSettings, VoiceDetector
+    from kvscribe.runner import load_backend
+
+    source = _open_source(options)  # a missing file or microphone fails before the model loads
+    vad = VadSettings(threshold=options.vad_threshold, min_silence=options.min_silence)
+    detector = VoiceDetector(SileroVad(), vad)
+    engine, loaded = load_backend(options)
+    stats = LiveStats(
+        backend=loaded.backend,
+        profile=loaded.profile,
+        model=loaded.model,
+        source=source.label,
+        paced=source.live,
+        settings=loaded.settings,
+        load_seconds=loaded.load_seconds,
+    )
+    transcript = TranscriptFile(options.output) if options.output is not None else None
+    session = LiveSession(
+        engine,
+        DecodeRequest(options.language, options.task, options.beam_size, options.prompt),
+        Capture(source),
+        detector,
+        LiveView(stats, transcript, options.quiet),
+        stats,
+        StreamSettings(step=options.step, vad=vad),
+    )
+    if not options.quiet:
+        console.print(f"[dim]kvscribe: listening to {source.label} (Ctrl-C to stop)[/]")
+    with session.listener, _stop_on_signals(session):
+        session.run()
+    _report(options, stats, console)
+    return ExitCode.OK
+
+
+class _stop_on_signals:
+    """First Ctrl-C (or SIGTERM): finish the utterance in progress and stop. A second one:
+    stop at once (exit 130)."""
+
+    def __init__(self, session):
+        self.session = session
+        self._previous: dict[int, object] = {}
+        self._asked = False
+
+    def __enter__(self) -> None:
+        for number in (signal.SIGINT, signal.SIGTERM):
+            self._previous[number] = signal.signal(number, self._handle)
+
+    def __exit__(self, *exc_info) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+
+    def _handle(self, number, frame) -> None:
+        if self._asked:
+            raise KeyboardInterrupt
+        self._asked = True
+        self.session.stop()
+
+
+def _report(options: LiveOptions, stats, console) -> None:
+    report = stats.to_dict()
+    if options.stats_json is not None:
+        atomic_write_text(options.stats_json, json.dumps(report, indent=2) + "\n")
+    if not options.quiet:
+        console.print(live_stats_table(report))
+
+
+def live_stats_table(report: dict) -> Table:
+    table = Table(
+        title="kvscribe live stats",
+        title_justify="left",
+        show_header=False,
+        box=None,
+        pad_edge=False,
+        padding=(0, 2, 0, 0),
+    )
+    table.add_column(style="bold")
+    table.add_column()
+    for label, value in _live_rows(report):
+        table.add_row(label, value)
+    return table
+
+
+def _live_rows(r: dict) -> list[tuple[str, str]]:
+    def secs(value) -> str:
+        return "-" if value is None else f"{value:.2f} s"
+
+    rtf = r["real_time_factor"]
+    pace = "" if r["paced"] else " [dim](not real time: latencies are not live figures)[/]"
+    estimated = " [dim](estimated)[/]" if r["kv_estimated"] else ""
+    rows = [
+        ("backend / profile", f"{r['backend']} / {r['profile']}"),
+        ("model", r["model"]),
+        *((k, v) for k, v in r["settings"].items()),
+        ("source", r["source"]),
+        ("audio", secs(r["audio_seconds"])),
+        ("utterances", str(r["utterances"])),
+        (
+            "commit latency p50 / p95",
+            f"{secs(r['latency_p50_seconds'])} / {secs(r['latency_p95_seconds'])}{pace}",
+        ),
+        ("real-time factor", "-" if rtf is None else f"{rtf:.3f} (busy / audio)"),
+        ("decodes", f"{r['decodes']} (p50 {secs(r['decode_p50_seconds'])})"),
+        ("dropped audio", secs(r["dropped_audio_seconds"])),
+        ("self-attn KV peak", human_bytes(r["kv_self_peak_bytes"]) + estimated),
+        ("cross-attn KV", human_bytes(r["kv_cross_bytes"]) + estimated),
+        ("peak RSS", human_bytes(r["peak_rss_bytes"])),
+    ]
+    if r["rss_end_bytes"] is not None:
+        growth = r["rss_end_bytes"] - r["rss_after_warmup_bytes"]
+        rows.append(
+            (
+                "RSS after warm-up / end",
+                f"{human_bytes(r['rss_after_warmup_bytes'])} / {human_bytes(r['rss_end_bytes'])}"
+                f" ({'+' if growth >= 0 else '-'}{human_bytes(abs(growth))})",
+            )
+        )
+    if r["dropped_audio_seconds"] > 0:
+        rows.append(("warning", "this machine did not keep up: audio was dropped"))
+    return rows

@@ -1,0 +1,140 @@
+"""How a live session looks: a rich Live panel on a terminal (committed text normal, the
+tentative tail dim, a status line), plain committed lines into a pipe, and `-o FILE` appended
+to as text is committed."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
+
+from kvscribe.cli.render import human_bytes
+from kvscribe.errors import OutputError
+from kvscribe.live.stats import LiveStats
+
+
+class TranscriptFile:
+    """Appends committed words as they come and ends each utterance's line, flushing each
+    time (and fsync per line): a crash loses at most the words not yet committed."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self._file: TextIO = open(path, "a+", encoding="utf-8")  # noqa: SIM115 (long-lived)
+            self._file.seek(0, os.SEEK_END)
+            if self._file.tell() > 0:
+                self._file.seek(self._file.tell() - 1)
+                ends_line = self._file.read(1) == "\n"
+                if not ends_line:  # an earlier session was killed mid-utterance
+                    self._file.write("\n")
+        except OSError as exc:
+            raise OutputError(
+                f"cannot append to it: {exc.strerror or exc}",
+                subject=str(path),
+                hint="pick a writable file path for -o",
+            ) from None
+        self._line_open = False
+
+    def committed(self, text: str) -> None:
+        self._write((" " if self._line_open else "") + text)
+        self._line_open = True
+
+    def utterance_done(self) -> None:
+        if self._line_open:
+            self._write("\n")
+            os.fsync(self._file.fileno())
+        self._line_open = False
+
+    def close(self) -> None:
+        self.utterance_done()
+        self._file.close()
+
+    def _write(self, text: str) -> None:
+        try:
+            self._file.write(text)
+            self._file.flush()
+        except OSError as exc:
+            raise OutputError(
+                f"write failed: {exc.strerror or exc}", subject=str(self.path)
+            ) from None
+
+
+class LiveView:
+    """The session's listener for the terminal and the transcript file."""
+
+    def __init__(self, stats: LiveStats, output: TranscriptFile | None, quiet: bool):
+        self.stats = stats
+        self.output = output
+        self.out = Console(highlight=False, soft_wrap=True)
+        self.interactive = self.out.is_terminal and not quiet
+        self._committed: list[str] = []
+        self._tentative = ""
+        self._level = -100.0
+        self._speaking = False
+        self._live: Live | None = None
+
+    def __enter__(self) -> LiveView:
+        if self.interactive:
+            self._live = Live(
+                get_renderable=self._render, console=self.out, refresh_per_second=8, transient=True
+            )
+            self._live.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._live is not None:
+            self._live.stop()
+        if self.output is not None:
+            self.output.close()
+
+    # -- LiveListener ---------------------------------------------------------------------
+
+    def committed(self, text: str) -> None:
+        self._committed.append(text)
+        if self.output is not None:
+            self.output.committed(text)
+
+    def tentative(self, text: str) -> None:
+        self._tentative = text
+
+    def utterance_done(self, text: str, latency: float) -> None:
+        self._committed, self._tentative = [], ""
+        if self.output is not None:
+            self.output.utterance_done()
+        if self._live is not None:
+            self._live.console.print(text)  # above the live panel, for good
+        else:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+
+    def heard(self, level_db: float, speaking: bool) -> None:
+        self._level, self._speaking = level_db, speaking
+
+    # -- drawing ----------------------------------------------------------------------------
+
+    def _render(self) -> Group:
+        line = Text(" ".join(self._committed))
+        if self._tentative:
+            line.append((" " if self._committed else "") + self._tentative, style="dim")
+        return Group(line, self._status())
+
+    def _status(self) -> Text:
+        s = self.stats
+        latency = f"{s.latencies[-1]:.2f} s" if s.latencies else "-"
+        bar = "#" * max(0, min(20, int((self._level + 60) / 3)))
+        status = Text(style="dim")
+        status.append(
+            "● speech " if self._speaking else "○ quiet  ",
+            style="bold green" if self._speaking else "dim",
+        )
+        status.append(
+            f"level {bar:<20} {self._level:5.0f} dB | latency {latency} | "
+            f"KV {human_bytes(s.kv_bytes)} | audio {s.audio_seconds:6.1f} s | "
+            f"dropped {s.dropped_seconds:.1f} s | Ctrl-C to stop"
+        )
+        return status

@@ -1,0 +1,1 @@
+"""Live transcription: capture -> voice activity -> LocalAgreement commits (`kvscribe mic`)."""

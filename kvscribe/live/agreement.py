@@ -1,0 +1,167 @@
+"""LocalAgreement (Whisper-Streaming, Macháček et al. 2023): re-decode a growing audio buffer
+and commit the longest prefix on which two consecutive hypotheses agree.
+
+Words carry an estimated end time (Whisper's segment span shared out by characters): good
+to a few hundred ms, enough to hold back the newest words and to find where a committed
+sentence ends in the audio. Word timestamps proper would cost an alignment pass per decode.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_SENTENCE_END = (".", "?", "!", "\u3002", "\uff1f", "\uff01")  # and CJK full stops
+_ECHO = 3  # words a new buffer may repeat from the end of the text cut off before it
+
+
+def normalized(word: str) -> str:
+    """What two hypotheses must share for a word to count as agreed: case and punctuation
+    differ between re-decodes of the same speech ("Americans," vs "Americans")."""
+    return re.sub(r"[^\w']", "", word.casefold())
+
+
+def ends_sentence(word: str) -> bool:
+    return word.endswith(_SENTENCE_END)
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """The decoder's reading of the buffer: words and their estimated ends (seconds from the
+    buffer start)."""
+
+    words: tuple[str, ...]
+    ends: tuple[float, ...]
+
+    @classmethod
+    def from_segments(cls, segments: list[tuple[str, float, float]]) -> Hypothesis:
+        """(text, start, end) per segment -> words with ends shared out by characters."""
+        words: list[str] = []
+        ends: list[float] = []
+        for text, start, end in segments:
+            parts = text.split()
+            total, done = sum(len(w) + 1 for w in parts), 0
+            for word in parts:
+                done += len(word) + 1
+                words.append(word)
+                ends.append(start + (end - start) * done / total)
+        return cls(tuple(words), tuple(ends))
+
+    def after(self, count: int, seconds: float) -> Hypothesis:
+        """Without its first `count` words, timed from `seconds` later."""
+        return Hypothesis(self.words[count:], tuple(t - seconds for t in self.ends[count:]))
+
+
+def common_prefix(a: list[str], b: list[str]) -> int:
+    """How many leading words `a` and `b` share, compared normalized."""
+    count = 0
+    for x, y in zip(a, b, strict=False):
+        if normalized(x) != normalized(y):
+            break
+        count += 1
+    return count
+
+
+class LocalAgreement:
+    """What of the current buffer is committed, and what is still tentative."""
+
+    def __init__(self) -> None:
+        self.committed: list[str] = []  # committed words heard in the current buffer
+        self.latest: Hypothesis | None = None
+        self._aligned = 0  # latest.words[:_aligned] are the committed words
+        self._previous_tail: list[str] | None = None
+        self._cut_off: list[str] = []  # the last words cut off before the buffer
+
+    @property
+    def tentative(self) -> list[str]:
+        return [] if self.latest is None else list(self.latest.words[self._aligned :])
+
+    def update(self, hypothesis: Hypothesis, hold: float = 0.0) -> list[str]:
+        """Take a new hypothesis; return the words it newly commits: those it shares with the
+        previous one and that it follows with at least `hold` seconds of further words
+        (Whisper rereads a word once it hears what comes after it)."""
+        start = self._take(hypothesis)
+        tail = list(hypothesis.words[start:])
+        agreed = common_prefix(tail, self._previous_tail) if self._previous_tail else 0
+        horizon = hypothesis.ends[-1] - hold if hypothesis.ends else 0.0
+        while agreed and hypothesis.ends[start + agreed - 1] > horizon:
+            agreed -= 1
+        self._previous_tail = tail[agreed:]
+        return self._accept(tail[:agreed])
+
+    def finish(self, hypothesis: Hypothesis) -> list[str]:
+        """The final hypothesis of an utterance: commit everything not committed yet."""
+        start = self._take(hypothesis)
+        self._previous_tail = []
+        return self._accept(list(hypothesis.words[start:]))
+
+    def force(self, hold: float) -> list[str]:
+        """Commit the latest hypothesis up to `hold` seconds before its end, agreed or not
+        (the buffer cannot grow any longer)."""
+        if self.latest is None or not self.latest.ends:
+            return []
+        horizon = self.latest.ends[-1] - hold
+        count = sum(1 for t in self.latest.ends[self._aligned :] if t <= horizon)
+        new = list(self.latest.words[self._aligned : self._aligned + count])
+        if self._previous_tail is not None:
+            self._previous_tail = self._previous_tail[count:]
+        return self._accept(new)
+
+    def cut_point(self, sentences_only: bool) -> tuple[int, float] | None:
+        """Where the buffer may be cut: after the last committed word (that ends a sentence),
+        as (committed words before the cut, estimated seconds), or None."""
+        if self.latest is None:
+            return None
+        offset = self._aligned - len(self.committed)  # latest's words before the committed
+        for index in range(self._aligned - 1, max(offset, 0) - 1, -1):
+            if not sentences_only or ends_sentence(self.latest.words[index]):
+                return index + 1 - offset, self.latest.ends[index]
+        return None
+
+    def drop(self, count: int, seconds: float) -> list[str]:
+        """The buffer lost its first `seconds`, holding the first `count` committed words:
+        forget them (returned) and time the rest from the new start."""
+        gone, self.committed = self.committed[:count], self.committed[count:]
+        self._cut_off = (self._cut_off + gone)[-_ECHO:]
+        if self.latest is not None:
+            skip = count + self._aligned - len(self.committed) - len(gone)
+            self.latest = self.latest.after(max(0, skip), seconds)
+            self._aligned = len(self.committed)
+        return gone
+
+    def _take(self, hypothesis: Hypothesis) -> int:
+        self.latest = hypothesis
+        self._aligned = self._align(list(hypothesis.words))
+        return self._aligned
+
+    def _accept(self, words: list[str]) -> list[str]:
+        self.committed.extend(words)
+        self._aligned += len(words)
+        return words
+
+    def _align(self, words: list[str]) -> int:
+        """Where the committed words end in `words`: their count, unless the decoder has since
+        dropped, merged or split a committed word; then where the last two (else the last
+        one) committed words sit nearest that count. With nothing committed yet, skip the
+        words the buffer repeats from the text cut off before it."""
+        k = len(self.committed)
+        if k == 0:
+            return self._echo(words)
+        for size in (2, 1):
+            tail = [normalized(w) for w in self.committed[-size:]]
+            for shift in (0, -1, 1, -2, 2, -3, 3):
+                end = k + shift
+                if (
+                    size <= end <= len(words)
+                    and [normalized(w) for w in words[end - size : end]] == tail
+                ):
+                    return end
+        return min(k, len(words))
+
+    def _echo(self, words: list[str]) -> int:
+        for size in range(min(len(self._cut_off), len(words)), 0, -1):
+            if [normalized(w) for w in words[:size]] == [
+                normalized(w) for w in self._cut_off[-size:]
+            ]:
+                return size
+        return 0

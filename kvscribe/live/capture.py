@@ -1,0 +1,168 @@
+"""Where live audio comes from: a file replayed at real-time pace (or as fast as the decoder
+takes it), raw 16 kHz s16le PCM on stdin, or a microphone. Each source runs in its own thread
+and hands mono 16 kHz float32 chunks to the session through a bounded queue."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+import numpy as np
+
+from kvscribe import audio
+from kvscribe.errors import AudioDecodeError, InputNotFoundError, KvscribeError
+
+CHUNK_SECONDS = 0.1
+_CHUNK = int(CHUNK_SECONDS * audio.SAMPLE_RATE)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    samples: np.ndarray  # mono 16 kHz float32
+    arrived: float  # perf_counter() when it reached kvscribe
+
+
+Emit = Callable[[np.ndarray], None]
+
+
+class Source(Protocol):
+    label: str
+    live: bool  # audio arrives whether or not it is taken: a full queue drops it
+
+    def run(self, emit: Emit, stopped: threading.Event) -> None:
+        """Emit chunks until the audio ends or `stopped` is set; raise KvscribeError."""
+
+
+class FileReplay:
+    """An audio file in 0.1 s chunks, each released when its time comes (`paced`), or all
+    as fast as the session takes them."""
+
+    def __init__(self, path: Path, paced: bool):
+        audio.check_readable(path)
+        self.path, self.live = path, paced
+        self.label = f"{path} ({'real-time replay' if paced else 'as fast as possible'})"
+
+    def run(self, emit: Emit, stopped: threading.Event) -> None:
+        started, sent = time.perf_counter(), 0
+        for chunk in _rechunk(audio.stream_audio(self.path)):
+            if stopped.is_set():
+                return
+            if self.live:
+                due = started + (sent + chunk.size) / audio.SAMPLE_RATE
+                stopped.wait(max(0.0, due - time.perf_counter()))
+            emit(chunk)
+            sent += chunk.size
+        if sent == 0:
+            raise AudioDecodeError("contains no audio samples", subject=str(self.path))
+
+
+class PcmStdin:
+    """Raw signed 16-bit little-endian mono PCM at 16 kHz, e.g. from `arecord -f S16_LE
+    -r 16000 -c 1` or `ffmpeg ... -f s16le -ar 16000 -ac 1 -`. A writer faster than real time
+    simply waits (the pipe fills); nothing is dropped."""
+
+    label = "stdin (s16le 16 kHz mono)"
+    live = False
+
+    def __init__(self, stream: BinaryIO):
+        self.stream = stream
+
+    def run(self, emit: Emit, stopped: threading.Event) -> None:
+        carry = b""
+        while not stopped.is_set():
+            data = self.stream.read(2 * _CHUNK)
+            if not data:
+                return
+            data, carry = carry + data, b""
+            if len(data) % 2:  # a sample split across reads
+                data, carry = data[:-1], data[-1:]
+            emit(np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0)
+
+
+def _rechunk(pieces) -> np.ndarray:
+    """Decoder frames of any size -> 0.1 s chunks (the last may be shorter)."""
+    held = np.zeros(0, dtype=np.float32)
+    for piece in pieces:
+        held = np.concatenate([held, piece])
+        while held.size >= _CHUNK:
+            yield held[:_CHUNK]
+            held = held[_CHUNK:]
+    if held.size:
+        yield held
+
+
+_END = object()
+
+
+class Capture:
+    """Runs a source in a daemon thread. A live source that outruns the session by more than
+    `backlog` seconds loses the newest audio, counted in `dropped_seconds`; other sources wait."""
+
+    def __init__(self, source: Source, backlog: float = 30.0):
+        self.source = source
+        self.dropped_seconds = 0.0
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, int(backlog / CHUNK_SECONDS)))
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kvscribe-capture", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def get(self, timeout: float) -> Chunk | None:
+        """The next chunk; None if none came within `timeout`. Raises EOFError at the end, or
+        the source's KvscribeError."""
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if item is _END:
+            self._queue.put(_END)  # stay at the end for later calls
+            raise EOFError
+        if isinstance(item, KvscribeError):
+            self._queue.put(_END)
+            raise item
+        return item
+
+    def waiting(self) -> bool:
+        return not self._queue.empty()
+
+    def _emit(self, samples: np.ndarray) -> None:
+        chunk = Chunk(samples, time.perf_counter())
+        if not self.source.live:
+            while not self._stopped.is_set():
+                try:
+                    self._queue.put(chunk, timeout=0.1)
+                    return
+                except queue.Full:
+                    continue
+            return
+        try:
+            self._queue.put_nowait(chunk)
+        except queue.Full:
+            self.dropped_seconds += samples.size / audio.SAMPLE_RATE
+
+    def _run(self) -> None:
+        outcome: object = _END
+        try:
+            self.source.run(self._emit, self._stopped)
+        except KvscribeError as exc:
+            outcome = exc
+        except OSError as exc:
+            outcome = InputNotFoundError(
+                f"reading audio failed: {exc.strerror or exc}", subject=self.source.label
+            )
+        while True:  # the end marker must get in, even past a full queue
+            try:
+                self._queue.put(outcome, timeout=0.1)
+                return
+            except queue.Full:
+                if self._stopped.is_set():
+                    return

@@ -1,0 +1,293 @@
+"""A live session: audio chunks -> voice activity -> per-utterance re-decoding -> committed text.
+
+Within an utterance the buffer (from its onset) is re-decoded every `step` seconds of new
+audio and LocalAgreement commits what two decodes in a row agree on. When the voice detector
+ends the utterance, its final hypothesis commits the rest, and the next utterance starts from
+an empty buffer and a fresh decoder cache (every decode builds its own; nothing carries over).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.backends.base import Backend, DecodeRequest
+from kvscribe.live.agreement import Hypothesis, LocalAgreement
+from kvscribe.live.capture import Capture, Chunk
+from kvscribe.live.stats import LiveStats
+from kvscribe.live.vad import VadSettings, VoiceDetector, VoiceEvent, level_dbfs
+
+_MEMORY_EVERY = 10.0  # seconds of audio between RSS samples
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    step: float = 1.0  # seconds of new audio between re-decodes of an utterance
+    hold: float = 2.0  # words are committed once the decoder has heard this much speech after
+    # Whisper reads better with more context: cut the buffer late (it sees 30 s at most).
+    trim_after: float = 18.0  # a longer buffer is cut after its last committed sentence
+    max_buffer: float = 27.0  # a buffer this long is cut wherever it must
+    vad: VadSettings = field(default_factory=VadSettings)
+
+
+class LiveListener(Protocol):
+    def committed(self, text: str) -> None:
+        """Words just committed, continuing the current utterance."""
+
+    def tentative(self, text: str) -> None:
+        """The uncommitted tail of the latest hypothesis ('' when none)."""
+
+    def utterance_done(self, text: str, latency: float) -> None:
+        """The utterance's whole committed text, `latency` s after its speech ended."""
+
+    def heard(self, level_db: float, speaking: bool) -> None:
+        """One chunk arrived (for level meters)."""
+
+
+@dataclass
+class _Utterance:
+    start: int  # stream sample where the buffer starts (moves forward when it is cut)
+    agreement: LocalAgreement = field(default_factory=LocalAgreement)
+    words: list[str] = field(default_factory=list)  # everything committed in this utterance
+    decoded_to: int = -1  # stream sample up to which the latest hypothesis heard
+    paused_at: int | None = None  # speech went quiet here and has not resumed
+    pauses: list[tuple[int, int]] = field(default_factory=list)  # quiet stretches inside it
+
+
+class LiveSession:
+    def __init__(
+        self,
+        backend: Backend,
+        request: DecodeRequest,
+        capture: Capture,
+        detector: VoiceDetector,
+        listener: LiveListener,
+        stats: LiveStats,
+        settings: StreamSettings,
+    ):
+        self.backend, self.request, self.capture = backend, request, capture
+        self.detector, self.listener, self.stats, self.settings = (
+            detector,
+            listener,
+            stats,
+            settings,
+        )
+        self._pad = int(settings.vad.pad * SAMPLE_RATE)
+        self._step = int(settings.step * SAMPLE_RATE)
+        self._stop = threading.Event()
+        self._audio = np.zeros(0, dtype=np.float32)  # recent stream audio from `_origin`
+        self._origin = 0
+        self._received = 0
+        self._arrivals: deque[tuple[int, float]] = deque()  # (end sample, arrival) per chunk
+        self._utterance: _Utterance | None = None
+        self._next_memory_sample = 0.0
+        self._language: str | None = None  # the first utterance's, then pinned
+
+    def stop(self) -> None:
+        """Finish soon: the pending utterance is decoded and committed (safe from a signal
+        handler)."""
+        self._stop.set()
+
+    def run(self) -> LiveStats:
+        self.capture.start()
+        try:
+            while not self._stop.is_set():
+                try:
+                    chunk = self.capture.get(timeout=0.1)
+                except EOFError:
+                    break
+                if chunk is not None:
+                    self._process(chunk, decode=True)
+            self.capture.stop()
+            self._drain()
+            self._end_of_audio()
+        finally:
+            self.capture.stop()
+            self.stats.dropped_seconds = self.capture.dropped_seconds
+            self.stats.finish()
+        return self.stats
+
+    # -- per chunk ---------------------------------------------------------------------------
+
+    def _process(self, chunk: Chunk, decode: bool) -> None:
+        busy = time.perf_counter()
+        self._append(chunk)
+        speaking = self.detector.in_speech
+        for event in self.detector.feed(chunk.samples):
+            self._on_event(event)
+        self.stats.dropped_seconds = self.capture.dropped_seconds
+        self.listener.heard(level_dbfs(chunk.samples), speaking)
+        if decode and self._decode_due():
+            self._redecode()
+        self._forget_old_audio()
+        self.stats.busy_seconds += time.perf_counter() - busy
+        if self.stats.audio_seconds >= self._next_memory_sample:
+            self.stats.sample_memory()
+            self._next_memory_sample += _MEMORY_EVERY
+
+    def _append(self, chunk: Chunk) -> None:
+        self._audio = np.concatenate([self._audio, chunk.samples])
+        self._received += chunk.samples.size
+        self._arrivals.append((self._received, chunk.arrived))
+        self.stats.audio_seconds = self._received / SAMPLE_RATE
+
+    def _on_event(self, event: VoiceEvent) -> None:
+        if event.kind == "start":
+            self._utterance = _Utterance(start=max(self._origin, event.sample - self._pad))
+            return
+        utterance = self._utterance
+        if utterance is None:
+            return
+        if event.kind == "pause":
+            utterance.paused_at = event.sample
+        elif event.kind == "resume":
+            if utterance.paused_at is not None:
+                utterance.pauses.append((utterance.paused_at, event.sample))
+                del utterance.pauses[:-64]  # the recent ones are all a cut can use
+            utterance.paused_at = None
+        elif event.kind == "end":
+            self._finish(event.sample)
+        else:  # "discard": too short to be speech
+            self._utterance = None
+            self.listener.tentative("")
+
+    def _decode_due(self) -> bool:
+        """Re-decode every `step` of new audio, and as soon as speech pauses (that decode may
+        turn out to be the final one). A live source that is behind catches up first."""
+        utterance = self._utterance
+        if utterance is None or (self.capture.source.live and self.capture.waiting()):
+            return False
+        if self._received - utterance.decoded_to >= self._step:
+            return True
+        paused = utterance.paused_at
+        return (
+            paused is not None and utterance.decoded_to < paused + self._pad // 2 <= self._received
+        )
+
+    # -- decoding ------------------------------------------------------------------------------
+
+    def _decode(self, start: int, stop: int) -> Hypothesis:
+        samples = self._audio[start - self._origin : stop - self._origin]
+        started = time.perf_counter()
+        run = self.backend.transcribe(samples, self.request)
+        segments = [(s.text, s.start, s.end) for s in run.segments]
+        self.stats.record_decode(time.perf_counter() - started, run.report)
+        self._language = run.language
+        return Hypothesis.from_segments(segments)
+
+    def _redecode(self) -> None:
+        utterance = self._utterance
+        assert utterance is not None
+        hypothesis = self._decode(utterance.start, self._received)
+        utterance.decoded_to = self._received
+        self._commit(utterance, utterance.agreement.update(hypothesis, self.settings.hold))
+        self._cut_buffer(utterance)
+        self.listener.tentative(" ".join(utterance.agreement.tentative))
+
+    def _cut_buffer(self, utterance: _Utterance) -> None:
+        """Keep the buffer short: past `trim_after`, cut after the last committed sentence, in
+        the voice detector's pause there; near `max_buffer`, after any committed word; at
+        `max_buffer`, commit what the latest hypothesis holds and cut wherever it must."""
+        s = self.settings
+        seconds = (self._received - utterance.start) / SAMPLE_RATE
+        if seconds < s.trim_after:
+            return
+        agreement = utterance.agreement
+        point = agreement.cut_point(sentences_only=seconds < s.max_buffer - 4)
+        if point is None and seconds >= s.max_buffer:
+            self._commit(utterance, agreement.force(s.hold))
+            point = agreement.cut_point(sentences_only=False)
+        if point is None:
+            return
+        count, at = point
+        estimate = utterance.start + int(at * SAMPLE_RATE)
+        cut = self._snap_to_pause(utterance, estimate)
+        if cut is None:
+            if seconds < s.max_buffer:
+                return  # the word end is an estimate: wait for a pause to cut in
+            cut = estimate
+        cut = min(self._received, max(utterance.start, cut))
+        agreement.drop(count, (cut - utterance.start) / SAMPLE_RATE)
+        utterance.start = cut
+        utterance.decoded_to = -1  # the latest hypothesis no longer describes this buffer
+
+    def _snap_to_pause(self, utterance: _Utterance, sample: int) -> int | None:
+        """The middle of the voice detector's pause nearest `sample` (within 0.5 s), if any:
+        cutting there cannot split a word."""
+        reach = int(0.5 * SAMPLE_RATE)
+        near = [(a, b) for a, b in utterance.pauses if a - reach <= sample <= b + reach]
+        if not near:
+            return None
+        a, b = min(near, key=lambda p: abs((p[0] + p[1]) // 2 - sample))
+        return max(utterance.start, (a + b) // 2)
+
+    def _commit(self, utterance: _Utterance, words: list[str]) -> None:
+        if words:
+            utterance.words.extend(words)
+            self.listener.committed(" ".join(words))
+
+    def _finish(self, end: int) -> None:
+        """The utterance ended at sample `end`: commit its final hypothesis."""
+        utterance = self._utterance
+        assert utterance is not None
+        latest = utterance.agreement.latest
+        if latest is None or utterance.decoded_to < end + self._pad // 2:
+            latest = self._decode(utterance.start, min(self._received, end + self._pad))
+        self._commit(utterance, utterance.agreement.finish(latest))
+        self._utterance = None
+        self.listener.tentative("")
+        latency = time.perf_counter() - self._arrival(end)
+        if utterance.words:
+            self.stats.utterances += 1
+            self.stats.latencies.append(latency)
+            self.listener.utterance_done(" ".join(utterance.words), latency)
+        if self.request.language is None and self._language:
+            # Detect once: later utterances skip language detection (multilingual models).
+            self.request = dataclasses.replace(self.request, language=self._language)
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+
+    def _arrival(self, sample: int) -> float:
+        """When the chunk holding stream sample `sample` reached kvscribe."""
+        for end, arrived in self._arrivals:
+            if end > sample:
+                return arrived
+        return self._arrivals[-1][1] if self._arrivals else time.perf_counter()
+
+    def _forget_old_audio(self) -> None:
+        """Keep only the buffer of the utterance in progress, or the pad before a next one."""
+        keep_from = self._received - self._pad - WINDOW_SLACK
+        if self._utterance is not None:
+            keep_from = min(keep_from, self._utterance.start)
+        drop = keep_from - self._origin
+        if drop > 0:
+            self._audio = self._audio[drop:]
+            self._origin = keep_from
+        while self._arrivals and self._arrivals[0][0] <= self._origin:
+            self._arrivals.popleft()
+
+    def _drain(self) -> None:
+        """After a stop: take what the capture had queued, committing utterances that end in
+        it but skipping intermediate re-decodes."""
+        while self.capture.waiting():
+            try:
+                chunk = self.capture.get(timeout=0)
+            except EOFError:
+                return
+            if chunk is not None:
+                self._process(chunk, decode=False)
+
+    def _end_of_audio(self) -> None:
+        event = self.detector.close(self._received)
+        if event is not None:
+            self._on_event(event)
+
+
+WINDOW_SLACK = SAMPLE_RATE // 2  # audio kept before a possible onset, beyond the pad

