@@ -45,14 +45,7 @@ class TranscribeOptions:
                 subject="FILE",
                 hint="pass one or more audio files or folders",
             )
-        if self.task not in TASKS:
-            raise UsageError(
-                f"must be one of {', '.join(TASKS)}", subject="--task", hint=f"got {self.task!r}"
-            )
-        if self.beam_size is not None and not 1 <= self.beam_size <= 16:
-            raise UsageError(
-                "must be between 1 and 16", subject="--beam-size", hint=f"got {self.beam_size}"
-            )
+        _check_decoding(self.task, self.beam_size)
         if self.device is not None and self.device not in DEVICES:
             raise UsageError(
                 f"must be one of {', '.join(DEVICES)}",
@@ -146,18 +139,20 @@ class LiveOptions:
                 subject="--mic",
                 hint="use one of --mic and --input",
             )
-        if self.task not in TASKS:
-            raise UsageError(
-                f"must be one of {', '.join(TASKS)}", subject="--task", hint=f"got {self.task!r}"
-            )
-        if self.beam_size is not None and not 1 <= self.beam_size <= 16:
-            raise UsageError(
-                "must be between 1 and 16", subject="--beam-size", hint=f"got {self.beam_size}"
-            )
+        _check_decoding(self.task, self.beam_size)
         if self.kv_policy is not None:
             validate_policy(self.kv_policy)
         if self.kv_cross is not None:
             parse_cross(self.kv_cross)
+
+
+def _check_decoding(task: str, beam_size: int | None) -> None:
+    if task not in TASKS:
+        raise UsageError(
+            f"must be one of {', '.join(TASKS)}", subject="--task", hint=f"got {task!r}"
+        )
+    if beam_size is not None and not 1 <= beam_size <= 16:
+        raise UsageError("must be between 1 and 16", subject="--beam-size", hint=f"got {beam_size}")
 
 
 def _in_range(flag: str, value: float, low: float, high: float) -> None:

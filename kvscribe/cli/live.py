@@ -11,7 +11,13 @@ from typing import Literal
 import typer
 from rich.table import Table
 
-from kvscribe.cli.render import exit_with, human_bytes, setup_logging, stderr_console
+from kvscribe.cli.render import (
+    exit_with,
+    figures_table,
+    human_bytes,
+    setup_logging,
+    stderr_console,
+)
 from kvscribe.errors import ExitCode
 from kvscribe.options import LiveOptions
 from kvscribe.writers import atomic_write_text
@@ -238,19 +244,7 @@ def _report(options: LiveOptions, stats, console) -> None:
 
 
 def live_stats_table(report: dict) -> Table:
-    table = Table(
-        title="kvscribe live stats",
-        title_justify="left",
-        show_header=False,
-        box=None,
-        pad_edge=False,
-        padding=(0, 2, 0, 0),
-    )
-    table.add_column(style="bold")
-    table.add_column()
-    for label, value in _live_rows(report):
-        table.add_row(label, value)
-    return table
+    return figures_table("kvscribe live stats", _live_rows(report))
 
 
 def _live_rows(r: dict) -> list[tuple[str, str]]:

@@ -104,10 +104,10 @@ def _engine_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def stats_table(report: dict[str, Any]) -> Table:
-    """The run's figures as a two-column table (the same numbers --stats-json writes)."""
+def figures_table(title: str, rows: list[tuple[str, str]]) -> Table:
+    """Label / value rows under a title, no borders: how every stats report looks."""
     table = Table(
-        title="kvscribe stats",
+        title=title,
         title_justify="left",
         show_header=False,
         box=None,
@@ -116,6 +116,13 @@ def stats_table(report: dict[str, Any]) -> Table:
     )
     table.add_column(style="bold")
     table.add_column()
+    for label, value in rows:
+        table.add_row(label, value)
+    return table
+
+
+def stats_table(report: dict[str, Any]) -> Table:
+    """The run's figures as a two-column table (the same numbers --stats-json writes)."""
     estimated = " [dim](estimated)[/]" if report["kv_estimated"] else ""
     rtf = report["real_time_factor"]
     rows = [
@@ -148,6 +155,4 @@ def stats_table(report: dict[str, Any]) -> Table:
     ]
     rows += _engine_rows(report)
     rows += [("not applicable", note) for note in report["not_applicable"]]
-    for label, value in rows:
-        table.add_row(label, value)
-    return table
+    return figures_table("kvscribe stats", rows)
