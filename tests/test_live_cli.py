@@ -99,9 +99,12 @@ def test_a_ten_minute_stream_keeps_memory_flat(tmp_path):
     stats = json.loads(stats_path.read_text())
     assert stats["audio_seconds"] == pytest.approx(600, abs=0.5)
     assert stats["utterances"] >= 40
-    growth = stats["rss_end_bytes"] - stats["rss_after_warmup_bytes"]
-    # Ten minutes of audio is 38 MB as float32: holding on to it would show.
-    assert growth < 16 * 2**20, stats["memory_samples"]
+    samples = stats["memory_samples"]  # [audio seconds, RSS bytes] every 10 s
+    warm = max(rss for t, rss in samples if 60 <= t <= 120)
+    end = max(rss for t, rss in samples if t >= 540)
+    # Ten minutes of audio is 38 MB as float32: holding on to it would add ~30 MB between the
+    # two windows. The allocator was seen to add up to 18 MB without any leak.
+    assert end - warm < 24 * 2**20, samples
 
 
 def test_ctrl_c_mid_replay_keeps_the_committed_text_and_exits_0(tmp_path):
