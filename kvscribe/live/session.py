@@ -25,6 +25,7 @@ from kvscribe.live.stats import LiveStats
 from kvscribe.live.vad import VadSettings, VoiceDetector, VoiceEvent, level_dbfs
 
 _MEMORY_EVERY = 10.0  # seconds of audio between RSS samples
+_SLACK = SAMPLE_RATE // 2  # audio kept before a possible onset, beyond the pad
 
 
 @dataclass(frozen=True)
@@ -268,7 +269,7 @@ class LiveSession:
 
     def _forget_old_audio(self) -> None:
         """Keep only the buffer of the utterance in progress, or the pad before a next one."""
-        keep_from = self._received - self._pad - WINDOW_SLACK
+        keep_from = self._received - self._pad - _SLACK
         if self._utterance is not None:
             keep_from = min(keep_from, self._utterance.start)
         drop = keep_from - self._origin
@@ -293,6 +294,3 @@ class LiveSession:
         event = self.detector.close(self._received)
         if event is not None:
             self._on_event(event)
-
-
-WINDOW_SLACK = SAMPLE_RATE // 2  # audio kept before a possible onset, beyond the pad

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,8 +20,6 @@ def current_rss_bytes() -> int | None:
             pages = int(statm.read().split()[1])
     except (OSError, ValueError, IndexError):
         return peak_rss_bytes()
-    import os
-
     return pages * os.sysconf("SC_PAGE_SIZE")
 
 
