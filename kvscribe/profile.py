@@ -3,6 +3,11 @@
 A profile names a device, the decoder KV-cache policy (transformers backend)
 and, per backend, the settings that engine can express. `auto` is resolved to
 another profile from the hardware found. Backends validate their own section.
+
+A built-in profile also carries `[seed]`: the recommendation of the decision table
+the profiles started from (DESIGN.md, "Profiles") written as an exact policy, and the
+measured reason the profile differs, so `kvscribe profiles show` can put the two side
+by side. User profiles may leave it out.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 
 from kvscribe import hardware
 from kvscribe.errors import UsageError
+from kvscribe.kvcache.spec import parse_cross, parse_policy, validate_policy
 from kvscribe.paths import config_dir
 
 if sys.version_info >= (3, 11):
@@ -25,7 +31,22 @@ else:  # pragma: no cover
 
 AUTO = "auto"
 DEVICES = ("auto", "cpu", "cuda", "mps")
-_TOP_KEYS = {"name", "summary", "why", "device", "kv", "auto"}
+_TOP_KEYS = {"name", "summary", "why", "device", "kv", "auto", "seed"}
+_SEED_KEYS = {"table", "self", "cross", "agrees", "differs_because"}
+# Decoder depths of Whisper tiny, base, small, medium and large: two policies agree
+# when they resolve to the same per-layer specs on every one of them.
+_WHISPER_DECODER_DEPTHS = (4, 6, 12, 24, 32)
+
+
+@dataclass(frozen=True)
+class Seed:
+    """The decision table's recommendation for a profile, and why the profile differs."""
+
+    table: str  # the table's own words, e.g. "sink + sliding window, keep 128-256"
+    kv_self: str  # those words as a self-attention policy (kvscribe/kvcache/spec.py)
+    kv_cross: str
+    agrees: str = ""  # what the profile keeps from the table
+    differs_because: str = ""  # the measured reason for the rest
 
 
 @dataclass(frozen=True)
@@ -39,6 +60,7 @@ class Profile:
     backends: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     source: str = ""
     chosen_by: str = ""  # "auto: no CUDA device" when auto picked it
+    seed: Seed | None = None
 
     def settings_for(self, backend: str) -> Mapping[str, Any]:
         return self.backends.get(backend, {})
@@ -103,7 +125,9 @@ def _build(name: str, data: dict[str, Any], source: str) -> Profile:
             hint="fix the profile's `device`",
         )
     kv = data.get("kv", {})
-    sections = {k: v for k, v in data.items() if isinstance(v, dict) and k not in ("kv", "auto")}
+    sections = {
+        k: v for k, v in data.items() if isinstance(v, dict) and k not in ("kv", "auto", "seed")
+    }
     return Profile(
         name=name,
         summary=str(data.get("summary", "")),
@@ -113,7 +137,55 @@ def _build(name: str, data: dict[str, Any], source: str) -> Profile:
         kv_cross=str(kv.get("cross", "full")),
         backends=sections,
         source=source,
+        seed=_seed(data.get("seed"), source),
     )
+
+
+def _seed(table: Any, source: str) -> Seed | None:
+    """The `[seed]` table, its policies checked so `profiles show` never prints one that fails."""
+    if table is None:
+        return None
+    if not isinstance(table, dict) or set(table) - _SEED_KEYS or "self" not in table:
+        raise UsageError(
+            "[seed] must be a table with `self` and only these keys: "
+            + ", ".join(sorted(_SEED_KEYS)),
+            subject=source,
+            hint="fix or remove the profile's [seed] table",
+        )
+    seed = Seed(
+        table=str(table.get("table", "")),
+        kv_self=str(table["self"]),
+        kv_cross=str(table.get("cross", "full")),
+        agrees=str(table.get("agrees", "")),
+        differs_because=str(table.get("differs_because", "")),
+    )
+    _check_seed_policies(seed, source)
+    return seed
+
+
+def _check_seed_policies(seed: Seed, source: str) -> None:
+    try:
+        validate_policy(seed.kv_self)
+        parse_cross(seed.kv_cross)
+    except UsageError as exc:
+        raise UsageError(
+            f"[seed] {exc.message}", subject=source, hint="fix the profile's [seed] policy"
+        ) from exc
+
+
+def seed_agrees(profile: Profile) -> bool:
+    """Whether the profile's policies resolve exactly as its seed's on every Whisper size."""
+    seed = profile.seed
+    if seed is None:
+        return False
+    try:
+        same_self = all(
+            parse_policy(profile.kv_self, n) == parse_policy(seed.kv_self, n)
+            for n in _WHISPER_DECODER_DEPTHS
+        )
+        return same_self and parse_cross(profile.kv_cross) == parse_cross(seed.kv_cross)
+    except UsageError:  # one of them does not fit some Whisper size: not the same policy
+        return False
 
 
 def _pick(rules: Mapping[str, Any], found: hardware.Hardware) -> tuple[str, str]:
