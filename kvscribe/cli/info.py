@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 
 from kvscribe.cli.render import print_error, stderr_console
@@ -45,13 +47,17 @@ def profiles_list(ctx: typer.Context) -> None:
         return
     from kvscribe import profile
 
-    table = Table("profile", "device", "KV policy (self / cross)", "for", box=None)
+    table = Table("profile", "device", "KV policy (self / cross)", "vs seed", "for", box=None)
     for name in profile.available():
         p = _load_or_exit(name, resolve_auto=False)
         policy = "decided by hardware" if name == profile.AUTO else f"{p.kv_self} / {p.kv_cross}"
-        table.add_row(name, p.device, policy, p.summary)
+        table.add_row(name, p.device, policy, _seed_marker(p), p.summary)
     console = _stdout_console()
     console.print(table)
+    console.print(
+        "[dim]vs seed: the policy against the seed decision table's the profiles started "
+        "from; `kvscribe profiles show NAME` shows both and the measured reason[/]"
+    )
     chosen = _load_or_exit(profile.AUTO, resolve_auto=True)
     console.print(f"[dim]auto picks [bold]{chosen.name}[/bold] here ({chosen.chosen_by})[/]")
 
@@ -74,27 +80,83 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name.")) -> None
         for key, value in settings.items():
             table.add_row(backend, key, str(value))
     console.print(table)
+    if profile.seed is not None:
+        _print_seed(console, profile)
     _print_layers(console, profile)
 
 
+def _seed_marker(p) -> str:
+    """A word for the list: does the profile use the seed decision table's policy?"""
+    from kvscribe import profile
+
+    if p.name == profile.AUTO or p.seed is None:
+        return "-"
+    return "same" if profile.seed_agrees(p) else "differs"
+
+
+def _print_seed(console, profile) -> None:
+    """The seed decision table's recommendation beside the chosen policy, and why they differ."""
+    seed = profile.seed
+    console.print('seed decision table (DESIGN.md, "Profiles"):')
+    _print_indented(console, f"says:            {seed.table}")
+    # soft_wrap: a policy or command that rich breaks across lines cannot be copied
+    console.print(
+        f"  table's version: self {escape(seed.kv_self)}  |  cross {escape(seed.kv_cross)}",
+        soft_wrap=True,
+    )
+    console.print(
+        f"  this profile:    self {escape(profile.kv_self)}  |  cross {escape(profile.kv_cross)}",
+        soft_wrap=True,
+    )
+    if seed.agrees:
+        _print_indented(console, f"agrees: {seed.agrees}")
+    if seed.differs_because:
+        _print_indented(console, f"differs because: {seed.differs_because}")
+    console.print("  reproduce the table's version:")
+    console.print(f"    {escape(seed_command(profile))}", soft_wrap=True)
+
+
+def _print_indented(console, text: str) -> None:
+    """Text wrapped to the terminal with every line indented (plain text, no markup)."""
+    console.print(Padding(escape(text), (0, 0, 0, 2), expand=False))
+
+
+def seed_command(profile) -> str:
+    """The transcribe command that runs the profile with its seed table's cache policies."""
+    seed = profile.seed
+    # Policies hold ';' and spaces; a valid one never holds a single quote.
+    return (
+        f"kvscribe FILE --backend transformers --profile {profile.name} "
+        f"--kv-policy '{seed.kv_self}' --kv-cross '{seed.kv_cross}'"
+    )
+
+
 def _print_layers(console, profile) -> None:
-    """The self-attention policy resolved per decoder layer of the default model."""
+    """The self-attention policy resolved per decoder layer of the default model, beside the
+    seed table's version when the profile has one."""
     from kvscribe.kvcache.spec import parse_cross, parse_policy
     from kvscribe.models import resolve
     from kvscribe.models.ct2_file import whisper_dims
 
+    seed = profile.seed
     try:
         model = resolve(None, ("ctranslate2",))
         layers = whisper_dims(model.path / "model.bin").n_text_layer
         specs = parse_policy(profile.kv_self, layers)
         cross = parse_cross(profile.kv_cross)
+        seed_specs = parse_policy(seed.kv_self, layers) if seed else None
+        seed_cross = parse_cross(seed.kv_cross) if seed else None
     except KvscribeError as exc:
         print_error(stderr_console(), exc)
         raise typer.Exit(exc.exit_code) from None
     console.print(f"transformers backend, {model.name} ({layers} decoder layers):")
+    table = Table("", "this profile", *(["table's version"] if seed else []), box=None)
     for index, spec in enumerate(specs):
-        console.print(f"  layer {index}: {spec.describe()}")
-    console.print(f"  cross-attention: {cross.describe()}")
+        table.add_row(
+            f"layer {index}", spec.describe(), *([seed_specs[index].describe()] if seed else [])
+        )
+    table.add_row("cross-attention", cross.describe(), *([seed_cross.describe()] if seed else []))
+    console.print(table)
 
 
 def models_command() -> None:
