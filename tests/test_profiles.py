@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import shlex
+
 import pytest
 
 from kvscribe import profile
 from kvscribe.errors import ExitCode, UsageError
 from kvscribe.hardware import Hardware
+from kvscribe.kvcache.spec import parse_cross, parse_policy
+from tests.conftest import SAMPLE, run_cli
 
 BUILT_IN = ("auto", "cpu-laptop", "gpu", "no-loss", "tiny-vram")
 
@@ -63,6 +68,10 @@ def test_user_profile_is_listed_and_overrides_a_built_in(tmp_path, monkeypatch):
         ("device = [", "not valid TOML"),
         ('device = "tpu"', "device must be one of"),
         ('colour = "red"', "unknown key"),
+        ('[seed]\nself = "full"\ncolour = "red"', r"\[seed\] must be a table"),
+        ('[seed]\ncross = "shared"', r"\[seed\] must be a table with `self`"),
+        ('[seed]\nself = "window=0"', r"\[seed\] bad cache policy part"),
+        ('[seed]\nself = "full"\ncross = "per-beam"', "unknown cross-attention"),
     ],
 )
 def test_bad_user_profiles_are_usage_errors_naming_the_file(tmp_path, monkeypatch, text, words):
@@ -82,9 +91,105 @@ def test_unknown_profile_lists_the_known_ones():
 
 
 def test_every_built_in_kv_policy_parses():
-    from kvscribe.kvcache.spec import parse_cross, parse_policy
-
     for name in BUILT_IN[1:]:
         p = profile.load(name)
         assert len(parse_policy(p.kv_self, 4)) == 4
         parse_cross(p.kv_cross)
+
+
+# The seed decision table (DESIGN.md, "Profiles") beside each built-in profile.
+
+TINY_EN_AND_BASE_DECODER_LAYERS = (4, 6)
+
+
+@pytest.mark.parametrize("name", BUILT_IN[1:])
+def test_every_built_in_seed_policy_parses_for_tiny_en_and_base(name):
+    seed = profile.load(name).seed
+    assert seed is not None and seed.table
+    for layers in TINY_EN_AND_BASE_DECODER_LAYERS:
+        assert len(parse_policy(seed.kv_self, layers)) == layers
+    parse_cross(seed.kv_cross)
+
+
+@pytest.mark.parametrize("name", BUILT_IN[1:])
+def test_a_profile_says_where_it_agrees_with_its_seed_and_why_it_differs(name):
+    p = profile.load(name)
+    if profile.seed_agrees(p):
+        assert p.seed.agrees
+    else:  # the reason quotes the README table it comes from
+        assert "README '" in p.seed.differs_because
+
+
+@pytest.mark.parametrize("name", BUILT_IN[1:])
+def test_every_why_says_where_it_was_measured_and_that_no_gpu_was(name):
+    why = profile.load(name).why.lower()
+    assert "measured on cpu (2 cores, tiny.en" in why
+    if "gpu" in why:
+        assert "not measured on a gpu" in why
+
+
+def test_seed_agrees_compares_resolved_policies_not_their_spelling(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSCRIBE_CONFIG_DIR", str(tmp_path))
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "mine.toml").write_text(
+        '[kv]\nself = "full; half@layers=odd"\ncross = "shared"\n'
+        '[seed]\nself = "half@layers=odd"\ncross = "full,shared"\n'
+    )
+    assert profile.seed_agrees(profile.load("mine"))
+    assert not profile.seed_agrees(profile.load("no-loss"))
+
+
+@pytest.mark.parametrize("name", BUILT_IN[1:])
+def test_profiles_show_prints_the_seed_policy_beside_the_chosen_one_and_why(name):
+    p = profile.load(name)
+    shown = run_cli("profiles", "show", name)
+    assert shown.code == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert f"  table's version: self {p.seed.kv_self}  |  cross {p.seed.kv_cross}" in lines
+    assert f"  this profile:    self {p.kv_self}  |  cross {p.kv_cross}" in lines
+    flowed = " ".join(shown.stdout.split())  # rich wraps the prose to the terminal
+    assert " ".join(p.seed.differs_because.split()) in flowed
+    assert " ".join(p.seed.table.split()) in flowed
+    assert f"    {seed_command(p)}" in lines
+
+
+def seed_command(p) -> str:
+    return (
+        f"kvscribe FILE --backend transformers --profile {p.name} "
+        f"--kv-policy '{p.seed.kv_self}' --kv-cross '{p.seed.kv_cross}'"
+    )
+
+
+def test_the_printed_seed_command_runs_the_tables_version_exactly(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    seed = profile.load("tiny-vram").seed
+    shown = run_cli("profiles", "show", "tiny-vram").stdout.splitlines()
+    printed = next(line for line in shown if line.startswith("    kvscribe FILE "))
+    args = [str(SAMPLE) if word == "FILE" else word for word in shlex.split(printed)[1:]]
+    stats = tmp_path / "stats.json"
+    result = run_cli(*args, "--stats-json", stats)
+    assert result.code == 0, result.stderr
+    settings = json.loads(stats.read_text())["settings"]
+    assert settings["self-attn policy"] == seed.kv_self
+    assert settings["cross-attn policy"] == parse_cross(seed.kv_cross).describe()
+    assert settings["beam size"] == "1"  # the profile's other settings stay
+
+
+def test_profiles_list_marks_whether_each_profile_uses_its_seed_policy():
+    listed = run_cli("profiles")
+    assert listed.code == 0 and "vs seed" in listed.stdout
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines() if line.split()}
+    for name in BUILT_IN[1:]:
+        marker = "same" if profile.seed_agrees(profile.load(name)) else "differs"
+        assert f" {marker} " in rows[name]
+
+
+def test_a_user_profile_without_a_seed_table_loads_and_shows(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSCRIBE_CONFIG_DIR", str(tmp_path))
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "plain.toml").write_text('[kv]\nself = "window=64,sink=4"\n')
+    assert profile.load("plain").seed is None
+    shown = run_cli("profiles", "show", "plain")
+    assert shown.code == 0 and "table's version" not in shown.stdout
+    assert "plain" in run_cli("profiles").stdout
