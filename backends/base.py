@@ -17,6 +17,7 @@ import numpy as np
 from kvscribe.errors import UsageError
 from kvscribe.models import ModelRef
 from kvscribe.profile import Profile
+from kvscribe.provenance import ESTIMATED, make_provenance
 from kvscribe.types import Segment
 
 TASKS = ("transcribe", "translate")
@@ -50,7 +51,8 @@ class DecoderReport:
     kv_self_peak_bytes: int = 0
     kv_self_full_bytes: int = 0
     kv_cross_bytes: int = 0
-    kv_estimated: bool = True
+    # Per KV figure ("self", "cross"): MEASURED, DERIVED or ESTIMATED (kvscribe.provenance).
+    kv_provenance: dict[str, str] = field(default_factory=lambda: make_provenance(ESTIMATED))
     settings: dict[str, str] = field(default_factory=dict)
     not_applicable: list[str] = field(default_factory=list)
     # Measured by backends that run the decoder themselves (None: not measurable there).
@@ -65,6 +67,11 @@ class DecoderReport:
     engine_timings_ms: dict[str, float] = field(default_factory=dict)
     engine_runs: dict[str, int] = field(default_factory=dict)
     engine_peak_rss_bytes: int | None = None
+
+    @property
+    def kv_estimated(self) -> bool:
+        """Any KV figure only estimated (the flag --stats-json has always carried)."""
+        return ESTIMATED in self.kv_provenance.values()
 
 
 @dataclass

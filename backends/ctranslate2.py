@@ -23,6 +23,7 @@ from kvscribe.backends.base import (
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.kvcache import estimate
 from kvscribe.models.ct2_file import WhisperDims, whisper_dims
+from kvscribe.provenance import ESTIMATED, make_provenance
 from kvscribe.types import Segment
 
 _SETTINGS = {
@@ -104,7 +105,9 @@ class CTranslate2Backend(Backend):
 
     def _base_report(self, beams: int) -> DecoderReport:
         nbytes = estimate.value_bytes(self.engine.model.compute_type)
-        report = DecoderReport(kv_estimated=True, settings=self.describe_settings())
+        report = DecoderReport(
+            kv_provenance=make_provenance(ESTIMATED), settings=self.describe_settings()
+        )
         report.settings["beam size"] = str(beams)
         report.kv_cross_bytes = estimate.cross_attention_bytes(self.dims, beams, nbytes)
         report.not_applicable = _not_applicable(self.profile.kv_self, self.profile.kv_cross, beams)

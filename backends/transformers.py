@@ -21,6 +21,7 @@ from kvscribe.backends.base import (
 
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
+from kvscribe.provenance import MEASURED, make_provenance
 
 _SETTINGS = {"beam_size": int, "condition_on_previous_text": bool, "threads": int}
 
@@ -99,7 +100,8 @@ class TransformersBackend(Backend):
         language = request.language or self._detect_language(mel)
         plan = self._plan(language, request.task, beams)
         report = DecoderReport(
-            kv_estimated=False, settings={**self.describe_settings(), "beam size": str(beams)}
+            kv_provenance=make_provenance(MEASURED),  # read from the cache's own tensors
+            settings={**self.describe_settings(), "beam size": str(beams)},
         )
         prompt = (
             self.tokenizer.encode(" " + request.prompt.strip(), add_special_tokens=False).ids

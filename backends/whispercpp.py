@@ -27,6 +27,7 @@ from kvscribe.backends.base import (
 
 from kvscribe.errors import BackendUnavailableError, UsageError
 from kvscribe.models import ggml
+from kvscribe.provenance import DERIVED, MEASURED, make_provenance
 from kvscribe.types import Segment
 from kvscribe.whispercpp import binary
 from kvscribe.whispercpp.languages import LANGUAGES
@@ -75,7 +76,9 @@ class WhisperCppBackend(Backend):
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
         if beams < 1:
             raise UsageError("beam size must be at least 1", subject="--beam-size")
-        report = DecoderReport(kv_estimated=False, settings=self.describe_settings())
+        report = DecoderReport(
+            kv_provenance=make_provenance(MEASURED), settings=self.describe_settings()
+        )
         report.settings["beam size"] = str(beams)
         report.not_applicable = _not_applicable(self.profile.kv_self, self.profile.kv_cross)
         language = request.language or ("en" if not self.multilingual else "")
@@ -157,15 +160,26 @@ def self_cache_factor(decoders: int) -> int:
     return decoders + 2 if decoders > 1 else 1
 
 
+def self_cache_bytes(printed_bytes: int, decoders: int) -> tuple[int, str]:
+    """The self-attention bytes whisper.cpp holds for `decoders`, and their provenance: its
+    own printed figure (MEASURED) at one decoder, else that figure times self_cache_factor(),
+    kvscribe's reading of whisper.cpp's source (DERIVED: whisper.cpp never prints it)."""
+    factor = self_cache_factor(decoders)
+    return printed_bytes * factor, MEASURED if factor == 1 else DERIVED
+
+
 def _fill_report(
     report: DecoderReport, figures: EngineFigures, peak_rss: int | None, beams: int
 ) -> None:
-    factor = self_cache_factor(beams)  # -bo equals -bs, so fallbacks never use more decoders
-    report.kv_self_peak_bytes = figures.kv_self_bytes * factor
+    # -bo equals -bs, so fallbacks never use more decoders
+    report.kv_self_peak_bytes, self_provenance = self_cache_bytes(figures.kv_self_bytes, beams)
     report.kv_self_full_bytes = report.kv_self_peak_bytes  # whisper.cpp always allocates it whole
+    report.kv_provenance = make_provenance(self_provenance, MEASURED)  # one cross cache, as printed
+    factor = self_cache_factor(beams)
     if factor > 1:
         report.settings["kv self allocation"] = (
-            f"{figures.kv_self_bytes / 1e6:.2f} MB x {factor} ({beams} beams + 2, re-allocated)"
+            f"{figures.kv_self_bytes / 1e6:.2f} MB x {factor} ({beams} beams + 2, re-allocated;"
+            " derived from whisper.cpp's source)"
         )
     report.kv_cross_bytes = figures.kv_cross_bytes
     report.windows = figures.runs.get("encode", 0)

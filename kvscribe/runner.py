@@ -11,7 +11,8 @@ from typing import Protocol
 from kvscribe import audio, hardware, models, registry
 from kvscribe import profile as profiles
 from kvscribe.backends.base import Backend, DecodeRequest
-from kvscribe.errors import KvscribeError, UsageError
+from kvscribe.devices import device_for
+from kvscribe.errors import KvscribeError
 from kvscribe.inputs import Input
 from kvscribe.options import TranscribeOptions
 from kvscribe.stats import FileStats, RunStats
@@ -48,13 +49,10 @@ def load_backend(opts: EngineChoice) -> tuple[Backend, RunStats]:
             kv_self=opts.kv_policy or profile.kv_self,
             kv_cross=opts.kv_cross or profile.kv_cross,
         )
-    device = profiles.pick_device(profile, opts.device, hardware.detect())
-    if device not in backend_cls.capabilities.devices:
-        raise UsageError(
-            f"backend {opts.backend} cannot run on {device}",
-            subject="--device",
-            hint=f"use one of: {', '.join(backend_cls.capabilities.devices)}",
-        )
+    choice = device_for(
+        opts.backend, backend_cls.capabilities.devices, profile, opts.device, hardware.detect()
+    )
+    device = choice.device
     started = time.perf_counter()  # model load = resolve (and convert once) + engine load
     model = models.resolve(opts.model, backend_cls.capabilities.model_formats)
     label = profile.name + (f" ({profile.chosen_by})" if profile.chosen_by else "")
@@ -65,6 +63,8 @@ def load_backend(opts: EngineChoice) -> tuple[Backend, RunStats]:
     backend.load()
     stats.load_seconds = time.perf_counter() - started
     stats.settings = backend.describe_settings()
+    if choice.note is not None:
+        stats.notes.append(choice.note)
     return backend, stats
 
 

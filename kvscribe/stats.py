@@ -1,7 +1,9 @@
 """One report per run: what was run, how long it took, what memory it held.
 
 Figures are measured (perf_counter, getrusage) except KV bytes from engines
-that do not expose their cache, which are flagged as estimated.
+that do not expose their cache, which are flagged as estimated, and whisper.cpp's
+beam-search self-attention figure, which kvscribe derives (see kv_provenance).
+Bytes are plain byte counts; the terminal shows them in decimal MB (10^6 bytes).
 """
 
 from __future__ import annotations
@@ -12,6 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscribe.backends.base import DecoderReport
+from kvscribe.provenance import ESTIMATED, MEASURED, make_provenance, weakest_provenance
+
+
+def maxrss_bytes(ru_maxrss: int) -> int:
+    """`ru_maxrss` (getrusage, wait4) in bytes: macOS reports bytes, Linux and the BSDs KiB."""
+    return ru_maxrss if sys.platform == "darwin" else ru_maxrss * 1024
 
 
 def peak_rss_bytes() -> int | None:
@@ -20,8 +28,45 @@ def peak_rss_bytes() -> int | None:
         import resource
     except ImportError:  # Windows
         return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
+    return maxrss_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+@dataclass
+class KvTally:
+    """The KV figures of many decodes, kept as they come: the largest bytes, each figure's
+    weakest provenance and every policy part the backend could not honour. One rule for a
+    file run's report and a live session's (which cannot keep every decode's report)."""
+
+    self_peak_bytes: int = 0
+    self_full_bytes: int = 0
+    cross_bytes: int = 0
+    # Per figure, the weakest seen (none seen: nothing is claimed, so nothing is flagged).
+    provenance: dict[str, str] = field(default_factory=lambda: make_provenance(MEASURED))
+    not_applicable: set[str] = field(default_factory=set)
+
+    @classmethod
+    def of(cls, reports: list[DecoderReport]) -> KvTally:
+        tally = cls()
+        for report in reports:
+            tally.add(report)
+        return tally
+
+    def add(self, report: DecoderReport) -> None:
+        self.self_peak_bytes = max(self.self_peak_bytes, report.kv_self_peak_bytes)
+        self.self_full_bytes = max(self.self_full_bytes, report.kv_self_full_bytes)
+        self.cross_bytes = max(self.cross_bytes, report.kv_cross_bytes)
+        self.provenance = weakest_provenance([self.provenance, report.kv_provenance])
+        self.not_applicable.update(report.not_applicable)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kv_self_peak_bytes": self.self_peak_bytes,
+            "kv_self_full_bytes": self.self_full_bytes,
+            "kv_cross_bytes": self.cross_bytes,
+            "kv_provenance": dict(self.provenance),  # per figure: measured/derived/estimated
+            "kv_estimated": ESTIMATED in self.provenance.values(),  # kept for older readers
+            "not_applicable": sorted(self.not_applicable),
+        }
 
 
 @dataclass
@@ -47,6 +92,7 @@ class RunStats:
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
     worker_peak_rss: int | None = None  # the largest worker process's (batch --jobs N)
+    notes: list[str] = field(default_factory=list)  # e.g. why the device differs from the asked
 
     def finish(self) -> None:
         self.finished = time.perf_counter()
@@ -90,11 +136,8 @@ class RunStats:
             "decode_ms_per_token_p95": _percentile_ms(steps, 0.95),
             "first_token_seconds": round(min(first_tokens), 3) if first_tokens else None,
             "recompute_macs": sum(r.recompute_macs for r in reports),
-            "kv_self_peak_bytes": max((r.kv_self_peak_bytes for r in reports), default=0),
-            "kv_self_full_bytes": max((r.kv_self_full_bytes for r in reports), default=0),
-            "kv_cross_bytes": max((r.kv_cross_bytes for r in reports), default=0),
-            "kv_estimated": any(r.kv_estimated for r in reports),
-            "not_applicable": sorted({n for r in reports for n in r.not_applicable}),
+            **KvTally.of(reports).to_dict(),
+            "notes": list(self.notes),
             "peak_rss_bytes": max(peak_rss_bytes() or 0, self.worker_peak_rss or 0) or None,
             **_engine_figures(reports),
             "files": [_file_dict(f) for f in self.files],

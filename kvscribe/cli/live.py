@@ -12,9 +12,12 @@ import typer
 from rich.table import Table
 
 from kvscribe.cli.render import (
+    BYTES_UNIT,
     exit_with,
     figures_table,
     human_bytes,
+    kv_rows,
+    policy_rows,
     setup_logging,
     stderr_console,
 )
@@ -190,6 +193,8 @@ def _run(options: LiveOptions, console) -> int:
         model=loaded.model,
         source=source.label,
         paced=source.live,
+        device=loaded.device,
+        notes=list(loaded.notes),
         settings=loaded.settings,
         load_seconds=loaded.load_seconds,
     )
@@ -244,7 +249,7 @@ def _report(options: LiveOptions, stats, console) -> None:
 
 
 def live_stats_table(report: dict) -> Table:
-    return figures_table("kvscribe live stats", _live_rows(report))
+    return figures_table(f"kvscribe live stats ({BYTES_UNIT})", _live_rows(report))
 
 
 def _live_rows(r: dict) -> list[tuple[str, str]]:
@@ -253,10 +258,9 @@ def _live_rows(r: dict) -> list[tuple[str, str]]:
 
     rtf = r["real_time_factor"]
     pace = "" if r["paced"] else " [dim](not real time: latencies are not live figures)[/]"
-    estimated = " [dim](estimated)[/]" if r["kv_estimated"] else ""
     rows = [
         ("backend / profile", f"{r['backend']} / {r['profile']}"),
-        ("model", r["model"]),
+        ("model / device", f"{r['model']} / {r['device']}"),
         *((k, v) for k, v in r["settings"].items()),
         ("source", r["source"]),
         ("audio", secs(r["audio_seconds"])),
@@ -268,8 +272,7 @@ def _live_rows(r: dict) -> list[tuple[str, str]]:
         ("real-time factor", "-" if rtf is None else f"{rtf:.3f} (busy / audio)"),
         ("decodes", f"{r['decodes']} (p50 {secs(r['decode_p50_seconds'])})"),
         ("dropped audio", secs(r["dropped_audio_seconds"])),
-        ("self-attn KV peak", human_bytes(r["kv_self_peak_bytes"]) + estimated),
-        ("cross-attn KV", human_bytes(r["kv_cross_bytes"]) + estimated),
+        *kv_rows(r),
         ("peak RSS", human_bytes(r["peak_rss_bytes"])),
     ]
     if r["rss_end_bytes"] is not None:
@@ -283,4 +286,4 @@ def _live_rows(r: dict) -> list[tuple[str, str]]:
         )
     if r["dropped_audio_seconds"] > 0:
         rows.append(("warning", "this machine did not keep up: audio was dropped"))
-    return rows
+    return rows + policy_rows(r["notes"], r["not_applicable"])

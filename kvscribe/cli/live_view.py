@@ -13,9 +13,10 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from kvscribe.cli.render import human_bytes
+from kvscribe.cli.render import human_bytes, policy_rows
 from kvscribe.errors import OutputError
 from kvscribe.live.stats import LiveStats
+from kvscribe.provenance import MEASURED, weakest_kind
 
 
 class TranscriptFile:
@@ -134,7 +135,17 @@ class LiveView:
         )
         status.append(
             f"level {bar:<20} {self._level:5.0f} dB | latency {latency} | "
-            f"KV {human_bytes(s.kv_bytes)} | audio {s.audio_seconds:6.1f} s | "
+            f"KV {human_bytes(s.kv_bytes)}{_kv_mark(s)} | audio {s.audio_seconds:6.1f} s | "
             f"dropped {s.dropped_seconds:.1f} s | Ctrl-C to stop"
         )
+        for label, note in policy_rows(s.notes, sorted(s.kv.not_applicable)):
+            status.append(f"\n{label}: {note}", style="yellow")
         return status
+
+
+def _kv_mark(stats: LiveStats) -> str:
+    """' (estimated)' or ' (derived)' when the KV figure is not all measured."""
+    if not stats.decode_seconds:
+        return ""  # nothing decoded yet: no figure to qualify
+    kind = weakest_kind(stats.kv.provenance)
+    return "" if kind == MEASURED else f" ({kind})"

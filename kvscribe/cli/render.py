@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvscribe.errors import KvscribeError
+from kvscribe.provenance import MEASURED
 
 
 def stderr_console() -> Console:
@@ -50,15 +51,46 @@ def print_error(console: Console, error: KvscribeError) -> None:
     )
 
 
+# kvscribe shows bytes in decimal units, as whisper.cpp prints them and the README counts.
+BYTES_UNIT = "MB = 10^6 bytes"
+
+
 def human_bytes(value: int | None) -> str:
+    """A byte count in decimal units: kB = 10^3, MB = 10^6, GB = 10^9 bytes."""
     if value is None:
         return "unavailable"
     size = float(value)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
+    for unit in ("B", "kB", "MB"):
+        if abs(size) < 1000:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
+        size /= 1000
     return f"{size:.1f} GB"
+
+
+def provenance_mark(kind: str) -> str:
+    """How a KV figure's provenance shows beside it: nothing when measured, else
+    "(estimated)" or "(derived)" (see kvscribe.provenance)."""
+    return "" if kind == MEASURED else f" [dim]({kind})[/]"
+
+
+def kv_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """Self- and cross-attention KV bytes, each marked with its provenance (stats reports of
+    file runs and live sessions alike)."""
+    provenance = report["kv_provenance"]
+    self_value = (
+        human_bytes(report["kv_self_peak_bytes"])
+        + provenance_mark(provenance["self"])
+        + f" [dim](full cache: {human_bytes(report['kv_self_full_bytes'])})[/]"
+    )
+    cross_value = human_bytes(report["kv_cross_bytes"]) + provenance_mark(provenance["cross"])
+    return [("self-attn KV peak", self_value), ("cross-attn KV", cross_value)]
+
+
+def policy_rows(notes: list[str], not_applicable: list[str]) -> list[tuple[str, str]]:
+    """What a run did not do as asked: its notes (e.g. another device) and the policy parts
+    the backend could not honour (file runs and live sessions alike)."""
+    rows = [("note", note) for note in notes]
+    return rows + [("not applicable", note) for note in not_applicable]
 
 
 def _seconds(value: float | None) -> str:
@@ -123,7 +155,6 @@ def figures_table(title: str, rows: list[tuple[str, str]]) -> Table:
 
 def stats_table(report: dict[str, Any]) -> Table:
     """The run's figures as a two-column table (the same numbers --stats-json writes)."""
-    estimated = " [dim](estimated)[/]" if report["kv_estimated"] else ""
     rtf = report["real_time_factor"]
     rows = [
         ("backend / profile", f"{report['backend']} / {report['profile']}"),
@@ -144,15 +175,9 @@ def stats_table(report: dict[str, Any]) -> Table:
             else f"{report['ms_per_token_incl_encoder']:.1f}",
         ),
         *_measured_decoder_rows(report),
-        (
-            "self-attn KV peak",
-            human_bytes(report["kv_self_peak_bytes"])
-            + estimated
-            + f" [dim](full cache: {human_bytes(report['kv_self_full_bytes'])})[/]",
-        ),
-        ("cross-attn KV", human_bytes(report["kv_cross_bytes"]) + estimated),
+        *kv_rows(report),
         ("peak RSS", human_bytes(report["peak_rss_bytes"])),
     ]
     rows += _engine_rows(report)
-    rows += [("not applicable", note) for note in report["not_applicable"]]
-    return figures_table("kvscribe stats", rows)
+    rows += policy_rows(report.get("notes", []), report["not_applicable"])
+    return figures_table(f"kvscribe stats ({BYTES_UNIT})", rows)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscribe.backends.base import DecoderReport
-from kvscribe.stats import peak_rss_bytes
+from kvscribe.stats import KvTally, peak_rss_bytes
 
 _MAX_SAMPLES = 720  # memory samples kept; past this, every other one goes (the span stays)
 
@@ -38,6 +38,8 @@ class LiveStats:
     model: str
     source: str
     paced: bool  # audio arrived at the speed it was spoken: latencies mean something
+    device: str = ""
+    notes: list[str] = field(default_factory=list)  # from loading, e.g. another device
     settings: dict[str, str] = field(default_factory=dict)
     load_seconds: float = 0.0
     audio_seconds: float = 0.0
@@ -46,18 +48,14 @@ class LiveStats:
     utterances: int = 0
     latencies: list[float] = field(default_factory=list)  # utterance end -> its text committed
     decode_seconds: list[float] = field(default_factory=list)
-    kv_self_peak_bytes: int = 0
-    kv_cross_bytes: int = 0
-    kv_estimated: bool = False
+    kv: KvTally = field(default_factory=KvTally)  # the same figures and notes as file runs
     memory: list[tuple[float, int]] = field(default_factory=list)  # (audio seconds, RSS bytes)
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
 
     def record_decode(self, seconds: float, report: DecoderReport) -> None:
         self.decode_seconds.append(seconds)
-        self.kv_self_peak_bytes = max(self.kv_self_peak_bytes, report.kv_self_peak_bytes)
-        self.kv_cross_bytes = max(self.kv_cross_bytes, report.kv_cross_bytes)
-        self.kv_estimated = self.kv_estimated or report.kv_estimated
+        self.kv.add(report)
         if len(self.decode_seconds) > 4 * _MAX_SAMPLES:  # long sessions: keep the recent ones
             del self.decode_seconds[:_MAX_SAMPLES]
 
@@ -71,7 +69,7 @@ class LiveStats:
 
     @property
     def kv_bytes(self) -> int:
-        return self.kv_self_peak_bytes + self.kv_cross_bytes
+        return self.kv.self_peak_bytes + self.kv.cross_bytes
 
     def finish(self) -> None:
         self.finished = time.perf_counter()
@@ -91,6 +89,8 @@ class LiveStats:
             "backend": self.backend,
             "profile": self.profile,
             "model": self.model,
+            "device": self.device,
+            "notes": list(self.notes),
             "source": self.source,
             "paced": self.paced,
             "settings": self.settings,
@@ -106,9 +106,7 @@ class LiveStats:
             "latencies_seconds": [round(x, 3) for x in self.latencies],
             "decodes": len(self.decode_seconds),
             "decode_p50_seconds": _rounded(percentile(self.decode_seconds, 0.5)),
-            "kv_self_peak_bytes": self.kv_self_peak_bytes,
-            "kv_cross_bytes": self.kv_cross_bytes,
-            "kv_estimated": self.kv_estimated,
+            **self.kv.to_dict(),
             "peak_rss_bytes": peak_rss_bytes(),
             "rss_after_warmup_bytes": growth[0] if growth else None,
             "rss_end_bytes": growth[1] if growth else None,
