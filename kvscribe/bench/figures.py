@@ -9,6 +9,7 @@ from kvscribe.bench.cells import Cell, mirror_of
 from kvscribe.bench.clips import Clip
 from kvscribe.bench.wer import pooled_wer
 from kvscribe.bench.worker import CellRun
+from kvscribe.provenance import ESTIMATED, weakest_provenance
 
 
 @dataclass
@@ -26,7 +27,7 @@ class CellFigures:
     tokens: int
     kv_self_peak_bytes: int | None
     kv_cross_bytes: int | None
-    kv_estimated: bool
+    kv_estimated: bool  # kept for older readers: kv_provenance says it per figure
     decode_ms_p50: float | None
     decode_ms_p95: float | None
     encoder_ms: float | None  # per 30 s window
@@ -36,6 +37,10 @@ class CellFigures:
     vs_kvscribe: float | None = None  # baselines: kvscribe's time / this engine's time
     settings: dict[str, str] = field(default_factory=dict)
     kv_trace: list[tuple[int, int]] = field(default_factory=list)
+    # Per KV figure ("self", "cross"): measured, derived or estimated (kvscribe.provenance).
+    kv_provenance: dict[str, str] = field(default_factory=dict)
+    device: str = "cpu"  # where the cell's engine actually ran
+    device_note: str | None = None  # why that is not the device the bench asked for
 
     @property
     def kv_total_bytes(self) -> int | None:
@@ -44,7 +49,9 @@ class CellFigures:
         return self.kv_self_peak_bytes + self.kv_cross_bytes
 
 
-def summarise(cell: Cell, runs: list[CellRun], clips: list[Clip]) -> CellFigures:
+def summarise(
+    cell: Cell, runs: list[CellRun], clips: list[Clip], device_note: str | None = None
+) -> CellFigures:
     """One cell's figures: WER from the last repeat, times as medians over repeats."""
     last = runs[-1].clips
     references = {clip.name: clip.reference for clip in clips}
@@ -59,6 +66,7 @@ def summarise(cell: Cell, runs: list[CellRun], clips: list[Clip]) -> CellFigures
     kv_self = [c.kv_self_peak_bytes for c in last if c.kv_self_peak_bytes is not None]
     kv_cross = [c.kv_cross_bytes for c in last if c.kv_cross_bytes is not None]
     p50, p95 = _percentile(steps, 0.5), _percentile(steps, 0.95)
+    provenance = weakest_provenance(c.kv_provenance for c in last)
     if p50 is None and engine_steps:
         p50 = round(statistics.mean(engine_steps), 2)  # whisper.cpp reports means only
     return CellFigures(
@@ -75,13 +83,16 @@ def summarise(cell: Cell, runs: list[CellRun], clips: list[Clip]) -> CellFigures
         tokens=sum(c.tokens for c in last),
         kv_self_peak_bytes=max(kv_self) if kv_self else None,
         kv_cross_bytes=max(kv_cross) if kv_cross else None,
-        kv_estimated=any(c.kv_estimated for c in last),
+        kv_estimated=ESTIMATED in provenance.values(),
         decode_ms_p50=p50,
         decode_ms_p95=p95,
         encoder_ms=round(1000 * sum(encoder) / windows, 1) if encoder and windows else None,
         peak_rss_bytes=max(r.peak_rss_bytes or 0 for r in runs) + engine_rss or None,
         settings=runs[-1].settings,
         kv_trace=longest.kv_trace,
+        kv_provenance=provenance,
+        device=runs[-1].device,
+        device_note=device_note,
     )
 
 

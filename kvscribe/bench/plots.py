@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvscribe.bench.figures import CellFigures
+from kvscribe.cli.render import BYTES_UNIT
 from kvscribe.errors import BackendUnavailableError
+from kvscribe.provenance import MEASURED, weakest_kind
 
 
 def pyplot():
@@ -55,9 +57,11 @@ def kv_figure(plt, figures: list[CellFigures]):
             ax.plot(range(len(stored)), stored, label=figure.label, linewidth=1.6, **style)
         elif figure.kv_self_peak_bytes and figure.backend == "whispercpp":
             allocated = figure.kv_self_peak_bytes / 1e6
-            ax.axhline(allocated, label=f"{figure.label} (allocated)", linewidth=1.2, **style)
+            kind = figure.kv_provenance.get("self", MEASURED)
+            how = "allocated" if kind == MEASURED else f"allocated, {kind}"
+            ax.axhline(allocated, label=f"{figure.label} ({how})", linewidth=1.2, **style)
     ax.set_xlabel("tokens decoded in the window (each cell's longest 30 s window)")
-    ax.set_ylabel("self-attention KV stored (MB)")
+    ax.set_ylabel(f"self-attention KV stored ({BYTES_UNIT})")
     ax.set_title("Self-attention cache as decoding proceeds, per policy")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
@@ -74,7 +78,8 @@ def wer_figure(plt, figures: list[CellFigures]):
     top = max(0.05, 2.5 * wers[len(wers) // 2]) if wers else 1.0  # outliers drawn at the top
     for index, (x, y, figure) in enumerate(points):
         marker = "^" if figure.kind != "kvscribe" else MARKERS.get(figure.backend, "o")
-        label = figure.label + (f" (WER {y:.2f}, off the scale)" if y > top else "")
+        label = figure.label + _kv_mark(figure)
+        label += f" (WER {y:.2f}, off the scale)" if y > top else ""
         ax.scatter([x], [min(y, top)], marker=marker, color=_colour(plt, index), label=label, s=40)
     if any(y > top for _, y, _ in points):
         ax.set_ylim(0, top * 1.05)
@@ -82,12 +87,18 @@ def wer_figure(plt, figures: list[CellFigures]):
     if len(front) > 1:
         ax.plot(*zip(*front, strict=True), color="grey", linestyle=":", label="Pareto front")
     ax.set_xscale("log")
-    ax.set_xlabel("KV memory, self + cross (MB, log scale; ctranslate2 x: estimated)")
+    ax.set_xlabel(f"KV memory, self + cross ({BYTES_UNIT}, log scale)")
     ax.set_ylabel("WER (normalised, pooled over clips)")
     ax.set_title("WER against KV memory per cell")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return fig
+
+
+def _kv_mark(figure: CellFigures) -> str:
+    """' (KV estimated)' or ' (KV derived)' for a cell whose KV sum is not all measured."""
+    kind = weakest_kind(figure.kv_provenance) if figure.kv_provenance else MEASURED
+    return "" if kind == MEASURED else f" (KV {kind})"
 
 
 def _pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -11,9 +11,17 @@ from typing import Any
 from rich.table import Table
 
 from kvscribe.bench.figures import CellFigures, Claim
+from kvscribe.cli.render import BYTES_UNIT
+from kvscribe.provenance import DERIVED, ESTIMATED
+
+TITLE = f"kvscribe bench ({BYTES_UNIT})"
+# Each KV column's figure in kv_provenance, and how a figure that is not measured is marked.
+KV_FIGURE = {"kv_self_peak_bytes": "self", "kv_cross_bytes": "cross"}
+MARKS = {ESTIMATED: " (est.)", DERIVED: " (derived)"}
 
 COLUMNS = [  # (header, key, how to show it)
     ("cell", "label", str),
+    ("device", "device", str),
     ("WER", "wer", "{:.3f}".format),
     ("ΔWER", "wer_delta", "{:+.3f}".format),
     ("self KV", "kv_self_peak_bytes", lambda v: f"{v / 1e6:.2f} MB"),
@@ -33,13 +41,15 @@ def _cell(figure: CellFigures, key: str, show) -> str:
     if value is None:
         return "-"
     text = show(value)
-    if key in ("kv_self_peak_bytes", "kv_cross_bytes") and figure.kv_estimated:
-        text += " (est.)"
+    if key in KV_FIGURE:
+        text += MARKS.get(figure.kv_provenance.get(KV_FIGURE[key], ""), "")
+    elif key == "device" and figure.device_note:
+        text += " (fallback)"
     return text
 
 
 def rich_table(figures: list[CellFigures]) -> Table:
-    table = Table(title="kvscribe bench", title_justify="left", box=None, pad_edge=False)
+    table = Table(title=TITLE, title_justify="left", box=None, pad_edge=False)
     for header, _, _ in COLUMNS:
         table.add_column(header, justify="left" if header == "cell" else "right")
     for figure in figures:
@@ -47,34 +57,63 @@ def rich_table(figures: list[CellFigures]) -> Table:
     return table
 
 
-def as_json(figures: list[CellFigures], claims: list[Claim], meta: dict[str, Any]) -> str:
+def notes(figures: list[CellFigures], skipped: dict[str, str]) -> list[str]:
+    """One line per cell that ran elsewhere than asked, or did not run, and why."""
+    lines = [f"{f.label}: {f.device_note}" for f in figures if f.device_note]
+    return lines + [f"{label}: skipped: {reason}" for label, reason in skipped.items()]
+
+
+def as_json(
+    figures: list[CellFigures],
+    claims: list[Claim],
+    meta: dict[str, Any],
+    skipped: dict[str, str] | None = None,
+) -> str:
     return json.dumps(
         {
             "meta": meta,
             "cells": [asdict(f) for f in figures],
+            "skipped": skipped or {},  # cell label -> why it did not run
             "claims": [asdict(c) for c in claims],
         },
         indent=2,
     )
 
 
+def _csv_row(figure: CellFigures) -> dict[str, Any]:
+    """A figure's fields as flat columns (per-figure provenance as two columns)."""
+    row = asdict(figure)
+    provenance = row.pop("kv_provenance")
+    row["kv_self_provenance"] = provenance.get("self")
+    row["kv_cross_provenance"] = provenance.get("cross")
+    return row
+
+
 def as_csv(figures: list[CellFigures]) -> str:
     out = io.StringIO()
-    keys = [k for k in asdict(figures[0]) if k not in ("settings", "kv_trace")] if figures else []
+    rows = [_csv_row(f) for f in figures]
+    keys = [k for k in rows[0] if k not in ("settings", "kv_trace")] if rows else []
     writer = csv.DictWriter(out, fieldnames=keys, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
-    for figure in figures:
-        writer.writerow(asdict(figure))
+    writer.writerows(rows)
     return out.getvalue()
 
 
-def as_markdown(figures: list[CellFigures], claims: list[Claim], meta: dict[str, Any]) -> str:
-    lines = ["# kvscribe bench", ""]
+def as_markdown(
+    figures: list[CellFigures],
+    claims: list[Claim],
+    meta: dict[str, Any],
+    skipped: dict[str, str] | None = None,
+) -> str:
+    lines = [f"# {TITLE}", ""]
     lines += [f"- {key}: {value}" for key, value in meta.items()]
     lines += ["", "| " + " | ".join(h for h, _, _ in COLUMNS) + " |"]
     lines.append("|" + "---|" * len(COLUMNS))
     for figure in figures:
         lines.append("| " + " | ".join(_cell(figure, k, s) for _, k, s in COLUMNS) + " |")
+    cell_notes = notes(figures, skipped or {})
+    if cell_notes:
+        lines += ["", "## Notes", ""] + [f"- {line}" for line in cell_notes]
     lines += ["", "## Seed claims", "", "| claim | measured | verdict |", "|---|---|---|"]
     lines += [f"| {c.claim} | {c.measured} | {c.verdict} |" for c in claims]
     lines += ["", _legend()]
@@ -88,5 +127,8 @@ def _legend() -> str:
         "ms/token: per decoder step (whisper.cpp: its own mean per call). Peak RSS: the "
         "cell's process (plus whisper-cli's child). kvscribe / engine: kvscribe's time over "
         "the engine called directly with the same options, in the same run. (est.): "
-        "computed from the model's dimensions (the engine does not expose its cache)."
+        "computed from the model's dimensions (the engine does not expose its cache). "
+        "(derived): whisper.cpp's printed self-attention size x (beams + 2), kvscribe's "
+        f"reading of its source (it re-allocates that cache for beam search). {BYTES_UNIT}. "
+        "device (fallback): the backend cannot run on the device asked for (see Notes)."
     )

@@ -13,11 +13,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from kvscribe import __version__
+from kvscribe import __version__, hardware
 from kvscribe.bench import cells as matrix_
 from kvscribe.bench.clips import Clip, read_manifest, shipped
 from kvscribe.bench.figures import CellFigures, claims, compare, summarise
-from kvscribe.bench.report import as_csv, as_json, as_markdown, rich_table
+from kvscribe.bench.placement import Placement, check_requested, place
+from kvscribe.bench.report import as_csv, as_json, as_markdown, notes, rich_table
 from kvscribe.bench.worker import CellProcess
 from kvscribe.errors import ExitCode, UsageError
 from kvscribe.writers import atomic_write_text
@@ -36,9 +37,12 @@ class BenchOptions:
     json_out: Path | None = None
     csv_out: Path | None = None
     markdown_out: Path | None = None
+    device: str = "auto"  # every cell's: auto (CUDA when present), cpu or cuda
 
 
 def main(options: BenchOptions, console: Console) -> int:
+    machine = hardware.detect()
+    check_requested(options.device, machine)
     clips = read_manifest(options.manifest) if options.manifest else shipped()
     cells = matrix_.matrix(
         list(options.backends) or _available_backends(console),
@@ -47,22 +51,27 @@ def main(options: BenchOptions, console: Console) -> int:
         list(options.models) or [None],
         options.baseline,
     )
+    placement = place(cells, options.device, machine)
     audio = sum(clip.seconds for clip in clips)
     console.print(
         f"{len(cells)} cells x {len(clips)} clips ({audio:.1f} s of audio) x {options.repeat} "
-        "repeat(s); starting one process per cell",
+        f"repeat(s) on --device {options.device} ({placement.found.describe()}); "
+        "starting one process per cell",
         style="dim",
     )
     started = time.perf_counter()
-    ran, figures = _run_cells(cells, clips, options.repeat, console)
+    ran, figures = _run_cells(placement, clips, options.repeat, console)
     compare(ran, figures)
     found = claims(figures)
     meta = _meta(options, clips, time.perf_counter() - started)
+    meta["device"] = placement.describe({f.device for f in figures})
     wide = Console(stderr=True, highlight=False, width=max(console.width, 200))
     wide.print(rich_table(figures))  # a dozen columns: never squeeze them to 80
+    for line in notes(figures, placement.skipped):
+        console.print(f"[yellow]note[/]: {escape(line)}")
     for claim in found:
         console.print(f"[bold]{claim.verdict}[/]: {escape(claim.claim)}: {escape(claim.measured)}")
-    _write_outputs(options, figures, found, meta, console)
+    _write_outputs(options, figures, found, meta, placement.skipped, console)
     return ExitCode.OK if len(ran) == len(cells) else ExitCode.SOME_FAILED
 
 
@@ -81,9 +90,13 @@ def _available_backends(console: Console) -> list[str]:
     return found
 
 
-def _run_cells(cells, clips: list[Clip], repeat: int, console: Console):
-    """Start every cell, then run them round-robin `repeat` times (drift hits all alike)."""
-    processes = [CellProcess(cell, clips, "cpu") for cell in cells]
+def _run_cells(placement: Placement, clips: list[Clip], repeat: int, console: Console):
+    """Start every cell that can run, then run them round-robin `repeat` times (drift hits
+    all alike). Cells that cannot run are added to placement.skipped, with the reason."""
+    for label, reason in placement.skipped.items():
+        console.print(f"[yellow]skipping {escape(label)}[/]: {escape(reason)}")
+    devices = placement.devices
+    processes = [CellProcess(cell, clips, choice.device) for cell, choice in devices.items()]
     try:
         live = []
         for process in processes:
@@ -91,6 +104,7 @@ def _run_cells(cells, clips: list[Clip], repeat: int, console: Console):
             if error is None:
                 live.append(process)
             else:
+                placement.skipped[process.cell.label] = error.one_line()
                 console.print(
                     f"[yellow]skipping {escape(process.cell.label)}[/]: {escape(error.one_line())}"
                 )
@@ -106,7 +120,9 @@ def _run_cells(cells, clips: list[Clip], repeat: int, console: Console):
         for process in processes:
             process.close()
     ran = [p.cell for p in live]
-    figures: list[CellFigures] = [summarise(cell, runs[cell], clips) for cell in ran]
+    figures: list[CellFigures] = [
+        summarise(cell, runs[cell], clips, devices[cell].note) for cell in ran
+    ]
     return ran, figures
 
 
@@ -133,16 +149,18 @@ def _meta(options: BenchOptions, clips: list[Clip], seconds: float) -> dict:
     }
 
 
-def _write_outputs(options: BenchOptions, figures, found, meta, console: Console) -> None:
+def _write_outputs(
+    options: BenchOptions, figures, found, meta, skipped: dict[str, str], console: Console
+) -> None:
     written = []
     if options.json_out:
-        atomic_write_text(options.json_out, as_json(figures, found, meta) + "\n")
+        atomic_write_text(options.json_out, as_json(figures, found, meta, skipped) + "\n")
         written.append(options.json_out)
     if options.csv_out:
         atomic_write_text(options.csv_out, as_csv(figures))
         written.append(options.csv_out)
     if options.markdown_out:
-        atomic_write_text(options.markdown_out, as_markdown(figures, found, meta))
+        atomic_write_text(options.markdown_out, as_markdown(figures, found, meta, skipped))
         written.append(options.markdown_out)
     if options.plot:
         from kvscribe.bench.plots import write_plots

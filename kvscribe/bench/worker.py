@@ -15,6 +15,7 @@ from pathlib import Path
 from kvscribe.bench.cells import Cell
 from kvscribe.bench.clips import Clip
 from kvscribe.errors import KvscribeError
+from kvscribe.provenance import MEASURED, make_provenance
 from kvscribe.stats import peak_rss_bytes
 
 
@@ -29,7 +30,7 @@ class ClipRun:
     kv_self_peak_bytes: int | None = None
     kv_self_full_bytes: int | None = None
     kv_cross_bytes: int | None = None
-    kv_estimated: bool = False
+    kv_provenance: dict[str, str] = field(default_factory=lambda: make_provenance(MEASURED))
     step_seconds: list[float] = field(default_factory=list)
     engine_step_ms: float | None = None  # whisper.cpp's own mean per decoder call
     encoder_seconds: float | None = None
@@ -43,6 +44,7 @@ class CellRun:
     clips: list[ClipRun]
     peak_rss_bytes: int | None
     settings: dict[str, str] = field(default_factory=dict)
+    device: str = "cpu"  # where the engine actually ran
 
 
 class CellProcess:
@@ -99,14 +101,14 @@ def _serve(conn, cell: Cell, clips: list[Clip], device: str) -> None:
     settings = getattr(runner, "settings", {})
     while conn.recv() == "run":
         results = [runner(clip) for clip in clips]
-        conn.send(CellRun(results, peak_rss_bytes(), dict(settings)))
+        conn.send(CellRun(results, peak_rss_bytes(), dict(settings), runner.device))
 
 
 def _make_runner(cell: Cell, device: str):
     if cell.kind == "faster-whisper":
-        return _FasterWhisper(cell)
+        return _FasterWhisper(cell, device)
     if cell.kind == "whisper-cli":
-        return _WhisperCli(cell)
+        return _WhisperCli(cell, device)
     return _Kvscribe(cell, device)
 
 
@@ -125,6 +127,7 @@ class _Kvscribe:
         model = models.resolve(cell.model, backend_cls.capabilities.model_formats)
         self.backend = backend_cls(model, profile, device)
         self.backend.load()
+        self.device = device
         self.request = DecodeRequest()
         self.settings = self.backend.describe_settings()
 
@@ -145,7 +148,7 @@ class _Kvscribe:
             kv_self_peak_bytes=report.kv_self_peak_bytes,
             kv_self_full_bytes=report.kv_self_full_bytes,
             kv_cross_bytes=report.kv_cross_bytes,
-            kv_estimated=report.kv_estimated,
+            kv_provenance=dict(report.kv_provenance),
             step_seconds=list(report.step_seconds),
             engine_step_ms=(engine_ms.get("decode", 0) + engine_ms.get("batchd", 0)) / steps
             if steps
@@ -160,17 +163,18 @@ class _Kvscribe:
 class _FasterWhisper:
     """faster-whisper's WhisperModel called directly with the ctranslate2 cell's options."""
 
-    def __init__(self, cell: Cell):
+    def __init__(self, cell: Cell, device: str):
         from faster_whisper import WhisperModel
 
-        mirror = _Kvscribe(dataclasses.replace(cell, kind="kvscribe"), "cpu")
+        mirror = _Kvscribe(dataclasses.replace(cell, kind="kvscribe"), device)
         settings = mirror.backend.settings
         self.beams = int(settings.get("beam_size", 5))
         self.condition = bool(settings.get("condition_on_previous_text", True))
         compute = mirror.backend.engine.model.compute_type
         path = str(mirror.backend.model.path)
         del mirror  # one model in memory, like the kvscribe cell
-        self.model = WhisperModel(path, device="cpu", compute_type=compute)
+        self.model = WhisperModel(path, device=device, compute_type=compute)
+        self.device = device
         self.settings = {"compute type": compute, "beam size": str(self.beams)}
 
     def __call__(self, clip: Clip) -> ClipRun:
@@ -190,18 +194,19 @@ class _FasterWhisper:
 class _WhisperCli:
     """whisper-cli run directly with the whispercpp cell's argv on a WAV of the clip."""
 
-    def __init__(self, cell: Cell):
+    def __init__(self, cell: Cell, device: str):
         from kvscribe.backends.base import DecodeRequest
 
-        mirror = _Kvscribe(dataclasses.replace(cell, kind="kvscribe"), "cpu")
+        mirror = _Kvscribe(dataclasses.replace(cell, kind="kvscribe"), device)
         self.backend = mirror.backend
+        self.device = device  # whisper-cli runs with -ng: the CPU
         self.request = DecodeRequest()
         self.beams = int(self.backend.settings.get("beam_size", 5))
         self.work = Path(tempfile.mkdtemp(prefix="kvscribe-bench-"))
         self.settings = {"beam size": str(self.beams)}
 
     def __call__(self, clip: Clip) -> ClipRun:
-        from kvscribe.backends.whispercpp import self_cache_factor
+        from kvscribe.backends.whispercpp import self_cache_bytes
         from kvscribe.whispercpp.process import WhisperProcess, check_outcome, write_wav_f32
         from kvscribe.whispercpp.report import parse_segment_line, parse_stderr
 
@@ -217,12 +222,14 @@ class _WhisperCli:
         check_outcome(outcome, argv[0], self.backend.model.path, wav)
         text = "".join(p[2] for line in lines if (p := parse_segment_line(line)))
         figures = parse_stderr(outcome.stderr)
+        kv_self, self_provenance = self_cache_bytes(figures.kv_self_bytes, self.beams)
         return ClipRun(
             clip.name,
             text,
             seconds,
-            kv_self_peak_bytes=figures.kv_self_bytes * self_cache_factor(self.beams),
+            kv_self_peak_bytes=kv_self,
             kv_cross_bytes=figures.kv_cross_bytes,
+            kv_provenance=make_provenance(self_provenance, MEASURED),
             encoder_seconds=figures.timings_ms.get("encode", 0) / 1000,
             windows=figures.runs.get("encode", 0),
             engine_peak_rss_bytes=outcome.peak_rss_bytes,

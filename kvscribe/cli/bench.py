@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import typer
 
@@ -32,6 +33,13 @@ def bench(
         "repeat --policy for policies with ';').",
     ),
     model: list[str] = typer.Option(None, "--model", "-m", show_default="tiny.en", help="Models."),
+    device: Literal["auto", "cpu", "cuda"] = typer.Option(
+        "auto",
+        "--device",
+        help="Run every cell here (auto: CUDA when present, else cpu). With auto, a backend "
+        "that cannot run there (whispercpp: CPU only) runs on the CPU, noted in its row; with "
+        "cpu or cuda, such a cell is skipped with the reason.",
+    ),
     repeat: int = typer.Option(1, "--repeat", min=1, help="Timed runs per cell (medians)."),
     baseline: bool = typer.Option(
         False, "--baseline", help="Also run faster-whisper and whisper-cli directly."
@@ -62,6 +70,7 @@ def bench(
                 profiles=tuple(profile or ()),
                 policies=tuple(policy) if policy else None,
                 models=tuple(model or ()),
+                device=device,
                 repeat=repeat,
                 baseline=baseline,
                 plot=plot,
