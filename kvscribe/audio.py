@@ -87,6 +87,9 @@ def load_audio(path: Path) -> np.ndarray:
             hint="the recording is empty; re-export it",
         )
     _check_complete(path, info, audio.size / SAMPLE_RATE)
+    non_finite = _count_non_finite(audio)
+    if non_finite:
+        raise _non_finite_error(path, f"{non_finite} non-finite samples (NaN/inf)")
     return audio
 
 
@@ -95,7 +98,28 @@ def stream_audio(path: Path) -> Iterator[np.ndarray]:
     file replays in flat memory. Raises as load_audio does (decode errors when reached)."""
     check_readable(path)
     _, chunks = _open_stream(path)
-    yield from chunks
+    decoded = 0  # samples before this chunk
+    for chunk in chunks:
+        bad = np.flatnonzero(~np.isfinite(chunk))
+        if bad.size:  # the whole count would need the whole file: name where it starts
+            at = (decoded + int(bad[0])) / SAMPLE_RATE
+            raise _non_finite_error(path, f"non-finite samples (NaN/inf) from {at:.2f} s")
+        decoded += chunk.size
+        yield chunk
+
+
+def _count_non_finite(samples: np.ndarray, block: int = 1 << 20) -> int:
+    """NaN and ±inf samples, counted a block at a time (no bool copy of a long recording)."""
+    return sum(
+        int(np.count_nonzero(~np.isfinite(samples[start : start + block])))
+        for start in range(0, samples.size, block)
+    )
+
+
+def _non_finite_error(path: Path, what: str) -> AudioDecodeError:
+    """A float file can hold NaN/inf, which no recording does: every engine turns them into
+    garbage text without an error, so they are corrupt audio, not silence."""
+    return AudioDecodeError(f"{what}: the file is corrupt", subject=str(path), hint="re-export it")
 
 
 def _open_stream(path: Path) -> tuple[AudioInfo, Iterator[np.ndarray]]:

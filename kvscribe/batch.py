@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import logging
 import multiprocessing
 import os
 import re
@@ -25,6 +26,8 @@ from kvscribe.manifest import STATE_DIR, Fingerprint, Manifest, Record, fingerpr
 from kvscribe.options import TranscribeOptions
 from kvscribe.stats import FileStats, RunStats, peak_rss_bytes
 from kvscribe.types import Segment, Transcript
+
+_log = logging.getLogger(__name__)
 
 # atomic_write_text's temporary files: `.<name>.<random>.part`
 _STALE_PART = re.compile(r"^\..+\.[A-Za-z0-9_]{6,}\.part$")
@@ -201,7 +204,7 @@ class Batch:
         worker = _Worker(self.options, self.folder)
         for task in todo:
             self.listener.started(task)
-            yield worker.work(task)
+            yield _work_guarded(worker, task)
 
     def _in_pool(self, todo: list[Task], jobs: int):
         threads = max(1, (os.cpu_count() or 2) // jobs)
@@ -333,10 +336,30 @@ def _init_worker(options: TranscribeOptions, folder: Path, threads: int) -> None
 
 def _work_in_worker(task: Task) -> Result:
     assert _WORKER is not None
+    return _work_guarded(_WORKER, task)
+
+
+def _work_guarded(worker: _Worker, task: Task) -> Result:
+    """`worker.work(task)`, an unexpected exception turned into this file's failure, the same
+    in this process (one input) as in a worker process (--jobs N).
+
+    The batch's one broad catch, by contract: engines (CTranslate2, torch, whisper-cli's
+    parser) raise arbitrary exception types on inputs they choke on, and such a bug must fail
+    one file, not the batch. KvscribeErrors are already results inside work(); Ctrl-C
+    (KeyboardInterrupt) is no Exception and still stops the run."""
     try:
-        return _WORKER.work(task)
-    except Exception as exc:  # a bug must not take the batch down: report it for this file
-        return Result(task, error=EngineError(f"internal error: {type(exc).__name__}: {exc}"))
+        return worker.work(task)
+    except Exception as exc:
+        _log.debug("engine failure on %s", task.path, exc_info=True)  # --debug: the traceback
+        return Result(task, error=_internal_error(task, exc))
+
+
+def _internal_error(task: Task, exc: Exception) -> EngineError:
+    return EngineError(
+        f"internal error: {type(exc).__name__}: {exc}",
+        subject=str(task.path),
+        hint="an engine bug: please report it, with the file; rerun to retry",
+    )
 
 
 def _worker_died() -> EngineError:

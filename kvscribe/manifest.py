@@ -5,7 +5,7 @@ renamed into place, so a crash at any moment leaves either a complete record
 or none (a torn last line is ignored). The last record for an input wins. A
 record holds the input's fingerprint (size, mtime, sha256), the key of the
 options that shape its outputs, and what became of it. Only one kvscribe run
-writes to an output folder at a time (an flock on the manifest's lock file).
+writes to an output folder at a time (a lock on `.kvscribe/lock`, on every OS).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from filelock import FileLock, Timeout
 
 from kvscribe.digest import sha256_file
 from kvscribe.errors import ExitCode, UsageError
@@ -104,7 +106,7 @@ class Manifest:
         self.path = self.state / NAME
         self.records: dict[str, Record] = {}
         self._handle = None
-        self._lock = None
+        self._lock: FileLock | None = None
 
     def __enter__(self) -> Manifest:
         self.state.mkdir(parents=True, exist_ok=True)
@@ -117,7 +119,7 @@ class Manifest:
         if self._handle is not None:
             self._handle.close()
         if self._lock is not None:
-            self._lock.close()
+            self._lock.release()
 
     def get(self, path: Path) -> Record | None:
         return self.records.get(os.path.abspath(path))
@@ -154,19 +156,16 @@ def _read(path: Path) -> dict[str, Record]:
     return records
 
 
-def _take_lock(path: Path, folder: Path):
-    handle = open(path, "a")  # noqa: SIM115 (held open for the whole run)
+def _take_lock(path: Path, folder: Path) -> FileLock:
+    """Hold the folder's lock for the whole run, or fail at once: a second run must not wait
+    behind the first (it could take hours) nor write into the same folder beside it."""
+    lock = FileLock(path, timeout=0)  # flock on POSIX, LockFileEx on Windows
     try:
-        import fcntl
-    except ImportError:  # Windows: no advisory lock
-        return handle
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.close()
+        lock.acquire()
+    except Timeout:
         raise UsageError(
             "another kvscribe run is writing to this folder",
             subject=str(folder),
             hint="wait for it to finish, or choose another --output-dir",
         ) from None
-    return handle
+    return lock

@@ -7,6 +7,8 @@
 
 Clauses apply in order, each to the layers it selects (all when no selector);
 a later clause overrides only the settings it names (`full` resets a layer).
+A selector must pick at least one of the model's layers, and `residual=N` (the newest
+N tokens kept unquantized) needs `q8_0` or `q4_0`: a part that would do nothing is an error.
 Examples: `sink=4,window=128` / `full; half@layers=odd` / `sink=4,window=64,q8_0@layers>=2`.
 
 Cross-attention policies: `full` (one copy per beam), `shared` (one copy for all
@@ -22,6 +24,7 @@ from kvscribe.errors import UsageError
 
 QUANTS = ("q8_0", "q4_0")
 DEFAULT_RESIDUAL = 0  # newest tokens kept in full precision (the current one always is)
+_ANY_MODEL_LAYERS = 64  # for syntax checks: more decoder layers than any Whisper (large: 32)
 
 
 @dataclass(frozen=True)
@@ -60,11 +63,28 @@ class CrossSpec:
 
 
 def parse_policy(text: str, n_layers: int) -> tuple[LayerSpec, ...]:
-    """Per-layer specs for a decoder of `n_layers`; UsageError names the bad part."""
+    """Per-layer specs for a decoder of `n_layers`; UsageError names the bad part, including
+    a selector that picks none of the model's layers (a clause that would do nothing)."""
+    return _parse(text, n_layers, model_known=True)
+
+
+def validate_policy(text: str) -> None:
+    """Check a policy's syntax without knowing the model (for early, torch-free errors);
+    whether each selector picks a layer is checked once the model is, in parse_policy."""
+    _parse(text, _ANY_MODEL_LAYERS, model_known=False)
+
+
+def _parse(text: str, n_layers: int, model_known: bool) -> tuple[LayerSpec, ...]:
     layers = [LayerSpec() for _ in range(n_layers)]
     for clause in filter(None, (c.strip() for c in text.split(";"))):
         body, _, selector = clause.partition("@")
         chosen = _select(selector.strip(), n_layers, text) if selector else range(n_layers)
+        if model_known and not chosen:
+            raise _bad(
+                selector.strip(),
+                text,
+                f"selects no layer of this model (its decoder layers are 0-{n_layers - 1})",
+            )
         updates = [_part(p.strip(), text) for p in body.split(",") if p.strip()]
         if not updates:
             raise _bad(clause, text, "an empty clause")
@@ -74,11 +94,6 @@ def parse_policy(text: str, n_layers: int) -> tuple[LayerSpec, ...]:
     for index, spec in enumerate(layers):
         _check(spec, index, text)
     return tuple(layers)
-
-
-def validate_policy(text: str) -> None:
-    """Check a policy's syntax without knowing the model (for early, torch-free errors)."""
-    parse_policy(text, 64)
 
 
 def parse_cross(text: str) -> CrossSpec:
@@ -149,6 +164,12 @@ def _check(spec: LayerSpec, index: int, text: str) -> None:
     if spec.sink and not spec.trims:
         raise _bad(
             f"sink={spec.sink} on layer {index}", text, "sinks without a window (add window=N)"
+        )
+    if spec.residual and not spec.quant:
+        raise _bad(
+            f"residual={spec.residual} on layer {index}",
+            text,
+            "a residual keeps the newest tokens unquantized, so it needs q8_0 or q4_0",
         )
 
 

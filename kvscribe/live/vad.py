@@ -13,6 +13,22 @@ from kvscribe.errors import BackendUnavailableError
 
 WINDOW = 512  # samples per VAD step (32 ms at 16 kHz), fixed by the model
 _CONTEXT = 64  # samples of the previous window the model sees in front of each one
+MODEL_FILE = "silero_vad_v6.onnx"
+# faster-whisper ships MODEL_FILE from this release on (1.2.0 and older: silero v5 only).
+FIRST_RELEASE_WITH_MODEL = "1.2.1"
+
+
+def model_path(assets: Path) -> Path:
+    """The silero v6 model in faster-whisper's `assets` folder; an older faster-whisper lacks
+    it, which is the user's to fix (upgrade), not an internal error."""
+    path = assets / MODEL_FILE
+    if not path.is_file():
+        raise BackendUnavailableError(
+            f"{MODEL_FILE} is missing from faster-whisper's assets ({assets})",
+            subject="voice activity detection",
+            hint=f"pip install -U 'faster-whisper>={FIRST_RELEASE_WITH_MODEL}'",
+        )
+    return path
 
 
 class SileroVad:
@@ -33,7 +49,7 @@ class SileroVad:
         options.inter_op_num_threads = 1
         options.intra_op_num_threads = 1  # 0.1 ms a window: one thread leaves the cores to Whisper
         options.log_severity_level = 4
-        path = Path(get_assets_path()) / "silero_vad_v6.onnx"
+        path = model_path(Path(get_assets_path()))
         self._session = onnxruntime.InferenceSession(
             str(path), providers=["CPUExecutionProvider"], sess_options=options
         )

@@ -1,7 +1,7 @@
 """Models from the Hugging Face Hub, for users who are online (or have them cached).
 
-Only CTranslate2 conversions are looked up by short name (the faster-whisper
-repositories); any `org/name` is taken as given.
+Only CTranslate2 conversions are looked up by short name, through faster-whisper's own
+name -> repository map; any `org/name` is taken as given.
 """
 
 from __future__ import annotations
@@ -11,27 +11,6 @@ from pathlib import Path
 
 from kvscribe.errors import ModelNotFoundError
 
-_SIZES = [
-    "tiny",
-    "tiny.en",
-    "base",
-    "base.en",
-    "small",
-    "small.en",
-    "medium",
-    "medium.en",
-    "large-v1",
-    "large-v2",
-    "large-v3",
-    "distil-small.en",
-    "distil-medium.en",
-    "distil-large-v2",
-    "distil-large-v3",
-]
-SHORT_NAMES = {name: f"Systran/faster-whisper-{name}" for name in _SIZES}
-SHORT_NAMES["large-v3-turbo"] = SHORT_NAMES["turbo"] = (
-    "mobiuslabsgmbh/faster-whisper-large-v3-turbo"
-)
 _PATTERNS = [
     "config.json",
     "model.bin",
@@ -41,13 +20,33 @@ _PATTERNS = [
 ]
 
 
+def short_names() -> dict[str, str]:
+    """Short model name -> hub repository, exactly as faster-whisper's `WhisperModel(name)`
+    maps it. faster-whisper keeps the map current as repositories move (a private name, but
+    the only copy); imported here, not at module import, since it loads the whole engine."""
+    try:
+        from faster_whisper.utils import _MODELS
+    except ImportError as exc:
+        raise ModelNotFoundError(
+            "model names need faster-whisper, which is missing or too old",
+            subject="--model",
+            hint="pip install -U faster-whisper, or pass --model PATH",
+        ) from exc
+    return dict(_MODELS)
+
+
+def __getattr__(name: str) -> dict[str, str]:
+    """`hub.SHORT_NAMES`, for callers written before short_names() (computed on first use)."""
+    if name == "SHORT_NAMES":
+        return short_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def repo_for(name: str) -> str | None:
     """The hub repository a model name means, or None if it is not a hub name."""
-    if name in SHORT_NAMES:
-        return SHORT_NAMES[name]
     if name.count("/") == 1 and not name.startswith((".", "/")):
-        return name
-    return None
+        return name  # an org/name id, taken as given (no short name has a slash)
+    return short_names().get(name)
 
 
 def fetch(name: str, repo: str) -> Path:

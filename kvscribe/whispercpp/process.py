@@ -29,6 +29,7 @@ from kvscribe.errors import (
     ModelNotFoundError,
     UsageError,
 )
+from kvscribe.stats import maxrss_bytes
 
 SAMPLE_RATE = 16_000
 
@@ -121,7 +122,7 @@ class WhisperProcess:
         _, status, usage = os.wait4(self._proc.pid, 0)
         with self._lock:
             self._proc.returncode = os.waitstatus_to_exitcode(status)
-        return self._proc.returncode, usage.ru_maxrss * 1024  # Linux reports KiB
+        return self._proc.returncode, maxrss_bytes(usage.ru_maxrss)
 
 
 def check_outcome(outcome: Outcome, binary: str, model: Path, audio: Path | None = None) -> None:
