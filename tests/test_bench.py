@@ -11,12 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvscribe import hardware
 from kvscribe.bench.cells import Cell, matrix, mirror_of, split_policies
 from kvscribe.bench.clips import read_manifest, shipped
 from kvscribe.bench.wer import pooled_wer
 from kvscribe.errors import UsageError
 from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli
 
+HAS_CUDA = hardware.detect().has_cuda  # the bench's default --device auto picks CUDA if present
 WORDS = ["ask", "not", "what", "your", "country", "can", "do", "for", "you"]
 
 
@@ -104,6 +106,9 @@ def test_bench_writes_every_output(bench_run):
     assert [r["label"] for r in rows] == labels
     markdown = (folder / "b.md").read_text()
     assert "## Seed claims" in markdown and all(label in markdown for label in labels)
+    assert markdown.startswith("# kvscribe bench (MB = 10^6 bytes)")
+    assert data["meta"]["device"].startswith("--device auto: ran on ")
+    assert [r["device"] for r in rows] == [c["device"] for c in data["cells"]]
     for name in ("kv_vs_tokens.png", "wer_vs_kv.png"):
         assert (folder / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -112,11 +117,14 @@ def test_bench_figures_agree_with_each_other(bench_run):
     folder, _ = bench_run
     cells = {c["label"]: c for c in json.loads((folder / "b.json").read_text())["cells"]}
     full = cells["transformers: full / full"]
+    # transformers runs fp32 on the CPU and fp16 on CUDA.
+    assert full["device"] == ("cuda" if HAS_CUDA else "cpu")
+    assert full["settings"]["dtype"] == ("float16" if HAS_CUDA else "float32")
     # A full cache holds every position: its measured peak is the arithmetic full size.
-    layers, d_model, beams, fp32 = 4, 384, 5, 4
-    assert full["kv_cross_bytes"] == beams * layers * 2 * 1500 * d_model * fp32
+    layers, d_model, beams, value_bytes = 4, 384, 5, 2 if HAS_CUDA else 4
+    assert full["kv_cross_bytes"] == beams * layers * 2 * 1500 * d_model * value_bytes
     positions = max(seen for seen, _ in full["kv_trace"])
-    assert full["kv_self_peak_bytes"] == positions * beams * layers * 2 * d_model * fp32
+    assert full["kv_self_peak_bytes"] == positions * beams * layers * 2 * d_model * value_bytes
     assert full["wer_delta"] == 0 and full["kv_vs_full_pct"] == 100
     q8 = cells["transformers: q8_0 / shared"]
     assert q8["kv_vs_full_pct"] < 30 and q8["kv_estimated"] is False
@@ -124,6 +132,10 @@ def test_bench_figures_agree_with_each_other(bench_run):
         base, ours = cells[f"{baseline}: cpu-laptop"], cells[f"{mirror}: cpu-laptop"]
         assert base["vs_kvscribe"] == pytest.approx(ours["seconds"] / base["seconds"], abs=1e-3)
     assert cells["ctranslate2: cpu-laptop"]["kv_estimated"] is True
+    # whisper.cpp runs on the CPU only: under --device auto on a CUDA machine it says so.
+    whisper = cells["whispercpp: cpu-laptop"]
+    assert whisper["device"] == "cpu" and bool(whisper["device_note"]) == HAS_CUDA
+    assert whisper["kv_provenance"] == {"self": "derived", "cross": "measured"}  # beam 5
     for cell in cells.values():
         assert 0 <= cell["wer"] <= 0.2 and cell["peak_rss_bytes"] > 50_000_000
 

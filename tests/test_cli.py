@@ -12,8 +12,11 @@ import pytest
 import srt
 import webvtt
 
+from kvscribe import hardware
 from kvscribe.errors import ExitCode
 from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
+
+HAS_CUDA = hardware.detect().has_cuda
 
 BAD_INPUTS = [
     ("missing", ExitCode.INPUT_NOT_FOUND, "no such file"),
@@ -71,7 +74,11 @@ def test_stats_json_matches_the_run(tmp_path):
     assert stats["audio_seconds"] == pytest.approx(11.0)
     assert stats["files_done"] == 1 and stats["files_failed"] == 0
     assert stats["settings"]["beam size"] == "1"
-    assert stats["kv_cross_bytes"] == 2 * 4 * 1500 * 384 * 4  # tiny.en fp32, one copy: 18.4 MB
+    # tiny.en, one copy: 18.4 MB in fp32 activations (int8 on CPU), 9.2 MB in fp16 (auto picks
+    # a GPU profile, float16 or int8_float16, where there is CUDA).
+    value_bytes = 2 if HAS_CUDA else 4
+    assert stats["device"] == ("cuda" if HAS_CUDA else "cpu")
+    assert stats["kv_cross_bytes"] == 2 * 4 * 1500 * 384 * value_bytes
     assert stats["wall_seconds"] >= stats["transcribe_seconds"] + stats["load_seconds"] * 0.99
     assert stats["real_time_factor"] == pytest.approx(stats["wall_seconds"] / 11.0, rel=1e-3)
     assert stats["tokens_decoded"] > 20 and stats["peak_rss_bytes"] > 50e6
@@ -153,7 +160,6 @@ def visible(folder: Path) -> list[str]:
         (["-f", "docx"], ExitCode.USAGE, "unknown format"),
         (["-f", "txt,srt"], ExitCode.USAGE, "add --output-dir"),
         (["--beam-size", "0"], ExitCode.USAGE, "between 1 and 16"),
-        (["--profile", "gpu"], ExitCode.BACKEND_UNAVAILABLE, "no CUDA device"),
         (["--device", "mps"], ExitCode.USAGE, "backend ctranslate2 cannot run on mps"),
         (["--jobs", "2"], ExitCode.USAGE, "--jobs: only applies to runs that write into a folder"),
         (["--json"], ExitCode.USAGE, "add --output-dir"),
@@ -165,6 +171,16 @@ def test_bad_options(args, code, words):
     assert words in result.stderr and "Traceback" not in result.stderr
     if code != ExitCode.USAGE or "unknown format" in words:
         assert result.stderr.count("\n") == 1
+
+
+def test_gpu_profile_runs_on_cuda_or_says_there_is_none():
+    result = run_cli(SAMPLE, "--profile", "gpu")
+    if HAS_CUDA:
+        assert result.code == 0, result.stderr
+        assert "tiny.en / cuda" in result.stderr and "float16" in result.stderr
+    else:
+        assert result.code == ExitCode.BACKEND_UNAVAILABLE, result.stderr
+        assert "no CUDA device" in result.stderr and result.stderr.count("\n") == 1
 
 
 def test_help_is_fast_and_imports_no_engine():
