@@ -120,7 +120,7 @@ def test_byte_figures_equal_the_stored_tensors(sizes, spec):
     per_token_blocks = HEADS * DIM // 32
     block_bytes = {None: 0, "q8_0": 32 + 2, "q4_0": 16 + 2}[spec.quant]
     expected = 2 * (exact_tokens * HEADS * DIM * 4 + quant_tokens * per_token_blocks * block_bytes)
-    assert policy.nbytes == expected
+    assert policy.held_bytes == expected
 
 
 class _Projections(torch.nn.Module):
@@ -147,7 +147,7 @@ def test_half_layer_recomputes_what_a_kv_layer_stores_at_half_the_bytes(sizes):
             want_k, want_v = kv.update_from_inputs(hidden, attention)
             torch.testing.assert_close(got_k, want_k, rtol=1e-5, atol=1e-5)
             torch.testing.assert_close(got_v, want_v, rtol=1e-5, atol=1e-5)
-    assert half.nbytes * 2 == kv.nbytes and half.get_seq_length() == kv.get_seq_length()
+    assert half.held_bytes * 2 == kv.held_bytes and half.get_seq_length() == kv.get_seq_length()
     assert half.recompute_macs > 0 or len(sizes) == 1
 
 
@@ -186,7 +186,7 @@ def test_shared_cross_attention_holds_one_copy_per_beam_count_of_one():
     for text in ("full", "shared", "shared,q8_0"):
         store = CrossAttentionStore(parse_cross(text), beams=5)
         store.fill(encoded, decoder)
-        sizes[text] = store.nbytes
+        sizes[text] = store.held_bytes
     one_copy = 2 * 2 * 1500 * HEADS * DIM * 4  # K+V, 2 layers, fp32
     assert sizes == {"full": 5 * one_copy, "shared": one_copy, "shared,q8_0": one_copy * 8.5 / 32}
 

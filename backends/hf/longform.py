@@ -123,7 +123,7 @@ def _decode_window(
     stats.self_full_bytes = max(
         stats.self_full_bytes, positions * plan.beams * plan.kv_bytes_per_position
     )
-    stats.cross_bytes = max(stats.cross_bytes, cross.nbytes)
+    stats.cross_bytes = max(stats.cross_bytes, cross.held_bytes)
     stats.recompute_macs += cache.recompute_macs
     if len(cache.trace) > len(stats.kv_trace):
         stats.kv_trace = cache.trace

@@ -1,10 +1,13 @@
 """One decoder's cache for one 30 s window: a transformers `Cache` of policy layers,
 plus the cross-attention keys/values of the encoder output.
 
-Every byte figure is the sum of the stored tensors' `nbytes`, read at the time.
+Every byte figure is the storage the cache keeps alive, read at the time: the distinct
+storages behind its tensors, each counted once (`storage.held_bytes`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import torch
 from transformers.cache_utils import Cache
@@ -12,6 +15,7 @@ from transformers.cache_utils import Cache
 from kvscribe.kvcache.layers import KVLayer, make_layer, split_heads
 from kvscribe.kvcache.quant import Quantized, dequantize, quantize
 from kvscribe.kvcache.spec import CrossSpec, LayerSpec
+from kvscribe.kvcache.storage import held_bytes, owned
 
 
 class PolicyCache(Cache):
@@ -26,16 +30,20 @@ class PolicyCache(Cache):
     def policy_layers(self) -> list[KVLayer]:
         return self.layers
 
+    def tensors(self) -> Iterator[torch.Tensor]:
+        for layer in self.policy_layers:
+            yield from layer.tensors()
+
     @property
-    def nbytes(self) -> int:
-        return sum(layer.nbytes for layer in self.policy_layers)
+    def held_bytes(self) -> int:
+        return held_bytes(self.tensors())
 
     @property
     def recompute_macs(self) -> int:
         return sum(layer.recompute_macs for layer in self.policy_layers)
 
     def note_peak(self) -> int:
-        stored = self.nbytes
+        stored = self.held_bytes
         self.peak_bytes = max(self.peak_bytes, stored)
         self.trace.append((self.get_seq_length(), stored))
         return self.peak_bytes
@@ -58,8 +66,8 @@ class CrossAttentionStore:
         self._layers = []
         for layer in decoder.layers:
             attention = layer.encoder_attn
-            keys = split_heads(attention.k_proj(encoder_output), attention).contiguous()
-            values = split_heads(attention.v_proj(encoder_output), attention).contiguous()
+            keys = owned(split_heads(attention.k_proj(encoder_output), attention))
+            values = owned(split_heads(attention.v_proj(encoder_output), attention))
             if copies > 1:  # what transformers does: a real copy per beam
                 keys, values = keys.repeat(copies, 1, 1, 1), values.repeat(copies, 1, 1, 1)
             if self.spec.quant:
@@ -73,6 +81,11 @@ class CrossAttentionStore:
             keys, values = dequantize(keys, self._dtype), dequantize(values, self._dtype)
         return keys, values
 
+    def tensors(self) -> Iterator[torch.Tensor]:
+        for pair in self._layers:
+            for part in pair:
+                yield from part.tensors() if isinstance(part, Quantized) else (part,)
+
     @property
-    def nbytes(self) -> int:
-        return sum(part.nbytes for pair in self._layers for part in pair)
+    def held_bytes(self) -> int:
+        return held_bytes(self.tensors())

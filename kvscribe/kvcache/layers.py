@@ -12,10 +12,13 @@ multiply-adds that costs.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 from transformers.cache_utils import CacheLayerMixin
 
 from kvscribe.kvcache.spec import LayerSpec
+from kvscribe.kvcache.storage import held_bytes
 from kvscribe.kvcache.stores import QuantizedStore, TensorStore
 
 
@@ -30,9 +33,9 @@ class _Trimmed:
     def __len__(self) -> int:
         return len(self.sink) + len(self.body)
 
-    @property
-    def nbytes(self) -> int:
-        return self.sink.nbytes + self.body.nbytes
+    def tensors(self) -> Iterator[torch.Tensor]:
+        yield from self.sink.tensors()
+        yield from self.body.tensors()
 
     def read(self) -> torch.Tensor | None:
         parts = [p for p in (self.sink.read(), self.body.read()) if p is not None]
@@ -105,9 +108,15 @@ class KVLayer(CacheLayerMixin):
     def stored(self) -> int:
         return len(self._keys)
 
+    def tensors(self) -> Iterator[torch.Tensor]:
+        """Every tensor this layer keeps between steps."""
+        yield from self._keys.tensors()
+        yield from self._values.tensors()
+
     @property
-    def nbytes(self) -> int:
-        return self._keys.nbytes + self._values.nbytes
+    def held_bytes(self) -> int:
+        """Storage this layer keeps alive (distinct storages, counted once)."""
+        return held_bytes(self.tensors())
 
     def get_seq_length(self) -> int:
         return self.seen
@@ -151,9 +160,8 @@ class HalfLayer(KVLayer):
     def stored(self) -> int:
         return len(self._inputs)
 
-    @property
-    def nbytes(self) -> int:
-        return self._inputs.nbytes
+    def tensors(self) -> Iterator[torch.Tensor]:
+        yield from self._inputs.tensors()
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         if self.seen:

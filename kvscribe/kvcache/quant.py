@@ -23,8 +23,12 @@ class Quantized:
     data: torch.Tensor
     scale: torch.Tensor  # fp16 [..., n_blocks, 1]
 
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.data, self.scale
+
     @property
     def nbytes(self) -> int:
+        """Bytes of the blocks' values and scales (the format's nominal size)."""
         return self.data.nbytes + self.scale.nbytes
 
 

@@ -1,11 +1,18 @@
 """Token stores: where one tensor stream ([batch, heads, tokens, dim] or [batch, tokens, dim])
-of a cache layer lives. The token axis is -2 everywhere."""
+of a cache layer lives. The token axis is -2 everywhere.
+
+A store owns exactly what it keeps: tokens cut from a larger tensor (the prompt's
+projection, a quantized run) are copied, never kept as views that pin the base.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import torch
 
 from kvscribe.kvcache.quant import Quantized, dequantize, quantize
+from kvscribe.kvcache.storage import held_bytes, owned
 
 
 class TensorStore:
@@ -17,16 +24,21 @@ class TensorStore:
     def __len__(self) -> int:
         return 0 if self.data is None else self.data.shape[-2]
 
+    def tensors(self) -> Iterator[torch.Tensor]:
+        if self.data is not None:
+            yield self.data
+
     @property
-    def nbytes(self) -> int:
-        return 0 if self.data is None else self.data.nbytes
+    def held_bytes(self) -> int:
+        return held_bytes(self.tensors())
 
     def append(self, x: torch.Tensor) -> None:
-        self.data = x if self.data is None else torch.cat([self.data, x], dim=-2)
+        self.data = owned(x) if self.data is None else torch.cat([self.data, x], dim=-2)
 
     def drop_oldest(self, n: int) -> None:
-        if n > 0 and self.data is not None:
-            self.data = self.data[..., n:, :].contiguous()
+        if n <= 0 or self.data is None:
+            return
+        self.data = owned(self.data[..., n:, :]) if n < len(self) else None
 
     def read(self) -> torch.Tensor | None:
         return self.data
@@ -37,54 +49,76 @@ class TensorStore:
 
 
 class QuantizedStore:
-    """Older tokens in Q8_0/Q4_0 blocks, the newest `residual` in full precision."""
+    """Older tokens in Q8_0/Q4_0 blocks, the newest `residual` in full precision.
+
+    The blocks of all quantized tokens live in one tensor pair (token axis -3 of
+    `Quantized.data`), so reading and accounting cost the same at any length.
+    """
 
     def __init__(self, kind: str, residual: int) -> None:
         self.kind = kind
         self.residual = residual
-        self.blocks: list[Quantized] = []  # one entry per quantized token run, oldest first
-        self.counts: list[int] = []
+        self.blocks: Quantized | None = None
         self.recent = TensorStore()
         self.dtype: torch.dtype | None = None
 
+    @property
+    def quantized_tokens(self) -> int:
+        return 0 if self.blocks is None else self.blocks.data.shape[-3]
+
     def __len__(self) -> int:
-        return sum(self.counts) + len(self.recent)
+        return self.quantized_tokens + len(self.recent)
+
+    def tensors(self) -> Iterator[torch.Tensor]:
+        if self.blocks is not None:
+            yield from self.blocks.tensors()
+        yield from self.recent.tensors()
 
     @property
-    def nbytes(self) -> int:
-        return sum(b.nbytes for b in self.blocks) + self.recent.nbytes
+    def held_bytes(self) -> int:
+        return held_bytes(self.tensors())
 
     def append(self, x: torch.Tensor) -> None:
         self.dtype = x.dtype
         self.recent.append(x)
         overflow = len(self.recent) - self.residual
         if overflow > 0:
-            old = self.recent.data[..., :overflow, :]
-            self.blocks.append(quantize(old, self.kind))
-            self.counts.append(overflow)
+            fresh = quantize(self.recent.data[..., :overflow, :], self.kind)
+            self.blocks = fresh if self.blocks is None else _concat(self.blocks, fresh)
             self.recent.drop_oldest(overflow)
 
     def drop_oldest(self, n: int) -> None:
-        while n > 0 and self.counts:
-            if self.counts[0] <= n:
-                n -= self.counts.pop(0)
-                self.blocks.pop(0)
-            else:  # split a run: its tokens are whole rows of blocks along the token axis
-                q = self.blocks[0]
-                self.blocks[0] = Quantized(q.kind, q.data[..., n:, :, :], q.scale[..., n:, :, :])
-                self.counts[0] -= n
-                n = 0
-        self.recent.drop_oldest(n)
+        if n <= 0:
+            return
+        dropped = min(n, self.quantized_tokens)
+        if dropped == self.quantized_tokens:
+            self.blocks = None
+        elif dropped:
+            b = self.blocks
+            self.blocks = Quantized(
+                b.kind, owned(b.data[..., dropped:, :, :]), owned(b.scale[..., dropped:, :, :])
+            )
+        self.recent.drop_oldest(n - dropped)
 
     def read(self) -> torch.Tensor | None:
-        parts = [dequantize(b, self.dtype) for b in self.blocks]
+        parts = [] if self.blocks is None else [dequantize(self.blocks, self.dtype)]
         if self.recent.data is not None:
             parts.append(self.recent.data)
-        return torch.cat(parts, dim=-2) if parts else None
+        return torch.cat(parts, dim=-2) if len(parts) > 1 else (parts[0] if parts else None)
 
     def select_batch(self, index: torch.Tensor) -> None:
-        self.blocks = [
-            Quantized(b.kind, b.data.index_select(0, index), b.scale.index_select(0, index))
-            for b in self.blocks
-        ]
+        if self.blocks is not None:
+            b = self.blocks
+            self.blocks = Quantized(
+                b.kind, b.data.index_select(0, index), b.scale.index_select(0, index)
+            )
         self.recent.select_batch(index)
+
+
+def _concat(older: Quantized, newer: Quantized) -> Quantized:
+    """One run of blocks: `older`'s tokens, then `newer`'s."""
+    return Quantized(
+        older.kind,
+        torch.cat([older.data, newer.data], dim=-3),
+        torch.cat([older.scale, newer.scale], dim=-3),
+    )
