@@ -10,6 +10,7 @@ slack of any other kind fails (b).
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import pytest
 
@@ -112,7 +113,7 @@ def test_cross_attention_bytes_are_the_storage_held(cross, beams):
 class _CheckedCache(PolicyCache):
     """The real cache, checked against an independent walk at every step it records."""
 
-    mismatches: list[tuple[int, int, int]] = []
+    mismatches: ClassVar[list[tuple[int, int, int]]] = []
 
     def note_peak(self) -> int:
         peak = super().note_peak()
