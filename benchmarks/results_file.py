@@ -1,0 +1,66 @@
+"""Where every benchmark script leaves its figures: benchmarks/results/NAME.json and NAME.md.
+
+The README quotes only figures from these files; each says which command wrote it,
+on which machine and device, and in which units.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+UNITS = (
+    "seconds: wall clock; bytes: MB = 10^6 bytes; "
+    "WER: pooled over clips after Whisper's English normaliser"
+)
+
+
+def machine() -> dict:
+    """The machine a figure was measured on."""
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "system": f"{platform.system()} {platform.machine()}",
+    }
+
+
+def command() -> str:
+    """The command line that ran this script, as a user would type it."""
+    script = Path(sys.argv[0]).resolve().relative_to(RESULTS.parent.parent)
+    return shlex.join([".venv/bin/python", str(script), *sys.argv[1:]])
+
+
+def write(name: str, meta: dict, rows: list[dict], markdown: str) -> None:
+    """Write NAME.json (meta + rows) and NAME.md (a header naming command, machine, units)."""
+    meta = {
+        "command": command(),
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": machine(),
+        "units": UNITS,
+        **meta,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    m = meta["machine"]
+    header = (
+        f"Written by `{meta['command']}` on {meta['date']}; {m['cpu']}, {m['cores']} cores, "
+        f"device {meta.get('device', 'cpu')}. Units: {UNITS}.\n\n"
+    )
+    (RESULTS / f"{name}.md").write_text(header + markdown.rstrip() + "\n")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
