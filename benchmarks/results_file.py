@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# Smoke runs of a script write elsewhere, so a trial never overwrites committed figures.
+OUT = Path(os.environ.get("KVSCRIBE_RESULTS_DIR", RESULTS))
 UNITS = (
     "seconds: wall clock; bytes: MB = 10^6 bytes; "
     "WER: pooled over clips after Whisper's English normaliser"
@@ -46,14 +48,14 @@ def write(name: str, meta: dict, rows: list[dict], markdown: str) -> None:
         "units": UNITS,
         **meta,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"{name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     m = meta["machine"]
     header = (
         f"Written by `{meta['command']}` on {meta['date']}; {m['cpu']}, {m['cores']} cores, "
         f"device {meta.get('device', 'cpu')}. Units: {UNITS}.\n\n"
     )
-    (RESULTS / f"{name}.md").write_text(header + markdown.rstrip() + "\n")
+    (OUT / f"{name}.md").write_text(header + markdown.rstrip() + "\n")
 
 
 def _cpu_model() -> str:
