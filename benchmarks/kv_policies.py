@@ -2,13 +2,18 @@
 
     .venv/bin/python benchmarks/kv_policies.py [--model tiny.en] [--beam-size N]
         [--policy "full|shared" --policy "sink=4,window=128|shared,q8_0" ...]
+        [--clips DIR] [--results-name NAME]
 
 Each policy is `SELF|CROSS`. Prints a markdown table: pooled WER (Whisper's English
 normaliser), WER delta vs the first policy, whether every clip's tokens equal the
 first policy's, self-attention KV held at peak vs a full cache (all clips, and the
-long-form clip alone), cross-attention KV and transcribe time. Every byte figure is
-measured from the cache's tensors. `kvscribe bench` runs the same policies as cells;
-this is the script behind the README's policy table.
+long-form clip alone), cross-attention KV held and transcribe time. Every byte figure
+is measured from the storage the cache holds. `kvscribe bench` runs the same policies
+as cells; this is the script behind the README's policy tables. Writes
+benchmarks/results/NAME.json (per policy and per clip: errors, words, WER, bytes,
+seconds, tokens equal to the first policy's) and NAME.md (the printed table); NAME is
+kv_policies_beamN unless --results-name says otherwise (for a run beside the README's
+two, so it does not overwrite one of them).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import time
 from pathlib import Path
 
 import jiwer
+import results_file
 from kvscribe.backends.base import DecodeRequest
 from whisper_normalizer.english import EnglishTextNormalizer
 
@@ -26,6 +32,7 @@ from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
 
 CLIPS = Path(__file__).resolve().parents[2] / "shared" / "eval" / "clips"
+LONG_FORM = "espeak_longform"  # the long-form clip's name starts so
 DEFAULT = [
     "full|full",  # what transformers itself holds
     "full|shared",  # cpu-laptop, gpu
@@ -41,34 +48,59 @@ def main() -> None:
     parser.add_argument("--beam-size", type=int, default=5)
     parser.add_argument("--policy", action="append")
     parser.add_argument("--clips", type=Path, default=CLIPS)
+    parser.add_argument("--results-name", help="default: kv_policies_beamN")
     args = parser.parse_args()
     clips = [
         (p.name, load_audio(p), p.with_suffix(".txt").read_text())
         for p in sorted(args.clips.glob("*.wav"))
     ]
-    print(
-        f"{len(clips)} clips, {sum(a.size for _, a, _ in clips) / 16000:.1f} s, "
-        f"beam {args.beam_size}\n"
-    )
-    print(
+    audio_seconds = sum(a.size for _, a, _ in clips) / 16000
+    model = models.resolve(args.model, ("transformers",))
+    lines = [
+        f"{len(clips)} clips, {audio_seconds:.1f} s, beam {args.beam_size}",
+        "",
         "| self policy | cross | pooled WER | dWER | same tokens | self KV held / full "
-        "(all) | long-form | cross KV | transcribe s |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|")
-    baseline = None
-    for policy in args.policy or DEFAULT:
-        row, tokens = _run(policy, clips, args)
+        "(all, MB) | long-form | cross KV held (MB) | transcribe s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    print("\n".join(lines), flush=True)
+    policies = args.policy or DEFAULT
+    rows, baseline, settings = [], None, {}
+    for policy in policies:
+        row, tokens, settings = _run(policy, clips, model, args)
         baseline = baseline or (row, tokens)
-        print(_format(row, tokens, baseline))
+        _compare(row, tokens, baseline)
+        rows.append(row)
+        lines.append(_format(row))
+        print(lines[-1], flush=True)
+    meta = {
+        "device": "cpu",
+        "backend": "transformers",
+        "profile": "cpu-laptop with kv_self / kv_cross replaced per row",
+        "dtype": settings.get("dtype"),
+        "previous_text_prompt": settings.get("previous-text prompt"),
+        "model": model.name,
+        "beam_size": args.beam_size,
+        "policies": policies,
+        "clips_dir": str(args.clips),
+        "clips": len(clips),
+        "audio_seconds": audio_seconds,
+        "timing": "transcribe s: sum over clips, one process, after an untimed warm-up "
+        "on the first clip",
+        "kv_bytes": "held: storage the cache holds at its peak (measured); full: what a full "
+        "cache holds for the same positions; (all): the largest over clips of each",
+    }
+    name = args.results_name or f"kv_policies_beam{args.beam_size}"
+    results_file.write(name, meta, rows, "\n".join(lines))
 
 
-def _run(policy: str, clips, args):
+def _run(policy: str, clips, model, args):
     self_policy, _, cross_policy = policy.partition("|")
     backend_cls = registry.get("transformers")
     chosen = dataclasses.replace(
         profile.load("cpu-laptop"), kv_self=self_policy, kv_cross=cross_policy or "full"
     )
-    backend = backend_cls(models.resolve(args.model, ("transformers",)), chosen, "cpu")
+    backend = backend_cls(model, chosen, "cpu")
     backend.load()
     request = DecodeRequest(beam_size=args.beam_size)
     list(backend.transcribe(clips[0][1], request).segments)  # warm-up
@@ -78,46 +110,72 @@ def _run(policy: str, clips, args):
         "cross": cross_policy,
         "errors": 0.0,
         "words": 0,
-        "held": 0,
-        "full": 0,
-        "long_held": 0,
-        "long_full": 0,
-        "cross_bytes": 0,
-        "seconds": 0.0,
+        "self_held_bytes": 0,
+        "self_full_bytes": 0,
+        "long_form_self_held_bytes": 0,
+        "long_form_self_full_bytes": 0,
+        "cross_held_bytes": 0,
+        "transcribe_seconds": 0.0,
+        "per_clip": [],
     }
     tokens = {}
     for name, samples, reference in clips:
         started = time.perf_counter()
         run = backend.transcribe(samples, request)
         segments = list(run.segments)
-        row["seconds"] += time.perf_counter() - started
+        seconds = time.perf_counter() - started
+        row["transcribe_seconds"] += seconds
         tokens[name] = [t for s in segments for t in s.tokens]
         ref, hyp = normalize(reference), normalize("".join(s.text for s in segments))
-        row["errors"] += jiwer.wer(ref, hyp) * len(ref.split())
+        clip_wer = jiwer.wer(ref, hyp)
+        row["errors"] += clip_wer * len(ref.split())
         row["words"] += len(ref.split())
         report = run.report
-        row["held"] = max(row["held"], report.kv_self_peak_bytes)
-        row["full"] = max(row["full"], report.kv_self_full_bytes)
-        row["cross_bytes"] = max(row["cross_bytes"], report.kv_cross_bytes)
-        if name.startswith("espeak_longform"):
-            row["long_held"], row["long_full"] = (
+        row["self_held_bytes"] = max(row["self_held_bytes"], report.kv_self_peak_bytes)
+        row["self_full_bytes"] = max(row["self_full_bytes"], report.kv_self_full_bytes)
+        row["cross_held_bytes"] = max(row["cross_held_bytes"], report.kv_cross_bytes)
+        if name.startswith(LONG_FORM):
+            row["long_form_self_held_bytes"], row["long_form_self_full_bytes"] = (
                 report.kv_self_peak_bytes,
                 report.kv_self_full_bytes,
             )
-    return row, tokens
+        row["per_clip"].append(
+            {
+                "clip": name,
+                "audio_seconds": samples.size / 16000,
+                "words": len(ref.split()),
+                "wer": clip_wer,
+                "seconds": seconds,
+                "tokens": len(tokens[name]),
+                "self_held_bytes": report.kv_self_peak_bytes,
+                "self_full_bytes": report.kv_self_full_bytes,
+                "cross_held_bytes": report.kv_cross_bytes,
+                "kv_provenance": dict(report.kv_provenance),
+            }
+        )
+    return row, tokens, dict(report.settings)
 
 
-def _format(row, tokens, baseline) -> str:
-    wer = row["errors"] / row["words"]
+def _compare(row, tokens, baseline) -> None:
+    """WER, its delta and same-token counts against the first policy, into the row."""
     base_row, base_tokens = baseline
-    delta = wer - base_row["errors"] / base_row["words"]
-    same = sum(tokens[k] == base_tokens[k] for k in tokens)
-    long_share = f"{100 * row['long_held'] / row['long_full']:.0f} %" if row["long_full"] else "-"
+    row["pooled_wer"] = row["errors"] / row["words"]
+    row["wer_delta"] = row["pooled_wer"] - base_row["errors"] / base_row["words"]
+    for clip in row["per_clip"]:
+        clip["same_tokens"] = tokens[clip["clip"]] == base_tokens[clip["clip"]]
+    row["same_tokens"] = sum(tokens[k] == base_tokens[k] for k in tokens)
+    row["clips"] = len(tokens)
+
+
+def _format(row) -> str:
+    held, full = row["long_form_self_held_bytes"], row["long_form_self_full_bytes"]
+    long_share = f"{100 * held / full:.0f} %" if full else "-"
     return (
-        f"| `{row['self']}` | `{row['cross']}` | {wer:.3f} | {delta:+.3f} | "
-        f"{same}/{len(tokens)} | {row['held'] / 1e6:.2f} / {row['full'] / 1e6:.2f} MB "
-        f"({100 * row['held'] / row['full']:.0f} %) | {long_share} | "
-        f"{row['cross_bytes'] / 1e6:.1f} MB | {row['seconds']:.1f} |"
+        f"| `{row['self']}` | `{row['cross']}` | {row['pooled_wer']:.3f} | "
+        f"{row['wer_delta']:+.3f} | {row['same_tokens']}/{row['clips']} | "
+        f"{row['self_held_bytes'] / 1e6:.2f} / {row['self_full_bytes'] / 1e6:.2f} "
+        f"({100 * row['self_held_bytes'] / row['self_full_bytes']:.0f} %) | {long_share} | "
+        f"{row['cross_held_bytes'] / 1e6:.1f} | {row['transcribe_seconds']:.1f} |"
     )
 
 
