@@ -5,16 +5,20 @@
 Both decode with beam 5 and previous-text conditioning on the same decoded audio;
 faster-whisper runs int8 (its CPU default), kvscribe the cpu-laptop profile (fp32,
 full self-attention cache, shared cross-attention). Runs are interleaved so machine
-drift hits both alike; medians are printed.
+drift hits both alike; medians are printed. Writes
+benchmarks/results/longform_vs_faster_whisper.json (every run's seconds per engine) and
+longform_vs_faster_whisper.md (the printed table and ratio).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import statistics
 import time
 from pathlib import Path
 
+import results_file
 from kvscribe.backends.base import DecodeRequest
 
 from kvscribe import models, profile, registry
@@ -44,14 +48,52 @@ def main() -> None:
             run(samples)
             times[name].append(time.perf_counter() - started)
     audio = samples.size / 16000
-    print(f"{args.audio.name}: {audio:.1f} s of audio, {args.repeat} runs each, beam 5\n")
-    print("| engine | median s | x real time |")
-    print("|---|---|---|")
+    lines = [
+        f"{args.audio.name}: {audio:.1f} s of audio, {args.repeat} runs each, beam 5",
+        "",
+        "| engine | median s | x real time |",
+        "|---|---|---|",
+    ]
+    rows = []
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"| {name} | {median:.1f} | {audio / median:.1f} |")
+        rows.append(
+            {
+                "engine": name,
+                "runs_seconds": values,
+                "median_seconds": median,
+                "x_real_time": audio / median,
+            }
+        )
+        lines.append(f"| {name} | {median:.1f} | {audio / median:.1f} |")
     fw, kv = (statistics.median(v) for v in times.values())
-    print(f"\nkvscribe transformers / faster-whisper: {kv / fw:.2f}x")
+    lines += ["", f"kvscribe transformers / faster-whisper: {kv / fw:.2f}x"]
+    print("\n".join(lines))
+    meta = {
+        "device": "cpu",
+        "audio": args.audio.name,
+        "audio_seconds": audio,
+        "repeat": args.repeat,
+        "beam_size": 5,
+        "condition_on_previous_text": True,
+        "model": "tiny.en",
+        "engines": {
+            "faster-whisper int8 (direct)": "faster_whisper.WhisperModel, compute_type int8, "
+            f"faster-whisper {_version('faster-whisper')}",
+            "kvscribe transformers": "kvscribe transformers backend, profile cpu-laptop "
+            "(fp32, full self-attention cache, shared cross-attention)",
+        },
+        "timing": "wall clock per whole-clip transcribe, engines interleaved, after a 5 s warm-up",
+        "kvscribe_over_faster_whisper": kv / fw,
+    }
+    results_file.write("longform_vs_faster_whisper", meta, rows, "\n".join(lines))
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def _faster_whisper():
