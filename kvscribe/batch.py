@@ -321,6 +321,7 @@ def _run_info(stats: RunStats) -> dict:
         "device": stats.device,
         "settings": dict(stats.settings),
         "load_seconds": stats.load_seconds,
+        "notes": list(stats.notes),
     }
 
 

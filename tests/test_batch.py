@@ -3,7 +3,6 @@ through the manifest, worker processes, JSON events, kill -9 and rerun."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -13,6 +12,7 @@ import time
 from pathlib import Path, PurePosixPath
 
 import pytest
+from filelock import FileLock
 
 from kvscribe.errors import ExitCode
 from kvscribe.inputs import Input, Selection, expand, looks_like_media, output_bases
@@ -209,8 +209,7 @@ def test_glob_includes_and_excludes(tree, tmp_path):
 def test_an_output_folder_in_use_is_refused(tmp_path):
     out = tmp_path / "out"
     (out / ".kvscribe").mkdir(parents=True)
-    with open(out / ".kvscribe" / "lock", "a") as held:  # another run holds it
-        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+    with FileLock(out / ".kvscribe" / "lock"):  # another run holds it (any OS)
         result = run_cli(SAMPLE, "-o", out)
     assert result.code == ExitCode.USAGE and "another kvscribe run" in result.stderr
 

@@ -35,13 +35,6 @@ def short_names() -> dict[str, str]:
     return dict(_MODELS)
 
 
-def __getattr__(name: str) -> dict[str, str]:
-    """`hub.SHORT_NAMES`, for callers written before short_names() (computed on first use)."""
-    if name == "SHORT_NAMES":
-        return short_names()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def repo_for(name: str) -> str | None:
     """The hub repository a model name means, or None if it is not a hub name."""
     if name.count("/") == 1 and not name.startswith((".", "/")):

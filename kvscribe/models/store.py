@@ -161,7 +161,7 @@ def _find(spec: str) -> ModelRef:
         )
     repo = hub.repo_for(spec)
     if repo is None:
-        known = ", ".join(sorted(set(EMBEDDED) | set(hub.SHORT_NAMES)))
+        known = ", ".join(sorted(set(EMBEDDED) | set(hub.short_names())))
         raise ModelNotFoundError(
             "unknown model name",
             subject=spec,
