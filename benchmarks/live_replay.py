@@ -1,7 +1,7 @@
 """Live transcription vs offline: replay clips through `kvscribe mic --input` and compare.
 
     .venv/bin/python benchmarks/live_replay.py [CLIP...] [--fast] [--profile P] [--backend B]
-        [--beam-size N] [other `kvscribe mic` options, e.g. --step 2]
+        [--beam-size N] [--results-name NAME] [other `kvscribe mic` options, e.g. --step 2]
 
 For each clip: `kvscribe CLIP -q -f txt` (offline, same backend/profile/model) and
 `kvscribe mic --input CLIP -q --stats-json` (real-time replay, or --fast for
@@ -9,16 +9,27 @@ For each clip: `kvscribe CLIP -q -f txt` (offline, same backend/profile/model) a
 2 cores). Prints WER of each against the clip's reference transcript (Whisper-normalised,
 pooled over clips), the live-minus-offline difference, commit latency p50/p95 over every
 utterance, the busy real-time factor and dropped audio.
+
+Writes benchmarks/results/NAME.json (per clip: both transcripts' WER, every commit
+latency, busy and dropped seconds, RSS after warm-up and at the end, as `--stats-json`
+gives them, i.e. to the millisecond) and NAME.md (the run's row as the README's table
+has it, then one row per clip). NAME is live_replay_realtime, or live_replay_fast with
+--fast; a non-default --profile/--backend/--beam-size or options passed on to
+`kvscribe mic` are appended (e.g. live_replay_fast_step_2), so such a run does not
+overwrite the default one; --results-name NAME overrides (e.g. for another clip list).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+import results_file
 
 from kvscribe.bench.wer import pooled_wer
 from kvscribe.live.stats import percentile
@@ -35,11 +46,13 @@ def main() -> None:
     parser.add_argument("--profile", default="auto")
     parser.add_argument("--backend", default="ctranslate2")
     parser.add_argument("--beam-size", help="for both runs (default: the profile's)")
+    parser.add_argument("--results-name", help="default: live_replay_realtime or _fast")
     args, extra = parser.parse_known_args()  # unknown options go to `kvscribe mic`
     clips = args.clips or [EVAL / name for name in DEFAULT_CLIPS]
     engine = ["-b", args.backend, "-p", args.profile]
     engine += ["--beam-size", args.beam_size] if args.beam_size else []
     offline, live, latencies, busy, audio, dropped = [], [], [], 0.0, 0.0, 0.0
+    rows = []
     for clip in clips:
         reference = clip.with_suffix(".txt").read_text(encoding="utf-8")
         offline_text = _run([KVSCRIBE, str(clip), "-q", "-f", "txt", *engine])
@@ -62,13 +75,120 @@ def main() -> None:
             flush=True,
         )
         print(f"   live: {' | '.join(live_text.splitlines())}", flush=True)
+        rows.append(_clip_row(clip, offline[-1], live[-1], stats))
     w_off, w_live = pooled_wer(offline), pooled_wer(live)
-    print(
+    p50, p95 = percentile(latencies, 0.5), percentile(latencies, 0.95)
+    summary = (
         f"pooled WER offline {w_off:.3f}, live {w_live:.3f} (diff {w_live - w_off:+.3f}); "
-        f"commit latency p50 {percentile(latencies, 0.5):.2f} s, "
-        f"p95 {percentile(latencies, 0.95):.2f} s over {len(latencies)} utterances; "
-        f"busy RTF {busy / audio:.3f}; dropped {dropped:.1f} s; paced: {not args.fast}"
+        f"commit latency p50 {_num(p50, '.2f')} s, p95 {_num(p95, '.2f')} s over "
+        f"{len(latencies)} utterances; busy RTF {busy / audio:.3f}; dropped {dropped:.1f} s; "
+        f"paced: {not args.fast}"
     )
+    print(summary)
+    run = {
+        "pooled_wer_offline": w_off,
+        "pooled_wer_live": w_live,
+        "latency_p50_seconds": p50,
+        "latency_p95_seconds": p95,
+        "utterances": len(latencies),
+        "busy_seconds": busy,
+        "audio_seconds": audio,
+        "busy_rtf": busy / audio,
+        "dropped_audio_seconds": dropped,
+    }
+    markdown = _markdown(args.fast, clips, run, rows) + "\n\n" + summary
+    meta = {
+        "device": ", ".join(sorted({r["device"] for r in rows})) or "cpu",
+        "backend": args.backend,
+        "profile": args.profile,
+        "profile_resolved": ", ".join(sorted({r["profile"] for r in rows})),
+        "model": ", ".join(sorted({r["model"] for r in rows})),
+        "beam_size": args.beam_size or "the profile's",
+        "settings": rows[0]["settings"] if rows else {},
+        "mic_options": extra,
+        "paced": not args.fast,
+        "clips": [clip.name for clip in clips],
+        "run": run,
+        "timing": "whole processes, one after the other: offline `kvscribe CLIP -q -f txt`, "
+        "then `kvscribe mic --input CLIP`; figures from its --stats-json (ms resolution)",
+    }
+    results_file.write(args.results_name or _name(args, extra), meta, rows, markdown)
+
+
+def _name(args, extra: list[str]) -> str:
+    tags = ["fast" if args.fast else "realtime"]
+    if args.backend != "ctranslate2":
+        tags.append(f"backend_{args.backend}")
+    if args.profile != "auto":
+        tags.append(f"profile_{args.profile}")
+    if args.beam_size:
+        tags.append(f"beam{args.beam_size}")
+    tags += [re.sub(r"[^A-Za-z0-9.=-]+", "", part.lstrip("-")) for part in extra]
+    return "_".join(["live_replay", *filter(None, tags)])
+
+
+def _clip_row(clip: Path, offline: tuple[str, str], live: tuple[str, str], stats: dict) -> dict:
+    return {
+        "clip": clip.name,
+        "audio_seconds": stats["audio_seconds"],
+        "wer_offline": pooled_wer([offline]),
+        "wer_live": pooled_wer([live]),
+        "utterances": stats["utterances"],
+        "latencies_seconds": stats["latencies_seconds"],
+        "latency_p50_seconds": stats["latency_p50_seconds"],
+        "latency_p95_seconds": stats["latency_p95_seconds"],
+        "busy_seconds": stats["busy_seconds"],
+        "busy_rtf": stats["real_time_factor"] and stats["busy_seconds"] / stats["audio_seconds"],
+        "dropped_audio_seconds": stats["dropped_audio_seconds"],
+        "wall_seconds": stats["wall_seconds"],
+        "load_seconds": stats["load_seconds"],
+        "rss_after_warmup_bytes": stats["rss_after_warmup_bytes"],
+        "rss_end_bytes": stats["rss_end_bytes"],
+        "peak_rss_bytes": stats["peak_rss_bytes"],
+        "device": stats["device"],
+        "profile": stats["profile"],
+        "model": stats["model"],
+        "settings": stats["settings"],
+        "notes": stats["notes"],
+        "offline_text": offline[1],
+        "live_text": live[1],
+    }
+
+
+def _markdown(fast: bool, clips: list[Path], run: dict, rows: list[dict]) -> str:
+    replay = "as fast as possible" if fast else "real time"
+    latency = (
+        "(not real time)"
+        if fast
+        else f"{_num(run['latency_p50_seconds'], '.2f')} / "
+        f"{_num(run['latency_p95_seconds'], '.2f')} ({run['utterances']} utterances)"
+    )
+    lines = [
+        "| replay | clips | WER offline | WER live | commit latency p50 / p95 (s) "
+        "| busy RTF | dropped (s) |",
+        "|---|---|---|---|---|---|---|",
+        f"| {replay} | {' + '.join(c.name for c in clips)} | {run['pooled_wer_offline']:.3f} | "
+        f"{run['pooled_wer_live']:.3f} | {latency} | {run['busy_rtf']:.3f} | "
+        f"{run['dropped_audio_seconds']:.1f} |",
+        "",
+        "| clip | audio (s) | WER offline | WER live | commit latency p50 / p95 (s) "
+        "| utterances | busy RTF | dropped (s) | RSS after warm-up / end (MB) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['clip']} | {r['audio_seconds']:.1f} | {r['wer_offline']:.3f} | "
+            f"{r['wer_live']:.3f} | {_num(r['latency_p50_seconds'], '.2f')} / "
+            f"{_num(r['latency_p95_seconds'], '.2f')} | {r['utterances']} | "
+            f"{_num(r['busy_rtf'], '.3f')} | {r['dropped_audio_seconds']:.1f} | "
+            f"{_num(r['rss_after_warmup_bytes'], '.1f', 1e6)} / "
+            f"{_num(r['rss_end_bytes'], '.1f', 1e6)} |"
+        )
+    return "\n".join(lines)
+
+
+def _num(value: float | None, spec: str, scale: float = 1.0) -> str:
+    return "-" if value is None else format(value / scale, spec)
 
 
 def _run(command: list[str]) -> str:
