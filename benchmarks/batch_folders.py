@@ -4,7 +4,9 @@
     .venv/bin/python benchmarks/batch_folders.py [CLIPS_DIR] [--profile NAME]
 
 Prints wall times, throughput, and whether the killed-and-resumed output tree is
-byte-identical to an uninterrupted one (same --jobs).
+byte-identical to an uninterrupted one (same --jobs), then the README's table. Writes
+benchmarks/results/batch_folders.json (per run: exit code, seconds, audio seconds, events,
+the one-line errors) and batch_folders.md (the table).
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import results_file
+
+from kvscribe import hardware
+from kvscribe import profile as profiles
 
 KVSCRIBE = Path(sys.executable).parent / "kvscribe"
 BAD = {
@@ -78,6 +85,7 @@ def main() -> None:
     parser.add_argument("--profile", default="auto")
     args = parser.parse_args()
     clips = sorted(args.clips.glob("*.wav"))
+    rows = []
     with tempfile.TemporaryDirectory() as work:
         root = Path(work) / "recordings"
         good = build_tree(clips, root)
@@ -89,16 +97,39 @@ def main() -> None:
             finished = sum(1 for e in events if e["event"] == "done")
             errors = [line for line in done.stderr.splitlines() if "error:" in line]
             audio = _audio_seconds(out)
+            files = len(outputs(out))
             print(
                 f"--jobs {jobs}: exit {done.returncode}, {seconds:.1f} s for {audio:.0f} s of "
                 f"audio ({audio / seconds:.1f}x real time), {finished} done, "
-                f"{len(errors)} one-line errors, {len(outputs(out))} output files"
+                f"{len(errors)} one-line errors, {files} output files"
+            )
+            rows.append(
+                {
+                    "run": f"--jobs {jobs}",
+                    "exit": done.returncode,
+                    "seconds": seconds,
+                    "audio_seconds": audio,
+                    "x_real_time": audio / seconds,
+                    "done": finished,
+                    "failed": sum(e["event"] == "failed" for e in events),
+                    "one_line_errors": errors,
+                    "output_files": files,
+                }
             )
         seconds, again = run([*common, "-o", Path(work) / "out-jobs2", "--jobs", 2, "--json"])
         events = [json.loads(line) for line in again.stdout.splitlines()]
         kinds = sorted({e["event"] for e in events})
         failed = sum(e["event"] == "failed" for e in events)
         print(f"rerun: exit {again.returncode}, {seconds:.1f} s, events {kinds}, {failed} failures")
+        rows.append(
+            {
+                "run": "rerun (--jobs 2)",
+                "exit": again.returncode,
+                "seconds": seconds,
+                "events": {kind: sum(e["event"] == kind for e in events) for kind in kinds},
+                "failed": failed,
+            }
+        )
         killed = Path(work) / "out-killed"
         proc = subprocess.Popen(
             [str(a) for a in [*common, "-o", killed, "--jobs", 2]],
@@ -117,6 +148,62 @@ def main() -> None:
             f"kill -9 after {at_kill} records, rerun exit {resumed.returncode} in {seconds:.1f} s: "
             f"byte-identical to the uninterrupted --jobs 2 run: {same}"
         )
+        rows.append(
+            {
+                "run": "kill -9, rerun (--jobs 2)",
+                "records_at_kill": at_kill,
+                "inputs": good + len(BAD),
+                "exit": resumed.returncode,
+                "seconds": seconds,
+                "byte_identical": same,
+            }
+        )
+    table = _table(rows, good, args.profile)
+    print("\n" + table)
+    profile = profiles.load(args.profile)
+    meta = {
+        "device": profiles.pick_device(profile, None, hardware.detect()),
+        "backend": "ctranslate2 (kvscribe's default)",
+        "profile": args.profile,
+        "profile_resolved": f"{profile.name} ({profile.chosen_by})"
+        if profile.chosen_by
+        else profile.name,
+        "model": "tiny.en (kvscribe's default)",
+        "clips_dir": str(args.clips),
+        "inputs": {"good": good, "bad": sorted(BAD)},
+        "timing": "wall clock of each whole `kvscribe` batch process",
+    }
+    results_file.write("batch_folders", meta, rows, table)
+
+
+def _table(rows: list[dict], good: int, profile: str) -> str:
+    jobs1, jobs2, rerun, killed = rows
+    lines = [
+        f"{good + len(BAD)} files: {good} good ({jobs1['audio_seconds']:.0f} s of audio) in "
+        f"nested folders, {len(BAD)} bad; `-p {profile}`",
+        "",
+        "| run | wall (s) | throughput (x real time) | result |",
+        "|---|---|---|---|",
+    ]
+    for row in (jobs1, jobs2):
+        lines.append(
+            f"| `{row['run']}` | {row['seconds']:.1f} | {row['x_real_time']:.1f} | "
+            f"{row['done']} done ({row['output_files']} files), "
+            f"{len(row['one_line_errors'])} one-line errors, exit {row['exit']} |"
+        )
+    redone = rerun["events"].get("done", 0)
+    lines.append(
+        f"| rerun | {rerun['seconds']:.1f} | - | {redone} redone, {rerun['failed']} failures "
+        f"listed (events: {', '.join(rerun['events'])}), exit {rerun['exit']} |"
+    )
+    lines.append(
+        f"| kill -9 after {killed['records_at_kill']} of {killed['inputs']} records, rerun | "
+        f"{killed['seconds']:.1f} | - | byte-identical to the uninterrupted `--jobs 2` tree: "
+        f"{killed['byte_identical']}, exit {killed['exit']} |"
+    )
+    speedup = jobs1["seconds"] / jobs2["seconds"] - 1
+    lines += ["", f"`--jobs 2` vs `--jobs 1`: {100 * speedup:+.0f} % throughput"]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
