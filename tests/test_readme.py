@@ -50,3 +50,18 @@ def test_readme_example_runs_as_written(command, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_every_result_file_the_readme_cites_is_committed():
+    cited = set(re.findall(r"benchmarks/results/[\w.-]+\.(?:md|json|png)", README))
+    assert cited, "the README cites no result file"
+    missing = sorted(path for path in cited if not (ROOT / path).is_file())
+    assert not missing, f"README cites result files that do not exist: {missing}"
+
+
+def test_every_benchmark_script_the_readme_names_writes_a_result_file():
+    scripts = set(re.findall(r"benchmarks/(\w+)\.py", README))
+    assert scripts
+    for name in sorted(scripts):
+        source = (ROOT / "benchmarks" / f"{name}.py").read_text(encoding="utf-8")
+        assert "results_file.write(" in source, f"benchmarks/{name}.py writes no result file"

@@ -55,8 +55,9 @@ def profiles_list(ctx: typer.Context) -> None:
     console = _stdout_console()
     console.print(table)
     console.print(
-        "[dim]vs seed: the policy against the seed decision table's the profiles started "
-        "from; `kvscribe profiles show NAME` shows both and the measured reason[/]"
+        "[dim]vs seed: whether the policy is the one the seed decision table (where the "
+        "profiles started) recommends; `kvscribe profiles show NAME` shows both and the "
+        "measured reason[/]"
     )
     chosen = _load_or_exit(profile.AUTO, resolve_auto=True)
     console.print(f"[dim]auto picks [bold]{chosen.name}[/bold] here ({chosen.chosen_by})[/]")
