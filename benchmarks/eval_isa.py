@@ -10,9 +10,6 @@ kernels round differently per instruction set. Each set runs in its own process
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,25 +19,16 @@ sys.path.insert(0, str(ROOT))
 import results_file  # noqa: E402
 
 from tests.conftest import EVAL_DIR, pooled_wer, wer  # noqa: E402
+from tests.eval_worker import transcribe_in_child  # noqa: E402
 from tests.test_eval_clips import cpu_flags, instruction_sets  # noqa: E402
 
 LONG_FORM = "espeak_longform_en.wav"
 
 
 def run(isa: str, clips: list[Path]) -> dict:
-    env = {**os.environ, "CT2_FORCE_CPU_ISA": isa, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.eval_worker", *map(str, clips)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        check=True,
-    )
-    results = json.loads(proc.stdout)
     pairs = {
-        Path(p).name: (Path(p).with_suffix(".txt").read_text(), r["text"])
-        for p, r in results.items()
+        name: (ref, result["text"])
+        for name, (ref, result) in transcribe_in_child(clips, isa).items()
     }
     return {
         "isa": isa,

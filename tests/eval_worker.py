@@ -9,6 +9,8 @@ differ between runs: tests/test_eval_clips.py runs it once per instruction set.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +18,32 @@ from kvscribe.backends.base import DecodeRequest
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def transcribe_in_child(clips: list[Path], isa: str) -> dict[str, tuple[str, dict]]:
+    """clip name -> (reference text, result) from a child process with CTranslate2 forced to
+    instruction set `isa` ("default": its own choice, whatever CT2_FORCE_CPU_ISA says)."""
+    env = {k: v for k, v in os.environ.items() if k != "CT2_FORCE_CPU_ISA"}
+    env["HF_HUB_OFFLINE"] = "1"  # the embedded model only: nothing reaches the network
+    if isa != "default":
+        env["CT2_FORCE_CPU_ISA"] = isa
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.eval_worker", *map(str, clips)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=900,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"eval worker ({isa}) failed: {proc.stderr[-2000:]}")
+    return {
+        Path(path).name: (Path(path).with_suffix(".txt").read_text(encoding="utf-8"), result)
+        for path, result in json.loads(proc.stdout).items()
+    }
 
 
 def main(paths: list[str]) -> None:

@@ -12,15 +12,13 @@ machine's kernels fails here before it lands.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import EVAL_DIR, ROOT, pooled_wer, wer
+from tests.conftest import EVAL_DIR, pooled_wer, wer
+from tests.eval_worker import transcribe_in_child
 
 CLIPS = sorted(EVAL_DIR.glob("*.wav")) if EVAL_DIR.is_dir() else []
 pytestmark = pytest.mark.skipif(not CLIPS, reason=f"no eval clips at {EVAL_DIR}")
@@ -53,25 +51,7 @@ def instruction_sets() -> list[str]:
 @pytest.fixture(scope="module", params=instruction_sets())
 def scored(request):
     """clip name -> (reference, result dict) with CTranslate2 on one instruction set."""
-    env = {k: v for k, v in os.environ.items() if k != "CT2_FORCE_CPU_ISA"}
-    env["HF_HUB_OFFLINE"] = "1"  # the embedded model only: no test reaches the network
-    if request.param != "default":
-        env["CT2_FORCE_CPU_ISA"] = request.param
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.eval_worker", *map(str, CLIPS)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=900,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    results = json.loads(proc.stdout)
-    return {
-        Path(path).name: (Path(path).with_suffix(".txt").read_text(encoding="utf-8"), result)
-        for path, result in results.items()
-    }
+    return transcribe_in_child(CLIPS, request.param)
 
 
 def test_pooled_wer_over_all_clips(scored):
