@@ -123,7 +123,8 @@ def _name(args, extra: list[str]) -> str:
         tags.append(f"profile_{args.profile}")
     if args.beam_size:
         tags.append(f"beam{args.beam_size}")
-    tags += [re.sub(r"[^A-Za-z0-9.=-]+", "", part.lstrip("-")) for part in extra]
+    # `--step=2` and `--step 2` both name the file ..._step_2
+    tags += [re.sub(r"[^A-Za-z0-9.-]+", "_", part.lstrip("-")) for part in extra]
     return "_".join(["live_replay", *filter(None, tags)])
 
 
