@@ -231,6 +231,11 @@ def test_policy_language(text, layers, expected):
         ("q8_0,half", "half + q8_0"),
         ("window=8@layer=1", "layer=1"),
         ("window=8@layers=x", "layers=x"),
+        # parts that would do nothing on this model
+        ("full@layers=7", "layers=7': selects no layer of this model (its decoder layers are 0-3)"),
+        ("q8_0@layers>=4", "layers>=4': selects no layer"),
+        ("residual=2", "residual=2 on layer 0': a residual"),
+        ("q8_0,residual=2@layers=1; residual=1@layers=0", "residual=1 on layer 0'"),
     ],
 )
 def test_malformed_policies_name_the_bad_part(text, bad):

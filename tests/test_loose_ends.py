@@ -226,27 +226,7 @@ def test_non_finite_samples_stop_a_live_replay(non_finite_wav):
     assert str(non_finite_wav) in result.stderr.replace("\n", "")
 
 
-# -- 7. cache policies that would do nothing --------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "bad"),
-    [
-        (
-            "full@layers=7",
-            "'layers=7': selects no layer of this model (its decoder layers are 0-3)",
-        ),
-        ("q8_0@layers>=4", "'layers>=4': selects no layer"),
-        ("residual=2", "'residual=2 on layer 0': a residual"),
-        ("q8_0,residual=2@layers=1; residual=1@layers=0", "'residual=1 on layer 0'"),
-    ],
-)
-def test_policy_parts_that_would_do_nothing_are_usage_errors(text, bad):
-    from kvscribe.kvcache.spec import parse_policy
-
-    with pytest.raises(UsageError) as caught:
-        parse_policy(text, 4)
-    assert bad in caught.value.one_line() and caught.value.exit_code == ExitCode.USAGE
+# -- 7. cache policies that would do nothing (parse cases: tests/test_kvcache.py) -------------
 
 
 def test_selectors_are_checked_against_the_real_model_not_the_syntax_check():
