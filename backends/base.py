@@ -40,6 +40,9 @@ class DecodeRequest:
     task: str = "transcribe"
     beam_size: int | None = None
     prompt: str | None = None  # text that came before this audio (live mode's committed text)
+    # Chunks decoded at once (kvscribe.chunking): 1 = the sequential, previous-text-conditioned
+    # path; None = the profile's `batch_size` (backends without a batch path ignore it).
+    batch_size: int | None = None
 
 
 @dataclass
@@ -47,7 +50,8 @@ class DecoderReport:
     """What the decoder held and did for one input. Bytes are per run peak."""
 
     tokens: int = 0
-    windows: int = 0
+    windows: int = 0  # 30 s windows decoded (sequential) or speech chunks (batched)
+    batch_size: int = 1  # chunks decoded at once; 1 = sequential
     kv_self_peak_bytes: int = 0
     kv_self_full_bytes: int = 0
     kv_cross_bytes: int = 0
@@ -130,6 +134,16 @@ class Backend(abc.ABC):
                     hint="allowed: " + ", ".join(f"{k} ({t.__name__})" for k, t in schema.items()),
                 )
         return section
+
+    def batch_size_for(self, request: DecodeRequest, seconds: float) -> int:
+        """Chunks to decode at once for `seconds` of audio: the request's, else the profile's
+        `batch_size`; audio that fits one window has nothing to batch."""
+        from kvscribe.chunking import MAX_SECONDS
+
+        wanted = request.batch_size
+        if wanted is None:
+            wanted = int(self.profile.settings_for(self.name).get("batch_size", 1))
+        return wanted if seconds > MAX_SECONDS else 1
 
     def check_language(self, request: DecodeRequest, multilingual: bool, known: list[str]) -> None:
         """English-only models take no other language and cannot translate; codes must exist."""

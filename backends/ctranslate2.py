@@ -20,6 +20,8 @@ from kvscribe.backends.base import (
     Transcription,
 )
 
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.chunking import chunk_segments, decode_chunks, speech_chunks
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.kvcache import estimate
 from kvscribe.models.ct2_file import WhisperDims, whisper_dims
@@ -31,6 +33,7 @@ _SETTINGS = {
     "beam_size": int,
     "condition_on_previous_text": bool,
     "cpu_threads": int,
+    "batch_size": int,
 }
 _PROMPT_MAX = 223  # faster-whisper keeps the last n_text_ctx // 2 - 1 previous tokens
 
@@ -75,6 +78,9 @@ class CTranslate2Backend(Backend):
     def transcribe(self, audio: np.ndarray, request: DecodeRequest) -> Transcription:
         self.check_language(request, self.dims.is_multilingual, self.engine.supported_languages)
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
+        batch = self.batch_size_for(request, audio.size / SAMPLE_RATE)
+        if batch > 1:
+            return self._transcribe_batched(audio, request, beams, batch)
         raw, info = self.engine.transcribe(
             audio,
             language=request.language,
@@ -90,6 +96,62 @@ class CTranslate2Backend(Backend):
         return Transcription(
             info.language, info.language_probability, self._stream(raw, report, beams), report
         )
+
+    def _transcribe_batched(
+        self, audio: np.ndarray, request: DecodeRequest, beams: int, batch: int
+    ) -> Transcription:
+        from kvscribe.backends import ct2_batched
+
+        chunks = speech_chunks(audio)
+        language, probability = self._language_of(audio, chunks, request)
+        plan, tokenizer = ct2_batched.setup(
+            self.engine, language, request.task, request.prompt, beams, batch
+        )
+        report = self._base_report(beams)
+        rows = min(batch, max(1, len(chunks)))
+        report.batch_size = batch
+        report.settings.update({"batch size": str(batch), "previous-text prompt": "off (batched)"})
+        report.kv_cross_bytes *= rows
+        nbytes = estimate.value_bytes(self.engine.model.compute_type)
+
+        def stream() -> Iterator[Segment]:
+            windows = _WindowCounter(self.dims, conditioned=False)
+            next_id = 0
+            special = (tokenizer.eot, tokenizer.timestamp_begin)
+            decoded = decode_chunks(
+                chunks,
+                batch,
+                lambda group: ct2_batched.decode_group(plan, audio, group),
+                tokenizer.timestamp_begin,
+            )
+            for calls, (index, chunk, result) in enumerate(decoded):
+                windows.add(calls, len(result.tokens))
+                for segment in chunk_segments(
+                    chunk, index, result, special, tokenizer.decode, next_id
+                ):
+                    next_id += 1
+                    yield segment
+            windows.finish()
+            report.tokens, report.windows = windows.decoded, windows.count
+            report.kv_self_peak_bytes = estimate.self_attention_bytes(
+                self.dims, windows.peak_positions, beams * rows, nbytes
+            )
+            report.kv_self_full_bytes = report.kv_self_peak_bytes
+
+        return Transcription(language, probability, stream(), report)
+
+    def _language_of(self, audio, chunks, request: DecodeRequest) -> tuple[str, float | None]:
+        """The request's language, else the one detected on the first speech chunk."""
+        if request.language is not None or not self.dims.is_multilingual:
+            return request.language or "en", None
+        if not chunks:
+            return "en", None  # nothing to detect from: no chunk will be decoded
+        from kvscribe.backends.ct2_batched import chunk_features
+
+        language, probability, _ = self.engine.detect_language(
+            features=chunk_features(self.engine, audio, chunks[0])
+        )
+        return language, probability
 
     # -- internals -------------------------------------------------------------------------
 

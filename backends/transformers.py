@@ -19,11 +19,17 @@ from kvscribe.backends.base import (
     Transcription,
 )
 
+from kvscribe.audio import SAMPLE_RATE
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
 from kvscribe.provenance import MEASURED, make_provenance
 
-_SETTINGS = {"beam_size": int, "condition_on_previous_text": bool, "threads": int}
+_SETTINGS = {
+    "beam_size": int,
+    "condition_on_previous_text": bool,
+    "threads": int,
+    "batch_size": int,
+}
 
 
 class TransformersBackend(Backend):
@@ -95,6 +101,9 @@ class TransformersBackend(Backend):
 
         self.check_language(request, self.special.is_multilingual, list(self.special.languages))
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
+        batch = self.batch_size_for(request, audio.size / SAMPLE_RATE)
+        if batch > 1:
+            return self._transcribe_batched(audio, request, beams, batch)
         with torch.inference_mode():
             mel = log_mel(torch.from_numpy(audio).to(self.device), self.network.config.num_mel_bins)
         language = request.language or self._detect_language(mel)
@@ -103,18 +112,79 @@ class TransformersBackend(Backend):
             kv_provenance=make_provenance(MEASURED),  # read from the cache's own tensors
             settings={**self.describe_settings(), "beam size": str(beams)},
         )
-        prompt = (
-            self.tokenizer.encode(" " + request.prompt.strip(), add_special_tokens=False).ids
-            if request.prompt
-            else []
-        )
+        prompt = self._prompt_tokens(request)
         return Transcription(language, None, self._stream(plan, mel, report, prompt), report)
+
+    def _prompt_tokens(self, request: DecodeRequest) -> list[int]:
+        if not request.prompt:
+            return []
+        return self.tokenizer.encode(" " + request.prompt.strip(), add_special_tokens=False).ids
+
+    def _transcribe_batched(
+        self, audio: np.ndarray, request: DecodeRequest, beams: int, batch: int
+    ) -> Transcription:
+        from kvscribe.chunking import speech_chunks
+
+        chunks = speech_chunks(audio)
+        language = request.language or "en"
+        if request.language is None and self.special.is_multilingual and chunks:
+            language = self._detect_language(
+                self._chunk_mel(audio[chunks[0].start : chunks[0].end])
+            )
+        plan = self._plan(language, request.task, beams)
+        report = DecoderReport(
+            kv_provenance=make_provenance(MEASURED),
+            settings={
+                **self.describe_settings(),
+                "beam size": str(beams),
+                "batch size": str(batch),
+                "previous-text prompt": "off (batched)",
+            },
+            batch_size=batch,
+        )
+        stream = self._stream_batched(plan, audio, chunks, batch, report, request)
+        return Transcription(language, None, stream, report)
+
+    def _chunk_mel(self, samples: np.ndarray):
+        import torch
+
+        from kvscribe.mel import FRAMES_PER_WINDOW, log_mel
+
+        with torch.inference_mode():
+            mel = log_mel(
+                torch.from_numpy(samples).to(self.device), self.network.config.num_mel_bins
+            )
+        return mel[:, :FRAMES_PER_WINDOW]
+
+    def _stream_batched(self, plan, audio, chunks, batch, report, request: DecodeRequest):
+        from kvscribe.backends.hf import batched, longform
+
+        from kvscribe.chunking import chunk_segments, decode_chunks
+
+        stats = longform.WindowStats()
+        prompt = batched.full_prompt(plan, self._prompt_tokens(request))
+
+        def decode_group(group):
+            mels = [self._chunk_mel(audio[chunk.start : chunk.end]) for chunk in group]
+            return batched.decode_batch(plan, mels, prompt, stats)
+
+        special = (self.special.eot, self.special.timestamp_begin)
+        next_id = 0
+        for index, chunk, result in decode_chunks(chunks, batch, decode_group, special[1]):
+            for segment in chunk_segments(chunk, index, result, special, self._text, next_id):
+                next_id += 1
+                yield segment
+        self._fill_report(report, stats)
 
     def _stream(self, plan, mel, report: DecoderReport, prompt: list[int]):
         from kvscribe.backends.hf import longform
 
         stats = longform.WindowStats()
         yield from longform.transcribe(plan, mel, self._text, stats, prompt)
+        self._fill_report(report, stats)
+
+    @staticmethod
+    def _fill_report(report: DecoderReport, stats) -> None:
         report.tokens, report.windows = stats.tokens, stats.windows
         report.kv_self_peak_bytes = stats.self_peak_bytes
         report.kv_self_full_bytes = stats.self_full_bytes
@@ -167,10 +237,12 @@ class TransformersBackend(Backend):
         )
 
     def _encode(self, window_mel):
+        """[n_mels, 3000] (one window) or [chunks, n_mels, 3000] -> [chunks, 1500, d]."""
         import torch
 
         with torch.inference_mode():
-            features = window_mel[None].to(self.dtype)
+            batched = window_mel if window_mel.dim() == 3 else window_mel[None]
+            features = batched.to(self.dtype)
             return self.network.model.encoder(features).last_hidden_state
 
     def _detect_language(self, mel) -> str:

@@ -98,6 +98,7 @@ def output_settings(options: TranscribeOptions) -> dict:
         "language": options.language,
         "task": options.task,
         "beam_size": options.beam_size,
+        "batch_size": options.batch_size,
     }
 
 

@@ -11,6 +11,7 @@ from kvscribe.writers import FORMATS
 
 TASKS = ("transcribe", "translate")
 DEVICES = ("auto", "cpu", "cuda", "mps")
+MAX_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class TranscribeOptions:
     formats: tuple[str, ...] = ()  # empty: the timestamped transcript on stdout
     output_dir: Path | None = None
     beam_size: int | None = None
+    batch_size: int | None = None  # speech chunks decoded at once; None: the profile's
     device: str | None = None
     stats_json: Path | None = None
     quiet: bool = False
@@ -56,6 +58,12 @@ class TranscribeOptions:
             validate_policy(self.kv_policy)
         if self.kv_cross is not None:
             parse_cross(self.kv_cross)
+        if self.batch_size is not None and not 1 <= self.batch_size <= MAX_BATCH:
+            raise UsageError(
+                f"must be between 1 and {MAX_BATCH}",
+                subject="--batch-size",
+                hint=f"got {self.batch_size}",
+            )
         if self.jobs < 1:
             raise UsageError("must be at least 1", subject="--jobs", hint=f"got {self.jobs}")
         batch_only = {

@@ -113,7 +113,9 @@ class Runner:
         samples = audio.load_audio(path)
         duration = samples.size / audio.SAMPLE_RATE
         listener.file_started(path, duration)
-        request = DecodeRequest(opts.language, opts.task, opts.beam_size)
+        request = DecodeRequest(
+            opts.language, opts.task, opts.beam_size, batch_size=opts.batch_size
+        )
         file_stats = FileStats(str(path), audio_seconds=duration)
         started = time.perf_counter()
         try:

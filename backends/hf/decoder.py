@@ -63,15 +63,20 @@ def _cross_attention(
         attention.q_proj(layer.encoder_attn_layer_norm(x)) * attention.scaling, attention
     )
     keys, values = cross.get(index)
-    batch, heads, tokens, dim = query.shape
-    if keys.shape[0] > batch:  # per-beam copies are identical: a one-row prompt uses the first
-        keys, values = keys[:batch], values[:batch]
-    if keys.shape[0] == 1 and batch > 1:
-        # One shared copy for all beams: fold the beams into the query axis (no mask here,
-        # so this is exact) instead of expanding K/V, which SDPA would copy per beam.
-        folded = query.transpose(0, 1).reshape(1, heads, batch * tokens, dim)
+    rows, heads, tokens, dim = query.shape
+    copies = keys.shape[0]
+    if copies > rows:  # per-beam copies are identical: a prompt row per chunk uses the first
+        keys, values = keys[:: copies // rows], values[:: copies // rows]
+        copies = rows
+    if copies < rows:
+        # One copy per chunk for all its beams: fold the beams into the query axis (no mask
+        # here, so this is exact) instead of expanding K/V, which SDPA would copy per beam.
+        beams = rows // copies
+        folded = query.reshape(copies, beams, heads, tokens, dim).transpose(1, 2)
+        folded = folded.reshape(copies, heads, beams * tokens, dim)
         out = F.scaled_dot_product_attention(folded, keys, values, scale=1.0)
-        out = out.reshape(heads, batch, tokens, dim).transpose(0, 1)
+        out = out.reshape(copies, heads, beams, tokens, dim).transpose(1, 2)
+        out = out.reshape(rows, heads, tokens, dim)
     else:
         out = F.scaled_dot_product_attention(query, keys, values, scale=1.0)
     return attention.out_proj(_merge(out))

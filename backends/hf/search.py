@@ -84,7 +84,7 @@ def _beam(setup, logits, cache, cross, beams, max_new, clock):
     finished: dict[tuple[int, ...], float] = {}
     for _ in range(max_new):
         logprobs = setup.rules.logprobs(logits.float(), sequences)
-        kept = _expand(logprobs, sequences, scores, finished, beams, setup.eot)
+        kept = expand(logprobs, sequences, scores, finished, beams, setup.eot)
         clock.tick()
         if len(finished) >= beams or not kept:
             break
@@ -101,7 +101,7 @@ def _beam(setup, logits, cache, cross, beams, max_new, clock):
     return list(best[0]), best[1]
 
 
-def _expand(logprobs, sequences, scores, finished, beams, eot):
+def expand(logprobs, sequences, scores, finished, beams, eot):
     """Best continuations of every beam; finished ones go to `finished`, `beams` others are kept."""
     top_logprobs, top_tokens = logprobs.topk(beams + 1, dim=-1)
     candidates: dict[tuple[int, ...], tuple[float, int]] = {}

@@ -90,6 +90,13 @@ def transcribe(
     beam_size: int = typer.Option(
         None, "--beam-size", show_default="profile's", help="Beam width (1 = greedy)."
     ),
+    batch_size: int = typer.Option(
+        None,
+        "--batch-size",
+        show_default="profile's",
+        help="Speech chunks decoded at once on audio over 30 s (cut at pauses by the VAD); "
+        "1 = one 30 s window after another, each prompted with the text before it.",
+    ),
     device: Literal["auto", "cpu", "cuda", "mps"] = typer.Option(
         None, "--device", show_default="profile's", help="Run on this device."
     ),
@@ -180,6 +187,7 @@ def transcribe(
             formats=parse_formats(output_format, to_dir=output_dir is not None),
             output_dir=output_dir,
             beam_size=beam_size,
+            batch_size=batch_size,
             device=device,
             stats_json=stats_json,
             quiet=quiet,

@@ -50,18 +50,22 @@ class PolicyCache(Cache):
 
 
 class CrossAttentionStore:
-    """Per-layer K/V of the encoder output: one copy per beam, or one shared copy."""
+    """Per-layer K/V of the encoder output of each chunk in a batch: one copy per beam
+    (rows chunk-major: chunk 0's beams, then chunk 1's, ...), or one copy per chunk."""
 
     def __init__(self, spec: CrossSpec, beams: int) -> None:
         self.spec = spec
         self.beams = beams
+        self.chunks = 0
         self._layers: list[tuple[torch.Tensor | Quantized, torch.Tensor | Quantized]] = []
         self._dtype: torch.dtype | None = None
 
     @torch.inference_mode()
     def fill(self, encoder_output: torch.Tensor, decoder) -> None:
-        """Project `encoder_output` [1, frames, d] through every decoder layer's cross-attention."""
+        """Project `encoder_output` [chunks, frames, d] through every decoder layer's
+        cross-attention."""
         self._dtype = encoder_output.dtype
+        self.chunks = encoder_output.shape[0]
         copies = 1 if self.spec.shared else self.beams
         self._layers = []
         for layer in decoder.layers:
@@ -69,13 +73,23 @@ class CrossAttentionStore:
             keys = owned(split_heads(attention.k_proj(encoder_output), attention))
             values = owned(split_heads(attention.v_proj(encoder_output), attention))
             if copies > 1:  # what transformers does: a real copy per beam
-                keys, values = keys.repeat(copies, 1, 1, 1), values.repeat(copies, 1, 1, 1)
+                keys = keys.repeat_interleave(copies, dim=0)
+                values = values.repeat_interleave(copies, dim=0)
             if self.spec.quant:
                 keys, values = quantize(keys, self.spec.quant), quantize(values, self.spec.quant)
             self._layers.append((keys, values))
 
+    def select_chunks(self, kept: torch.Tensor) -> None:
+        """Keep only the chunks at positions `kept` (the others finished decoding)."""
+        rows = kept
+        if not self.spec.shared and self.beams > 1:
+            offsets = torch.arange(self.beams, device=kept.device)
+            rows = (kept[:, None] * self.beams + offsets[None, :]).reshape(-1)
+        self._layers = [(_rows(k, rows), _rows(v, rows)) for k, v in self._layers]
+        self.chunks = int(kept.numel())
+
     def get(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """K/V of layer `index`: batch 1 when shared, else one row per beam."""
+        """K/V of layer `index`: one row per chunk when shared, else one row per beam."""
         keys, values = self._layers[index]
         if isinstance(keys, Quantized):
             keys, values = dequantize(keys, self._dtype), dequantize(values, self._dtype)
@@ -89,3 +103,11 @@ class CrossAttentionStore:
     @property
     def held_bytes(self) -> int:
         return held_bytes(self.tensors())
+
+
+def _rows(part: torch.Tensor | Quantized, rows: torch.Tensor) -> torch.Tensor | Quantized:
+    if isinstance(part, Quantized):
+        return Quantized(
+            part.kind, part.data.index_select(0, rows), part.scale.index_select(0, rows)
+        )
+    return part.index_select(0, rows)

@@ -117,8 +117,12 @@ class VoiceDetector:
         self._quiet_since: int | None = None
 
     def feed(self, samples: np.ndarray) -> list[VoiceEvent]:
+        return self.feed_probabilities(self.vad.probabilities(samples))
+
+    def feed_probabilities(self, probabilities: np.ndarray) -> list[VoiceEvent]:
+        """The events of windows whose speech probabilities were computed already."""
         events: list[VoiceEvent] = []
-        for prob in self.vad.probabilities(samples):
+        for prob in probabilities:
             at = self._windows * WINDOW
             self._windows += 1
             event = self._step(float(prob), at)

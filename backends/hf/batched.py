@@ -1,0 +1,138 @@
+"""Batched decoding: several speech chunks x beams as the rows of one decoder batch.
+
+Every chunk decodes once, from the same prompt (no previous text: the chunks are
+decoded side by side), with the window's cache policy applied to every row. The
+cross-attention store keeps one copy per chunk when its policy is shared (beams
+fold into the query axis) and one per beam otherwise. A chunk whose search ends
+leaves the batch at once: its rows are dropped from the self-attention cache and
+its cross-attention copy from the store, so it stops costing compute and memory.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from kvscribe.chunking import ChunkResult
+from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
+
+from .longform import PROMPT_MAX, WindowPlan, WindowStats
+from .search import expand
+
+
+@dataclass
+class _Search:
+    """One chunk's beam search: its live hypotheses and the endings found so far."""
+
+    sequences: list[list[int]]
+    scores: list[float]
+    no_speech_prob: float
+    finished: dict[tuple[int, ...], float] = field(default_factory=dict)
+
+    def result(self) -> ChunkResult:
+        endings = self.finished or {
+            tuple(seq): score for seq, score in zip(self.sequences, self.scores, strict=True)
+        }
+        tokens, score = max(endings.items(), key=lambda item: item[1] / max(1, len(item[0])))
+        return ChunkResult(list(tokens), score / (len(tokens) + 1), self.no_speech_prob)
+
+
+@torch.inference_mode()
+def decode_batch(
+    plan: WindowPlan, mels: list[torch.Tensor], prompt: list[int], stats: WindowStats
+) -> list[ChunkResult]:
+    """Decode the chunks whose 30 s log-mels are `mels` ([n_mels, 3000] each) together."""
+    setup = plan.setup
+    started = time.perf_counter()
+    encoded = plan.encode(torch.stack(mels))
+    stats.encoder_seconds += time.perf_counter() - started
+    cross = CrossAttentionStore(plan.cross_spec, plan.beams)
+    cross.fill(encoded, plan.decoder_module)
+    stats.cross_bytes = max(stats.cross_bytes, cross.held_bytes)
+    cache = PolicyCache(plan.self_specs)
+    chunks = len(mels)
+    sot_index = len(prompt) - len(plan.sot_sequence)
+    max_new = min(plan.text_ctx // 2, plan.text_ctx - len(prompt))
+
+    step_started = time.perf_counter()
+    tokens = torch.tensor([prompt] * chunks, device=setup.device)
+    logits = setup.decoder.logits(tokens, cache, cross, positions=(sot_index, -1))
+    no_speech = _no_speech(logits[:, 0], setup.no_speech)
+    searches = [_Search([[] for _ in range(plan.beams)], [0.0] * plan.beams, p) for p in no_speech]
+    fan_out = torch.arange(chunks, device=setup.device).repeat_interleave(plan.beams)
+    _select_rows(cache, fan_out)
+    logits = logits[:, -1].repeat_interleave(plan.beams, dim=0)
+
+    live = list(range(chunks))  # chunk numbers still decoding, in row order
+    for _ in range(max_new):
+        stats.step_seconds.append(time.perf_counter() - step_started)
+        step_started = time.perf_counter()
+        _note_step(stats, plan, cache, len(live))
+        rows = [seq for chunk in live for seq in searches[chunk].sequences]
+        logprobs = setup.rules.logprobs(logits.float(), rows)
+        sources, still = _advance(searches, live, logprobs, plan.beams, setup.eot)
+        if not still:
+            break
+        if len(still) < len(live):
+            cross.select_chunks(torch.tensor([live.index(c) for c in still], device=setup.device))
+        live = still
+        _select_rows(cache, torch.tensor(sources, device=setup.device))
+        last = [[seq[-1]] for chunk in live for seq in searches[chunk].sequences]
+        logits = setup.decoder.logits(torch.tensor(last, device=setup.device), cache, cross)[:, -1]
+    stats.self_peak_bytes = max(stats.self_peak_bytes, cache.peak_bytes)
+    stats.recompute_macs += cache.recompute_macs
+    results = [search.result() for search in searches]
+    stats.windows += chunks
+    stats.tokens += sum(len(r.tokens) + 1 for r in results)
+    return results
+
+
+def _advance(searches, live, logprobs, beams, eot) -> tuple[list[int], list[int]]:
+    """One beam-search step for every live chunk: the rows each kept hypothesis continues
+    (indices into this step's rows) and the chunks still decoding."""
+    sources: list[int] = []
+    still: list[int] = []
+    for position, chunk in enumerate(live):
+        search = searches[chunk]
+        first_row = position * beams
+        kept = expand(
+            logprobs[first_row : first_row + beams],
+            search.sequences,
+            search.scores,
+            search.finished,
+            beams,
+            eot,
+        )
+        if len(search.finished) >= beams or not kept:
+            continue
+        search.sequences = [list(seq) for seq, _, _ in kept]
+        search.scores = [score for _, score, _ in kept]
+        sources.extend(first_row + row for _, _, row in kept)
+        still.append(chunk)
+    return sources, still
+
+
+def _select_rows(cache: PolicyCache, rows: torch.Tensor) -> None:
+    for layer in cache.policy_layers:
+        layer.reorder_cache(rows)
+
+
+def _no_speech(logits: torch.Tensor, no_speech: int) -> list[float]:
+    if no_speech < 0:
+        return [0.0] * logits.shape[0]
+    return torch.softmax(logits.float(), dim=-1)[:, no_speech].tolist()
+
+
+def _note_step(stats: WindowStats, plan: WindowPlan, cache: PolicyCache, chunks: int) -> None:
+    """The full cache's size for the rows alive now, to compare the policy's peak with."""
+    full = cache.get_seq_length() * chunks * plan.beams * plan.kv_bytes_per_position
+    stats.self_full_bytes = max(stats.self_full_bytes, full)
+
+
+def full_prompt(plan: WindowPlan, prompt: list[int]) -> list[int]:
+    """The decoder prompt of every chunk: the user's prompt text (if any), then the sot
+    sequence; no previous text, since the chunks decode side by side."""
+    previous = [plan.special.sot_prev, *prompt[-PROMPT_MAX:]] if prompt else []
+    return previous + list(plan.sot_sequence)

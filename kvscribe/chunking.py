@@ -1,0 +1,244 @@
+"""Cut long audio into <= 30 s chunks at speech pauses, for batched decoding.
+
+The speech regions come from the same silero VAD and hysteresis live mode runs
+(kvscribe.live.vad), fed the whole file. Neighbouring regions join into one chunk
+while the chunk stays within `max_seconds` and the pause between them is short;
+a region longer than that is cut at its quietest point. A chunk is a contiguous
+span of the original audio, so a time inside it maps back by adding its start:
+exactly, with no resampling or concatenation. Audio outside every chunk (silence)
+is never decoded, so it cannot produce text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.live.vad import WINDOW, SileroVad, VadSettings, VoiceDetector
+from kvscribe.types import Segment
+
+MAX_SECONDS = 30.0  # Whisper's window
+MIN_UNFINISHED = 1.0  # seconds of speech left after the decoder stopped worth decoding again
+# Files are not spoken to a listener waiting for an utterance to end: no joining rule
+# (min_utterance 0), a short release so regions end at real pauses, padding both sides.
+FILE_VAD = VadSettings(min_silence=0.3, min_speech=0.25, pad=0.3, min_utterance=0.0)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Samples [start, end) of the original audio; speech in it ends at `speech_end`
+    (before the padding)."""
+
+    start: int
+    end: int
+    speech_end: int = -1
+
+    def __post_init__(self) -> None:
+        if self.speech_end < 0:
+            object.__setattr__(self, "speech_end", self.end)
+
+    @property
+    def start_seconds(self) -> float:
+        return self.start / SAMPLE_RATE
+
+    @property
+    def seconds(self) -> float:
+        return (self.end - self.start) / SAMPLE_RATE
+
+
+@dataclass(frozen=True)
+class ChunkRules:
+    max_seconds: float = MAX_SECONDS
+    max_gap: float = 2.0  # a longer pause ends the chunk: silence stays out of the decoder
+    vad: VadSettings = FILE_VAD
+
+
+def speech_chunks(audio: np.ndarray, rules: ChunkRules = ChunkRules()) -> list[Chunk]:
+    """The chunks of `audio` (mono 16 kHz float32) that hold speech, in time order."""
+    probabilities = SileroVad().probabilities(audio)
+    regions = speech_regions(probabilities, rules.vad, audio.size)
+    return join_regions(regions, probabilities, rules, audio.size)
+
+
+def unfinished(chunk: Chunk, result: ChunkResult, timestamp_begin: int) -> Chunk | None:
+    """The part of `chunk` after the decoder stopped, when speech goes on there.
+
+    Whisper sometimes ends a window early (most often when its last words sit close to
+    the window's end); a sequential decoder seeks there and decodes again, and so must a
+    chunk, or those words are lost."""
+    if not result.tokens or is_silence(result.no_speech_prob, result.avg_logprob):
+        return None
+    if result.tokens[-1] < timestamp_begin:  # text ran to the chunk's end
+        return None
+    stopped = chunk.start + round(
+        (result.tokens[-1] - timestamp_begin) * SECONDS_PER_TIMESTAMP * SAMPLE_RATE
+    )
+    if chunk.speech_end - stopped < MIN_UNFINISHED * SAMPLE_RATE:
+        return None
+    return Chunk(stopped, chunk.end, chunk.speech_end)
+
+
+def decode_chunks(
+    chunks: list[Chunk],
+    batch: int,
+    decode_group: Callable[[list[Chunk]], list[ChunkResult]],
+    timestamp_begin: int,
+) -> Iterator[tuple[int, Chunk, ChunkResult]]:
+    """(chunk number, chunk, result) in time order, `batch` chunks per decoder call; the
+    unfinished parts of a group are decoded (once, together) before the group is yielded."""
+    for first in range(0, len(chunks), batch):
+        group = chunks[first : first + batch]
+        results = decode_group(group)
+        tails = [unfinished(c, r, timestamp_begin) for c, r in zip(group, results, strict=True)]
+        retry = [tail for tail in tails if tail is not None]
+        retried = iter(decode_group(retry) if retry else [])
+        for offset, (chunk, result, tail) in enumerate(zip(group, results, tails, strict=True)):
+            yield first + offset, chunk, result
+            if tail is not None:
+                yield first + offset, tail, next(retried)
+
+
+def speech_regions(
+    probabilities: np.ndarray, settings: VadSettings, total: int
+) -> list[tuple[int, int]]:
+    """(start, end) samples of each utterance the live hysteresis finds, padded, in order."""
+    detector = VoiceDetector(None, settings)  # type: ignore[arg-type]  # fed probabilities only
+    events = detector.feed_probabilities(probabilities)
+    closing = detector.close(probabilities.size * WINDOW)
+    events += [closing] if closing is not None else []
+    regions, start = [], None
+    for event in events:
+        if event.kind == "start":
+            start = event.sample
+        elif event.kind in ("end", "discard") and start is not None:
+            if event.kind == "end":
+                regions.append((start, event.sample + WINDOW))
+            start = None
+    pad = int(settings.pad * SAMPLE_RATE)
+    padded = []
+    for begin, end in regions:
+        begin, end = max(0, begin - pad), min(total, end + pad)
+        if padded and begin < padded[-1][1]:  # padding must not overlap the previous region
+            begin = padded[-1][1]
+        padded.append((begin, end))
+    return padded
+
+
+def join_regions(
+    regions: list[tuple[int, int]], probabilities: np.ndarray, rules: ChunkRules, total: int
+) -> list[Chunk]:
+    """Merge regions into chunks of at most `max_seconds`, splitting any longer region."""
+    limit = int(rules.max_seconds * SAMPLE_RATE)
+    gap = int(rules.max_gap * SAMPLE_RATE)
+    pad = int(rules.vad.pad * SAMPLE_RATE)
+    chunks: list[Chunk] = []
+    for begin, end in regions:
+        for piece_start, piece_end in _split_long(begin, end, probabilities, limit):
+            piece_end = min(piece_end, total)
+            speech_end = max(piece_start, piece_end - pad)
+            last = chunks[-1] if chunks else None
+            if last and piece_start - last.end <= gap and piece_end - last.start <= limit:
+                chunks[-1] = Chunk(last.start, piece_end, speech_end)
+            else:
+                chunks.append(Chunk(piece_start, piece_end, speech_end))
+    return chunks
+
+
+def _split_long(begin: int, end: int, probabilities: np.ndarray, limit: int):
+    """Cut [begin, end) into pieces <= limit at the least speech-like window of each
+    piece's second half (a breath between words, when there is one)."""
+    while end - begin > limit:
+        low, high = (begin + limit // 2) // WINDOW, (begin + limit) // WINDOW
+        window = probabilities[low:high]
+        cut = (low + int(np.argmin(window))) * WINDOW if window.size else begin + limit
+        cut = min(max(cut, begin + WINDOW), begin + limit)
+        yield begin, cut
+        begin = cut
+    yield begin, end
+
+
+# -- from a chunk's decoded tokens to segments on the original clock ----------------------
+
+SECONDS_PER_TIMESTAMP = 0.02
+NO_SPEECH_THRESHOLD = 0.6  # with LOGPROB_THRESHOLD: openai-whisper's rule for a silent window
+LOGPROB_THRESHOLD = -1.0
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """What the decoder made of one chunk: sampled tokens (timestamps included, end-of-text
+    excluded) and the window scores openai-whisper's silence rule reads."""
+
+    tokens: list[int]
+    avg_logprob: float
+    no_speech_prob: float
+
+
+def is_silence(no_speech_prob: float, avg_logprob: float) -> bool:
+    return no_speech_prob > NO_SPEECH_THRESHOLD and avg_logprob < LOGPROB_THRESHOLD
+
+
+def chunk_pieces(
+    tokens: list[int], timestamp_begin: int, seconds: float
+) -> list[tuple[float, float, list[int]]]:
+    """(start s, end s, tokens) of each segment in a chunk, cut at timestamp pairs.
+
+    Unlike a sequential window, a chunk is never decoded again, so text after the last
+    timestamp pair is kept (ending at the chunk's end, or at its own closing timestamp)."""
+    pieces: list[tuple[float, float, list[int]]] = []
+    current: list[int] = []
+    for token in tokens:
+        current.append(token)
+        is_pair = len(current) >= 2 and current[-2] >= timestamp_begin <= token
+        if is_pair and any(t < timestamp_begin for t in current):
+            pieces.append(_piece(current[:-1], timestamp_begin, seconds))
+            current = [token]
+    if any(t < timestamp_begin for t in current):
+        pieces.append(_piece(current, timestamp_begin, seconds))
+    return pieces
+
+
+def _piece(tokens: list[int], timestamp_begin: int, seconds: float):
+    stamps = [t for t in tokens if t >= timestamp_begin]
+    start = (tokens[0] - timestamp_begin) * SECONDS_PER_TIMESTAMP if tokens[0] in stamps else 0.0
+    end = (
+        (tokens[-1] - timestamp_begin) * SECONDS_PER_TIMESTAMP if tokens[-1] in stamps else seconds
+    )
+    start, end = min(start, seconds), min(end, seconds)
+    return start, max(start, end), tokens
+
+
+def chunk_segments(
+    chunk: Chunk,
+    index: int,
+    result: ChunkResult,
+    special_begin: tuple[int, int],
+    decode_text: Callable[[list[int]], str],
+    first_id: int,
+) -> list[Segment]:
+    """Segments of chunk number `index` on the original audio's clock; none for a silent
+    chunk. `special_begin`: (end-of-text, first timestamp token); ids count from `first_id`."""
+    if is_silence(result.no_speech_prob, result.avg_logprob):
+        return []
+    eot, timestamp_begin = special_begin
+    segments: list[Segment] = []
+    for start, end, tokens in chunk_pieces(result.tokens, timestamp_begin, chunk.seconds):
+        text = decode_text([t for t in tokens if t < eot])
+        if not text.strip():
+            continue
+        segments.append(
+            Segment(
+                first_id + len(segments),
+                chunk.start_seconds + start,
+                chunk.start_seconds + end,
+                text,
+                tuple(tokens),
+                result.avg_logprob,
+                result.no_speech_prob,
+                index,
+            )
+        )
+    return segments
