@@ -93,6 +93,7 @@ class Backend(abc.ABC):
     summary: ClassVar[str]
     capabilities: ClassVar[Capabilities]
     requires: ClassVar[tuple[str, ...]] = ()  # engine modules, imported to check availability
+    settings_schema: ClassVar[dict[str, type]] = {}  # its profile section's keys and types
     install_hint: ClassVar[str] = ""
 
     def __init__(self, model: ModelRef, profile: Profile, device: str):

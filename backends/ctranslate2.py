@@ -48,6 +48,7 @@ class CTranslate2Backend(Backend):
     )
 
     requires = ("ctranslate2", "faster_whisper")
+    settings_schema = _SETTINGS
     install_hint = "pip install faster-whisper"
 
     def load(self) -> None:

@@ -99,6 +99,7 @@ def output_settings(options: TranscribeOptions) -> dict:
         "task": options.task,
         "beam_size": options.beam_size,
         "batch_size": options.batch_size,
+        "compute_type": options.compute_type,
     }
 
 

@@ -31,6 +31,7 @@ class TranscribeOptions:
     quiet: bool = False
     kv_policy: str | None = None  # overrides the profile's self-attention policy
     kv_cross: str | None = None  # overrides the profile's cross-attention policy
+    compute_type: str | None = None  # overrides the backend section's compute_type
     # Finding inputs in folders.
     recursive: bool = False
     globs: tuple[str, ...] = ()

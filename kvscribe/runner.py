@@ -12,7 +12,7 @@ from kvscribe import audio, hardware, models, registry
 from kvscribe import profile as profiles
 from kvscribe.backends.base import Backend, DecodeRequest
 from kvscribe.devices import device_for
-from kvscribe.errors import KvscribeError
+from kvscribe.errors import KvscribeError, UsageError
 from kvscribe.inputs import Input
 from kvscribe.options import TranscribeOptions
 from kvscribe.stats import FileStats, RunStats
@@ -49,6 +49,16 @@ def load_backend(opts: EngineChoice) -> tuple[Backend, RunStats]:
             kv_self=opts.kv_policy or profile.kv_self,
             kv_cross=opts.kv_cross or profile.kv_cross,
         )
+    compute_type = getattr(opts, "compute_type", None)
+    if compute_type is not None and "compute_type" not in backend_cls.settings_schema:
+        raise UsageError(
+            f"the {opts.backend} backend has no compute type to choose",
+            subject="--compute-type",
+            hint="leave it out: whisper.cpp runs at its model file's precision",
+        )
+    if compute_type is not None:
+        section = {**profile.settings_for(opts.backend), "compute_type": compute_type}
+        profile = dataclasses.replace(profile, backends={**profile.backends, opts.backend: section})
     choice = device_for(
         opts.backend, backend_cls.capabilities.devices, profile, opts.device, hardware.detect()
     )

@@ -189,5 +189,6 @@ def _file_dict(f: FileStats) -> dict[str, Any]:
         ),
         tokens_decoded=f.report.tokens if f.report else 0,
         windows=f.report.windows if f.report else 0,
+        batch_size=f.report.batch_size if f.report else 1,
     )
     return entry

@@ -136,3 +136,27 @@ def full_prompt(plan: WindowPlan, prompt: list[int]) -> list[int]:
     sequence; no previous text, since the chunks decode side by side."""
     previous = [plan.special.sot_prev, *prompt[-PROMPT_MAX:]] if prompt else []
     return previous + list(plan.sot_sequence)
+
+
+@torch.inference_mode()
+def bytes_per_chunk(plan: WindowPlan, frames: int, d_model: int, dtype: torch.dtype) -> int:
+    """KV storage one chunk holds at its largest under the plan's policies: its cross-
+    attention copy (or one per beam) plus the self-attention cache of its beams after a
+    full window's positions, measured from the storage a probe cache actually holds."""
+    setup = plan.setup
+    cross = CrossAttentionStore(plan.cross_spec, plan.beams)
+    cross.fill(
+        torch.zeros(1, frames, d_model, dtype=dtype, device=setup.device), plan.decoder_module
+    )
+    cache = PolicyCache(plan.self_specs)
+    tokens = torch.full((plan.beams, plan.text_ctx), plan.special.eot, device=setup.device)
+    setup.decoder.logits(tokens, cache, cross)
+    return cross.held_bytes + cache.peak_bytes
+
+
+def fit_batch(wanted: int, budget_bytes: int | None, per_chunk: int) -> int:
+    """The largest batch up to `wanted` whose chunks' KV storage fits `budget_bytes`
+    (at least 1: one chunk at a time is the sequential path's memory, which must run)."""
+    if budget_bytes is None:
+        return wanted
+    return max(1, min(wanted, budget_bytes // max(1, per_chunk)))

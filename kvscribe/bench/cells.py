@@ -1,16 +1,21 @@
-"""The bench matrix: one cell per (backend or baseline, model, profile or policy)."""
+"""The bench matrix: one cell per (backend or baseline, model, profile or policy, batch size)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from kvscribe.errors import UsageError
 from kvscribe.kvcache.spec import validate_policy
+from kvscribe.options import MAX_BATCH
 
 PROFILES = ("cpu-laptop", "tiny-vram", "no-loss")
 # Policies the seed claims are about (transformers backend, cpu-laptop's other settings).
 CLAIM_POLICIES = ("window=256", "window=32", "sink=4,window=32", "full; half@layers=odd", "q8_0")
 BASELINES = {"faster-whisper": "ctranslate2", "whisper-cli": "whispercpp"}
+# Backends with a batched long-form path; whispercpp ignores a batch size, so its cells run
+# once, at the profile's, rather than as copies labelled with batch sizes they never used.
+BATCHED_BACKENDS = ("transformers", "ctranslate2")
 
 
 @dataclass(frozen=True)
@@ -23,9 +28,18 @@ class Cell:
     profile: str
     kv_self: str | None = None  # overrides the profile's policy (transformers cells)
     kv_cross: str | None = None
+    # Speech chunks decoded at once on audio over 30 s (1: sequential); None: the profile's.
+    batch_size: int | None = None
 
     @property
     def label(self) -> str:
+        if self.batch_size is None:
+            return self.unbatched_label
+        return f"{self.unbatched_label}, batch {self.batch_size}"
+
+    @property
+    def unbatched_label(self) -> str:
+        """The label without the batch size: what the rows of one setting have in common."""
         name = self.kind if self.kind != "kvscribe" else self.backend
         what = self.profile
         if self.kv_self is not None:
@@ -63,34 +77,49 @@ def split_policies(values: list[str]) -> list[str]:
     return policies
 
 
+def parse_batch_sizes(values: list[str]) -> list[int]:
+    """`--batch-sizes 1,8,16` (or repeated) -> [1, 8, 16]: each size once, in the order given."""
+    sizes: list[int] = []
+    for part in (p.strip() for value in values for p in value.split(",") if p.strip()):
+        if not (part.isascii() and part.isdigit()) or not 1 <= int(part) <= MAX_BATCH:
+            raise UsageError(
+                f"{part!r} is not a batch size",
+                subject="--batch-sizes",
+                hint=f"whole numbers from 1 to {MAX_BATCH}, e.g. --batch-sizes 1,8,16",
+            )
+        if int(part) not in sizes:
+            sizes.append(int(part))
+    if not sizes:
+        raise UsageError("names no batch size", subject="--batch-sizes", hint="e.g. 1,8,16")
+    return sizes
+
+
 def matrix(
     backends: list[str],
     profiles: list[str],
     policies: list[str] | None,
     models: list[str | None],
     baseline: bool,
+    batch_sizes: list[int] | None = None,
 ) -> list[Cell]:
-    """Every cell, references first so they warm up first."""
+    """Every cell, references first so they warm up first; with `batch_sizes`, every cell of
+    a backend with a batch path once per size, side by side."""
     if policies and "transformers" not in backends:
         raise UsageError(
             "cache policies are run by the transformers backend",
             subject="--policy",
             hint="add --backend transformers (pip install -e '.[transformers]')",
         )
+    if batch_sizes and not set(backends) & set(BATCHED_BACKENDS):
+        raise UsageError(
+            "batch sizes are run by the " + " and ".join(BATCHED_BACKENDS) + " backends",
+            subject="--batch-sizes",
+            hint="add --backend " + " or --backend ".join(BATCHED_BACKENDS),
+        )
     cells: list[Cell] = []
     for model in models:
         for backend in backends:
-            if backend == "transformers":
-                cells.append(Cell("kvscribe", backend, model, "cpu-laptop", "full", "full"))
-            cells += [Cell("kvscribe", backend, model, profile) for profile in profiles]
-            if backend == "transformers":
-                chosen = CLAIM_POLICIES if policies is None else policies
-                shared = "shared"  # cpu-laptop's cross-attention policy
-                cells += [
-                    Cell("kvscribe", backend, model, "cpu-laptop", policy, shared)
-                    for policy in chosen
-                    if policy != "full"
-                ]
+            cells += _at_batch_sizes(_settings_of(backend, model, profiles, policies), batch_sizes)
         if baseline:
             cells += [
                 Cell(kind, mirrored, model, "cpu-laptop")
@@ -100,8 +129,40 @@ def matrix(
     return cells
 
 
+def _settings_of(
+    backend: str, model: str | None, profiles: list[str], policies: list[str] | None
+) -> list[Cell]:
+    """One backend's cells for one model, before batch sizes: its full-cache reference (the
+    transformers backend's), its profiles, then the policies (transformers)."""
+    cells: list[Cell] = []
+    if backend == "transformers":
+        cells.append(Cell("kvscribe", backend, model, "cpu-laptop", "full", "full"))
+    cells += [Cell("kvscribe", backend, model, profile) for profile in profiles]
+    if backend == "transformers":
+        chosen = CLAIM_POLICIES if policies is None else policies
+        shared = "shared"  # cpu-laptop's cross-attention policy
+        cells += [
+            Cell("kvscribe", backend, model, "cpu-laptop", policy, shared)
+            for policy in chosen
+            if policy != "full"
+        ]
+    return cells
+
+
+def _at_batch_sizes(cells: list[Cell], batch_sizes: list[int] | None) -> list[Cell]:
+    """Each cell once per batch size (its rows next to each other), where it can batch."""
+    if not batch_sizes:
+        return cells
+    return [
+        dataclasses.replace(cell, batch_size=size)
+        for cell in cells
+        for size in (batch_sizes if cell.backend in BATCHED_BACKENDS else [None])
+    ]
+
+
 def mirror_of(cell: Cell, cells: list[Cell]) -> Cell | None:
-    """The kvscribe cell a baseline runs the same options as."""
+    """The kvscribe cell a baseline runs the same options as: sequential decoding, as the
+    engine called directly does (batch 1, or the profile's when no batch sizes were asked)."""
     if cell.kind == "kvscribe":
         return None
     for other in cells:
@@ -111,6 +172,6 @@ def mirror_of(cell: Cell, cells: list[Cell]) -> Cell | None:
             cell.model,
             cell.profile,
             None,
-        ):
+        ) and other.batch_size in (None, 1):
             return other
     return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass, field
 
@@ -41,6 +42,11 @@ class CellFigures:
     kv_provenance: dict[str, str] = field(default_factory=dict)
     device: str = "cpu"  # where the cell's engine actually ran
     device_note: str | None = None  # why that is not the device the bench asked for
+    unbatched_label: str = ""  # the label without the batch size: one setting's rows share it
+    batch_size: int | None = None  # asked for (None: the profile's)
+    batch_size_run: int = 1  # the largest the backend reported: audio <= 30 s is not batched
+    audio_seconds_per_second: float = 0.0  # throughput: audio length / wall time (1 / RTF)
+    speedup_vs_batch_1: float | None = None  # the same setting's batch-1 wall time / this one's
 
     @property
     def kv_total_bytes(self) -> int | None:
@@ -93,18 +99,26 @@ def summarise(
         kv_provenance=provenance,
         device=runs[-1].device,
         device_note=device_note,
+        unbatched_label=cell.unbatched_label,
+        batch_size=cell.batch_size,
+        batch_size_run=max((c.batch_size for c in last), default=1),
+        audio_seconds_per_second=round(audio / seconds, 3) if seconds else 0.0,
     )
 
 
 def compare(cells: list[Cell], figures: list[CellFigures]) -> None:
-    """Fill deltas against each backend/model's full-cache cell, and baseline ratios."""
+    """Fill deltas against each backend/model's full-cache cell at the same batch size (KV
+    figures are batch totals: only like compares with like), speed-ups against the same
+    setting at batch 1, and baseline ratios."""
     by_cell = dict(zip(cells, figures, strict=True))
     for cell, fig in by_cell.items():
         reference = next(
             (
                 by_cell[c]
                 for c in cells
-                if c.is_reference and (c.backend, c.model) == (cell.backend, cell.model)
+                if c.is_reference
+                and (c.backend, c.model, c.batch_size)
+                == (cell.backend, cell.model, cell.batch_size)
             ),
             None,
         )
@@ -112,9 +126,20 @@ def compare(cells: list[Cell], figures: list[CellFigures]) -> None:
             fig.wer_delta = round(fig.wer - reference.wer, 4)
             if fig.kv_total_bytes is not None and reference.kv_total_bytes:
                 fig.kv_vs_full_pct = round(100 * fig.kv_total_bytes / reference.kv_total_bytes, 1)
+        batch_one = by_cell.get(dataclasses.replace(cell, batch_size=1))
+        if cell.batch_size is not None and batch_one is not None and fig.seconds:
+            fig.speedup_vs_batch_1 = round(batch_one.seconds / fig.seconds, 3)
         mirror = mirror_of(cell, cells)
         if mirror is not None and fig.seconds:
             fig.vs_kvscribe = round(by_cell[mirror].seconds / fig.seconds, 3)
+
+
+def batch_rows(figures: list[CellFigures]) -> list[CellFigures]:
+    """The cells run at an asked batch size, each setting's rows together by batch size: the
+    batch trade-off table (empty when no batch sizes were asked)."""
+    batched = [f for f in figures if f.batch_size is not None]
+    order = list(dict.fromkeys(f.unbatched_label for f in batched))
+    return sorted(batched, key=lambda f: (order.index(f.unbatched_label), f.batch_size))
 
 
 def _percentile(ordered: list[float], fraction: float) -> float | None:
@@ -136,6 +161,7 @@ class Claim:
 
 def claims(figures: list[CellFigures]) -> list[Claim]:
     """Each seed claim against the transformers cells of the first model that has them."""
+    figures = _at_one_batch_size(figures)
     cells = {f.policy: f for f in figures if f.backend == "transformers" and f.kind == "kvscribe"}
     base = next(
         (
@@ -185,6 +211,14 @@ def claims(figures: list[CellFigures]) -> list[Claim]:
         )
     )
     return found
+
+
+def _at_one_batch_size(figures: list[CellFigures]) -> list[CellFigures]:
+    """The claims compare policies at one batch size: the profile's when none was asked, else
+    the smallest asked (batch 1: the sequential decoding the seed's figures come from)."""
+    asked = sorted({f.batch_size for f in figures if f.batch_size is not None})
+    chosen = asked[0] if asked else None
+    return [f for f in figures if f.batch_size == chosen]
 
 
 def _slower(name: str, pair, holds) -> tuple[str, bool]:

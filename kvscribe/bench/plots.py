@@ -1,11 +1,12 @@
-"""Two PNG charts: self-attention KV bytes as tokens are decoded, per policy; and WER
-against KV memory per cell, with the Pareto front (less memory and lower WER)."""
+"""PNG charts: self-attention KV bytes as tokens are decoded, per policy; WER against KV
+memory per cell, with the Pareto front (less memory and lower WER); and, when batch sizes
+were run, WER, KV memory and throughput against batch size, per setting."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from kvscribe.bench.figures import CellFigures
+from kvscribe.bench.figures import CellFigures, batch_rows
 from kvscribe.cli.render import BYTES_UNIT
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.provenance import MEASURED, weakest_kind
@@ -30,7 +31,10 @@ def write_plots(figures: list[CellFigures], folder: Path) -> list[Path]:
     plt = pyplot()
     folder.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, build in (("kv_vs_tokens.png", kv_figure), ("wer_vs_kv.png", wer_figure)):
+    charts = [("kv_vs_tokens.png", kv_figure), ("wer_vs_kv.png", wer_figure)]
+    if batch_rows(figures):
+        charts.append(("batch_tradeoff.png", batch_figure))
+    for name, build in charts:
         chart = build(plt, figures)
         chart.tight_layout()
         chart.savefig(folder / name, dpi=120)
@@ -109,3 +113,48 @@ def _pareto(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
             front.append((x, y))
             best = y
     return front
+
+
+def batch_figure(plt, figures: list[CellFigures]):
+    """Three panels sharing the batch-size axis, one line per setting: what batching costs
+    in WER, what it holds in KV memory (batch totals), and what it buys in throughput."""
+    rows = batch_rows(figures)
+    settings = list(dict.fromkeys(f.unbatched_label for f in rows))
+    sizes = sorted({f.batch_size for f in rows})
+    fig, axes = plt.subplots(1, 3, figsize=(14, 5))
+    panels = (
+        ("WER (normalised, pooled over clips)", lambda f: f.wer),
+        (f"KV peak, self + cross, whole batch ({BYTES_UNIT})", _kv_megabytes),
+        ("throughput (audio seconds per wall second)", lambda f: f.audio_seconds_per_second),
+    )
+    for index, setting in enumerate(settings):
+        line = [f for f in rows if f.unbatched_label == setting]
+        style = {"color": _colour(plt, index), "linestyle": STYLES[index % len(STYLES)]}
+        marker = MARKERS.get(line[0].backend, "o")
+        for ax, (_, value) in zip(axes, panels, strict=True):
+            points = [(f.batch_size, value(f)) for f in line if value(f) is not None]
+            if points:
+                ax.plot(*zip(*points, strict=True), marker=marker, label=setting, **style)
+    for ax, (ylabel, _) in zip(axes, panels, strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, labels=[str(size) for size in sizes])
+        ax.set_xlabel("batch size (speech chunks decoded at once)")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    _label_estimates(axes[1], rows)
+    fig.suptitle("Batch trade-off per setting: WER, KV memory and throughput by batch size")
+    return fig
+
+
+def _kv_megabytes(figure: CellFigures) -> float | None:
+    return figure.kv_total_bytes / 1e6 if figure.kv_total_bytes else None
+
+
+def _label_estimates(ax, rows: list[CellFigures]) -> None:
+    """The KV panel's legend names each setting, and says which settings' bytes are not all
+    measured (CTranslate2's are estimated)."""
+    marks: dict[str, str] = {}
+    for figure in rows:
+        marks[figure.unbatched_label] = marks.get(figure.unbatched_label) or _kv_mark(figure)
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles, [label + marks.get(label, "") for label in labels], fontsize=7)

@@ -10,9 +10,9 @@ from typing import Any
 
 from rich.table import Table
 
-from kvscribe.bench.figures import CellFigures, Claim
+from kvscribe.bench.figures import CellFigures, Claim, batch_rows
 from kvscribe.cli.render import BYTES_UNIT
-from kvscribe.provenance import DERIVED, ESTIMATED
+from kvscribe.provenance import DERIVED, ESTIMATED, MEASURED, weakest_kind
 
 TITLE = f"kvscribe bench ({BYTES_UNIT})"
 # Each KV column's figure in kv_provenance, and how a figure that is not measured is marked.
@@ -22,6 +22,7 @@ MARKS = {ESTIMATED: " (est.)", DERIVED: " (derived)"}
 COLUMNS = [  # (header, key, how to show it)
     ("cell", "label", str),
     ("device", "device", str),
+    ("batch", "batch_size_run", str),  # as run: a profile's batch size shows here too
     ("WER", "wer", "{:.3f}".format),
     ("ΔWER", "wer_delta", "{:+.3f}".format),
     ("self KV", "kv_self_peak_bytes", lambda v: f"{v / 1e6:.2f} MB"),
@@ -36,6 +37,18 @@ COLUMNS = [  # (header, key, how to show it)
 ]
 
 
+BATCH_TITLE = f"Batch trade-off: WER x KV memory x speed ({BYTES_UNIT})"
+BATCH_COLUMNS = [  # one row per setting and batch size
+    ("cell", "unbatched_label", str),
+    ("batch", "batch_size", str),
+    ("WER", "wer", "{:.3f}".format),
+    ("KV peak, self + cross", "kv_total_bytes", lambda v: f"{v / 1e6:.2f} MB"),
+    ("audio s / wall s", "audio_seconds_per_second", "{:.2f}".format),
+    ("vs batch 1", "speedup_vs_batch_1", "{:.2f}x".format),
+    ("peak RSS", "peak_rss_bytes", lambda v: f"{v / 1e6:.0f} MB"),
+]
+
+
 def _cell(figure: CellFigures, key: str, show) -> str:
     value = getattr(figure, key)
     if value is None:
@@ -45,6 +58,11 @@ def _cell(figure: CellFigures, key: str, show) -> str:
         text += MARKS.get(figure.kv_provenance.get(KV_FIGURE[key], ""), "")
     elif key == "device" and figure.device_note:
         text += " (fallback)"
+    elif key == "kv_total_bytes":
+        kind = weakest_kind(figure.kv_provenance)  # a sum is as good as its weakest part
+        text += f" ({kind})" if kind != MEASURED else ""
+    elif key == "batch_size" and figure.batch_size_run != value:
+        text += f" (ran {figure.batch_size_run})"  # e.g. no clip over 30 s: nothing to batch
     return text
 
 
@@ -55,6 +73,34 @@ def rich_table(figures: list[CellFigures]) -> Table:
     for figure in figures:
         table.add_row(*(_cell(figure, key, show) for _, key, show in COLUMNS))
     return table
+
+
+def batch_table(figures: list[CellFigures]) -> Table:
+    table = Table(title=BATCH_TITLE, title_justify="left", box=None, pad_edge=False)
+    for header, _, _ in BATCH_COLUMNS:
+        table.add_column(header, justify="left" if header == "cell" else "right")
+    for figure in batch_rows(figures):
+        table.add_row(*(_cell(figure, key, show) for _, key, show in BATCH_COLUMNS))
+    return table
+
+
+def batch_tradeoff(figures: list[CellFigures]) -> list[dict[str, Any]]:
+    """The batch trade-off table's rows as numbers, for JSON (empty without batch sizes)."""
+    return [
+        {
+            "cell": f.unbatched_label,
+            "label": f.label,
+            "batch_size": f.batch_size,
+            "batch_size_run": f.batch_size_run,
+            "wer": f.wer,
+            "kv_peak_bytes": f.kv_total_bytes,
+            "kv_peak_provenance": weakest_kind(f.kv_provenance),
+            "audio_seconds_per_second": f.audio_seconds_per_second,
+            "speedup_vs_batch_1": f.speedup_vs_batch_1,
+            "peak_rss_bytes": f.peak_rss_bytes,
+        }
+        for f in batch_rows(figures)
+    ]
 
 
 def notes(figures: list[CellFigures], skipped: dict[str, str]) -> list[str]:
@@ -73,6 +119,7 @@ def as_json(
         {
             "meta": meta,
             "cells": [asdict(f) for f in figures],
+            "batch_tradeoff": batch_tradeoff(figures),
             "skipped": skipped or {},  # cell label -> why it did not run
             "claims": [asdict(c) for c in claims],
         },
@@ -111,6 +158,7 @@ def as_markdown(
     lines.append("|" + "---|" * len(COLUMNS))
     for figure in figures:
         lines.append("| " + " | ".join(_cell(figure, k, s) for _, k, s in COLUMNS) + " |")
+    lines += _batch_markdown(figures)
     cell_notes = notes(figures, skipped or {})
     if cell_notes:
         lines += ["", "## Notes", ""] + [f"- {line}" for line in cell_notes]
@@ -120,9 +168,34 @@ def as_markdown(
     return "\n".join(lines) + "\n"
 
 
+def _batch_markdown(figures: list[CellFigures]) -> list[str]:
+    rows = batch_rows(figures)
+    if not rows:
+        return []
+    lines = ["", f"## {BATCH_TITLE}", ""]
+    lines.append("| " + " | ".join(h for h, _, _ in BATCH_COLUMNS) + " |")
+    lines.append("|" + "---|" * len(BATCH_COLUMNS))
+    for figure in rows:
+        lines.append("| " + " | ".join(_cell(figure, k, s) for _, k, s in BATCH_COLUMNS) + " |")
+    return [*lines, "", BATCH_LEGEND]
+
+
+BATCH_LEGEND = (
+    "batch: speech chunks decoded at once on audio over 30 s (1: one 30 s window after "
+    "another, each prompted with the text before it); (ran N): the size the backend "
+    "reported running at, where it differs (1: no clip over 30 s). KV peak: self + "
+    "cross-attention, for the whole batch; (estimated): computed from the model's "
+    "dimensions (CTranslate2 does not expose its cache). audio s / wall s: throughput over "
+    "every clip (median over repeats). vs batch 1: the same setting's batch-1 wall time "
+    "over this one's. In the table above, a batched cell's KV figures are batch totals and "
+    "its ms/token is per decoder step (one token for every chunk in the batch). "
+    f"{BYTES_UNIT}."
+)
+
+
 def _legend() -> str:
     return (
-        "ΔWER and KV vs full: against the full cache of the same backend and model. "
+        "ΔWER and KV vs full: against the full cache of the same backend, model and batch size. "
         "RTF: summed wall time of every clip / audio length (median over repeats). "
         "ms/token: per decoder step (whisper.cpp: its own mean per call). Peak RSS: the "
         "cell's process (plus whisper-cli's child). kvscribe / engine: kvscribe's time over "
@@ -130,5 +203,7 @@ def _legend() -> str:
         "computed from the model's dimensions (the engine does not expose its cache). "
         "(derived): whisper.cpp's printed self-attention size x (beams + 2), kvscribe's "
         f"reading of its source (it re-allocates that cache for beam search). {BYTES_UNIT}. "
-        "device (fallback): the backend cannot run on the device asked for (see Notes)."
+        "device (fallback): the backend cannot run on the device asked for (see Notes). "
+        "batch: the batch size the backend reported running at (1: sequential; only audio "
+        "over 30 s is batched)."
     )

@@ -16,9 +16,9 @@ from rich.markup import escape
 from kvscribe import __version__, hardware
 from kvscribe.bench import cells as matrix_
 from kvscribe.bench.clips import Clip, read_manifest, shipped
-from kvscribe.bench.figures import CellFigures, claims, compare, summarise
+from kvscribe.bench.figures import CellFigures, batch_rows, claims, compare, summarise
 from kvscribe.bench.placement import Placement, check_requested, place
-from kvscribe.bench.report import as_csv, as_json, as_markdown, notes, rich_table
+from kvscribe.bench.report import as_csv, as_json, as_markdown, batch_table, notes, rich_table
 from kvscribe.bench.worker import CellProcess
 from kvscribe.errors import ExitCode, UsageError
 from kvscribe.writers import atomic_write_text
@@ -30,6 +30,7 @@ class BenchOptions:
     backends: tuple[str, ...] = ()
     profiles: tuple[str, ...] = ()
     policies: tuple[str, ...] | None = None
+    batch_sizes: tuple[str, ...] | None = None  # as given ("1,8,16"); None: the profile's
     models: tuple[str, ...] = ()
     repeat: int = 1
     baseline: bool = False
@@ -50,6 +51,7 @@ def main(options: BenchOptions, console: Console) -> int:
         matrix_.split_policies(list(options.policies)) if options.policies else None,
         list(options.models) or [None],
         options.baseline,
+        matrix_.parse_batch_sizes(list(options.batch_sizes)) if options.batch_sizes else None,
     )
     placement = place(cells, options.device, machine)
     audio = sum(clip.seconds for clip in clips)
@@ -67,6 +69,8 @@ def main(options: BenchOptions, console: Console) -> int:
     meta["device"] = placement.describe({f.device for f in figures})
     wide = Console(stderr=True, highlight=False, width=max(console.width, 200))
     wide.print(rich_table(figures))  # a dozen columns: never squeeze them to 80
+    if batch_rows(figures):
+        wide.print(batch_table(figures))
     for line in notes(figures, placement.skipped):
         console.print(f"[yellow]note[/]: {escape(line)}")
     for claim in found:

@@ -12,8 +12,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvscribe.bench.cells import Cell
+from kvscribe.bench.cells import BATCHED_BACKENDS, Cell
 from kvscribe.bench.clips import Clip
+from kvscribe.chunking import MAX_SECONDS
 from kvscribe.errors import KvscribeError
 from kvscribe.provenance import MEASURED, make_provenance
 from kvscribe.stats import peak_rss_bytes
@@ -37,6 +38,7 @@ class ClipRun:
     windows: int = 0
     kv_trace: list[tuple[int, int]] = field(default_factory=list)
     engine_peak_rss_bytes: int | None = None
+    batch_size: int = 1  # chunks decoded at once, as the backend reported (1: sequential)
 
 
 @dataclass
@@ -90,7 +92,8 @@ class CellProcess:
 def _serve(conn, cell: Cell, clips: list[Clip], device: str) -> None:
     try:
         runner = _make_runner(cell, device)
-        runner(clips[0])  # warm-up: caches, allocator, page cache; not counted
+        for clip in warm_up_clips(cell, clips):  # caches, allocator, page cache; not counted
+            runner(clip)
     except KvscribeError as exc:
         conn.send(exc)
         return
@@ -102,6 +105,24 @@ def _serve(conn, cell: Cell, clips: list[Clip], device: str) -> None:
     while conn.recv() == "run":
         results = [runner(clip) for clip in clips]
         conn.send(CellRun(results, peak_rss_bytes(), dict(settings), runner.device))
+
+
+def warm_up_clips(cell: Cell, clips: list[Clip]) -> list[Clip]:
+    """The first clip; a cell that may batch (asked to, or at its profile's batch size) also
+    needs one over 30 s (audio that fits one window is never batched), or its first timed
+    run would pay for loading the VAD and warming the batch path."""
+    may_batch = cell.kind == "kvscribe" and cell.backend in BATCHED_BACKENDS
+    if not may_batch or cell.batch_size == 1 or clips[0].seconds > MAX_SECONDS:
+        return clips[:1]
+    return clips[:1] + [clip for clip in clips if clip.seconds > MAX_SECONDS][:1]
+
+
+def decode_request(cell: Cell):
+    """The request every clip of a kvscribe cell is decoded with. The batch size is passed
+    even when it is 1, so batch 1 is the sequential path whatever the profile's default."""
+    from kvscribe.backends.base import DecodeRequest
+
+    return DecodeRequest(batch_size=cell.batch_size)
 
 
 def _make_runner(cell: Cell, device: str):
@@ -118,7 +139,6 @@ class _Kvscribe:
     def __init__(self, cell: Cell, device: str):
         from kvscribe import models, registry
         from kvscribe import profile as profiles
-        from kvscribe.backends.base import DecodeRequest
 
         backend_cls = registry.get(cell.backend)
         profile = profiles.load(cell.profile)
@@ -128,7 +148,7 @@ class _Kvscribe:
         self.backend = backend_cls(model, profile, device)
         self.backend.load()
         self.device = device
-        self.request = DecodeRequest()
+        self.request = decode_request(cell)
         self.settings = self.backend.describe_settings()
 
     def __call__(self, clip: Clip) -> ClipRun:
@@ -157,6 +177,7 @@ class _Kvscribe:
             windows=report.windows,
             kv_trace=list(report.kv_trace),
             engine_peak_rss_bytes=report.engine_peak_rss_bytes,
+            batch_size=report.batch_size,
         )
 
 

@@ -32,6 +32,14 @@ def bench(
         "'full,sink=4,window=32,q8_0' (a new policy starts at `full` or a repeated part; "
         "repeat --policy for policies with ';').",
     ),
+    batch_sizes: list[str] = typer.Option(
+        None,
+        "--batch-sizes",
+        show_default="the profile's",
+        help="Run each transformers and ctranslate2 cell at these batch sizes, e.g. 1,8,16 "
+        "(speech chunks decoded at once on audio over 30 s; 1 = the sequential path), and "
+        "add a batch trade-off table and chart: WER, KV peak and throughput per batch size.",
+    ),
     model: list[str] = typer.Option(None, "--model", "-m", show_default="tiny.en", help="Models."),
     device: Literal["auto", "cpu", "cuda"] = typer.Option(
         "auto",
@@ -52,7 +60,8 @@ def bench(
     ),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
-    """Measure every backend x profile x cache policy on real speech (WER, KV bytes, speed).
+    """Measure every backend x profile x cache policy (x batch size) on real speech (WER, KV
+    bytes, speed).
 
     Each cell runs in its own process (model loaded once, one untimed warm-up),
     cells are interleaved each repeat, and --baseline adds the engines called
@@ -69,6 +78,7 @@ def bench(
                 backends=tuple(backend or ()),
                 profiles=tuple(profile or ()),
                 policies=tuple(policy) if policy else None,
+                batch_sizes=tuple(batch_sizes) if batch_sizes else None,
                 models=tuple(model or ()),
                 device=device,
                 repeat=repeat,

@@ -113,6 +113,13 @@ def transcribe(
         show_default="profile's",
         help="Cross-attention KV policy: full, shared, shared,q8_0.",
     ),
+    compute_type: str = typer.Option(
+        None,
+        "--compute-type",
+        show_default="profile's",
+        help="Weights/compute precision: ctranslate2 int8, int8_float32, float16, float32, ...; "
+        "transformers default or int8 (int8 linear layers, CPU only).",
+    ),
     recursive: bool = typer.Option(
         False, "--recursive", "-r", help="Search folders' subfolders too.", rich_help_panel="Inputs"
     ),
@@ -193,6 +200,7 @@ def transcribe(
             quiet=quiet,
             kv_policy=kv_policy,
             kv_cross=kv_cross,
+            compute_type=compute_type,
             recursive=recursive,
             globs=tuple(glob or ()),
             jobs=jobs or 1,
