@@ -119,3 +119,23 @@ def _flip_bytes(data: bytes, start: int) -> bytes:
     for i in range(start, len(damaged) - 64, 211):
         damaged[i] = rng.randrange(256)
     return bytes(damaged)
+
+
+def paused_clip(clips: list[Path], silence: float, dst: Path) -> list[tuple[float, float]]:
+    """Write `clips` one after another with `silence` seconds of digital silence before,
+    between and after them, as a 16-bit WAV at `dst`; return each silence's (start, end)."""
+    gap = np.zeros(int(silence * 16000), dtype=np.float32)
+    parts, silences, at = [gap], [(0.0, silence)], silence
+    for clip in clips:
+        samples = load_audio(clip)
+        parts += [samples, gap]
+        at += samples.size / 16000
+        silences.append((at, at + silence))
+        at += silence
+    pcm = (np.clip(np.concatenate(parts), -1, 1) * 32767).astype("<i2")
+    with wave.open(str(dst), "wb") as handle:
+        handle.setnchannels(1)
+        handle.setsampwidth(2)
+        handle.setframerate(16000)
+        handle.writeframes(pcm.tobytes())
+    return silences
