@@ -30,6 +30,9 @@ class Capabilities:
     model_formats: tuple[str, ...]
     devices: tuple[str, ...]
     kv_controls: tuple[str, ...]  # which parts of a cache policy the engine can express
+    batched: bool = (
+        False  # decodes long audio's speech chunks in batches (DecodeRequest.batch_size)
+    )
 
 
 @dataclass(frozen=True)

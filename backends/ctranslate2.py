@@ -45,6 +45,7 @@ class CTranslate2Backend(Backend):
         model_formats=("ctranslate2",),
         devices=("cpu", "cuda"),
         kv_controls=("compute_type", "beam_size", "previous-text prompt"),
+        batched=True,
     )
 
     requires = ("ctranslate2", "faster_whisper")

@@ -43,6 +43,7 @@ class TransformersBackend(Backend):
         model_formats=("transformers",),
         devices=("cpu", "cuda", "mps"),
         kv_controls=("window", "sink", "half", "q8_0", "q4_0", "cross shared/q8_0", "beam size"),
+        batched=True,
     )
 
     requires = ("torch", "transformers")

@@ -145,61 +145,24 @@ def speed(work: Path, repeat: int) -> tuple[list[dict], list[str]]:
 
 
 def policies(work: Path) -> tuple[list[dict], list[str]]:
-    rows, lines = (
-        [],
-        [
-            "### KV policy x batch size (transformers, float32, long-form clip, beam 5)",
-            "",
-            KV_HEADER,
-            "|---|---|---|---|---|---|---|---|",
-        ],
-    )
-    for self_policy, cross in POLICIES:
-        for batch in (1, 8):
-            result = run(
-                [LONG_FORM],
-                work,
-                "--backend",
-                "transformers",
-                "--profile",
-                "cpu-laptop",
-                "--batch-size",
-                str(batch),
-                "--kv-policy",
-                self_policy,
-                "--kv-cross",
-                cross,
-            )
-            row = _kv_row("policies", self_policy, cross, batch, result)
-            rows.append(row)
-            lines.append(_kv_line(row))
-    return rows, lines
+    title = "### KV policy x batch size (transformers, float32, long-form clip, beam 5)"
+    runs = [(self_policy, cross, batch) for self_policy, cross in POLICIES for batch in (1, 8)]
+    return _kv_table(work, "policies", title, runs)
 
 
 def cross_copies(work: Path) -> tuple[list[dict], list[str]]:
-    rows, lines = (
-        [],
-        [
-            "### Cross-attention copies at batch 8, beam 5 (transformers, float32, long-form clip)",
-            "",
-            KV_HEADER,
-            "|---|---|---|---|---|---|---|---|",
-        ],
-    )
-    for cross in ("full", "shared", "shared,q8_0"):
-        result = run(
-            [LONG_FORM],
-            work,
-            "--backend",
-            "transformers",
-            "--profile",
-            "cpu-laptop",
-            "--batch-size",
-            "8",
-            "--kv-cross",
-            cross,
-        )
-        row = _kv_row("cross", "full", cross, 8, result)
+    title = "### Cross-attention copies at batch 8, beam 5 (transformers, float32, long-form clip)"
+    runs = [("full", cross, 8) for cross in ("full", "shared", "shared,q8_0")]
+    return _kv_table(work, "cross", title, runs)
+
+
+def _kv_table(work: Path, section: str, title: str, runs) -> tuple[list[dict], list[str]]:
+    """One transformers process per (self policy, cross policy, batch) on the long-form clip."""
+    rows, lines = [], [title, "", KV_HEADER, "|---|---|---|---|---|---|---|---|"]
+    for self_policy, cross, batch in runs:
+        flags = ["--backend", "transformers", "--profile", "cpu-laptop", "--batch-size", str(batch)]
+        flags += ["--kv-policy", self_policy, "--kv-cross", cross]
+        row = _kv_row(section, self_policy, cross, batch, run([LONG_FORM], work, *flags))
         rows.append(row)
         lines.append(_kv_line(row))
     return rows, lines

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from kvscribe import registry
 from kvscribe.errors import UsageError
 from kvscribe.kvcache.spec import validate_policy
 from kvscribe.options import MAX_BATCH
@@ -13,9 +14,14 @@ PROFILES = ("cpu-laptop", "tiny-vram", "no-loss")
 # Policies the seed claims are about (transformers backend, cpu-laptop's other settings).
 CLAIM_POLICIES = ("window=256", "window=32", "sink=4,window=32", "full; half@layers=odd", "q8_0")
 BASELINES = {"faster-whisper": "ctranslate2", "whisper-cli": "whispercpp"}
-# Backends with a batched long-form path; whispercpp ignores a batch size, so its cells run
-# once, at the profile's, rather than as copies labelled with batch sizes they never used.
-BATCHED_BACKENDS = ("transformers", "ctranslate2")
+
+
+def batches(backend: str) -> bool:
+    """Whether `backend` has a batched long-form path (Capabilities.batched). One that has
+    none ignores a batch size, so its cells run once, at the profile's, rather than as
+    copies labelled with batch sizes they never used."""
+    entry = registry.discover().get(backend)
+    return bool(entry and entry.backend and entry.backend.capabilities.batched)
 
 
 @dataclass(frozen=True)
@@ -110,11 +116,12 @@ def matrix(
             subject="--policy",
             hint="add --backend transformers (pip install -e '.[transformers]')",
         )
-    if batch_sizes and not set(backends) & set(BATCHED_BACKENDS):
+    batching = [name for name in sorted(registry.discover()) if batches(name)]
+    if batch_sizes and not set(backends) & set(batching):
         raise UsageError(
-            "batch sizes are run by the " + " and ".join(BATCHED_BACKENDS) + " backends",
+            "batch sizes are run by the " + " and ".join(batching) + " backends",
             subject="--batch-sizes",
-            hint="add --backend " + " or --backend ".join(BATCHED_BACKENDS),
+            hint="add --backend " + " or --backend ".join(batching),
         )
     cells: list[Cell] = []
     for model in models:
@@ -156,7 +163,7 @@ def _at_batch_sizes(cells: list[Cell], batch_sizes: list[int] | None) -> list[Ce
     return [
         dataclasses.replace(cell, batch_size=size)
         for cell in cells
-        for size in (batch_sizes if cell.backend in BATCHED_BACKENDS else [None])
+        for size in (batch_sizes if batches(cell.backend) else [None])
     ]
 
 

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvscribe.bench.cells import BATCHED_BACKENDS, Cell
+from kvscribe.bench.cells import Cell, batches
 from kvscribe.bench.clips import Clip
 from kvscribe.chunking import MAX_SECONDS
 from kvscribe.errors import KvscribeError
@@ -111,7 +111,7 @@ def warm_up_clips(cell: Cell, clips: list[Clip]) -> list[Clip]:
     """The first clip; a cell that may batch (asked to, or at its profile's batch size) also
     needs one over 30 s (audio that fits one window is never batched), or its first timed
     run would pay for loading the VAD and warming the batch path."""
-    may_batch = cell.kind == "kvscribe" and cell.backend in BATCHED_BACKENDS
+    may_batch = cell.kind == "kvscribe" and batches(cell.backend)
     if not may_batch or cell.batch_size == 1 or clips[0].seconds > MAX_SECONDS:
         return clips[:1]
     return clips[:1] + [clip for clip in clips if clip.seconds > MAX_SECONDS][:1]
