@@ -68,7 +68,7 @@ class CTranslate2Backend(Backend):
             str(self.model.path),
             device=self.device,
             compute_type=self._compute_type(),
-            cpu_threads=self.settings.get("cpu_threads", 0),
+            cpu_threads=self._cpu_threads(),
         )
 
     def describe_settings(self) -> dict[str, str]:
@@ -163,6 +163,14 @@ class CTranslate2Backend(Backend):
             # No fast fp16 on CPU: pick what CTranslate2 would fall back to, minus its warning.
             return "int8" if wanted.startswith("int8") else "float32"
         return wanted
+
+    def _cpu_threads(self) -> int:
+        """The profile's `cpu_threads`, else CTranslate2's default of 4 capped at the cores
+        this process may use: 4 threads on 2 cores cost 5-10 % of batched decoding's time
+        (measured, benchmarks/results/batched_longform.md)."""
+        from kvscribe.capacity import usable_cores
+
+        return int(self.settings.get("cpu_threads") or min(4, usable_cores()))
 
     def _conditioned(self) -> bool:
         return bool(self.settings.get("condition_on_previous_text", True))

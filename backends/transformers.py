@@ -325,17 +325,18 @@ def _relayout_vocab_projection(network) -> None:
 
 
 def _int8_linear_layers(network) -> None:
-    """Every nn.Linear to int8 weights with per-call activation quantisation, in place.
-
-    Measured on CPU (2 cores, tiny.en, long-form clip, batch 8, beam 5): 7.5 s vs 12.2 s in
-    float32 (benchmarks/results/batched_longform.md). torch.ao's eager API is deprecated in
-    favour of torchao, which is not a dependency; its warning says so and nothing else.
+    """Every nn.Linear to int8 weights (one scale per output row) with activations quantised
+    per call, in place. Faster on CPU, less accurate: benchmarks/results/batched_longform.md
+    (speed table) has both. torch.ao's eager API is deprecated in favour of torchao, which
+    is not a dependency; its warning says so and nothing else.
     """
     import warnings
 
     import torch
-    from torch.ao.quantization import quantize_dynamic
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        quantize_dynamic(network, {torch.nn.Linear}, dtype=torch.qint8, inplace=True)
+        quantize_dynamic(
+            network, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True
+        )

@@ -22,6 +22,15 @@ def available_memory_bytes() -> int | None:
         return None
 
 
+def usable_cores() -> int:
+    """OMP_NUM_THREADS (a batch worker's share), else the cores this process may use."""
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        return max(1, int(os.environ["OMP_NUM_THREADS"]))
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def worker_bytes(model_bytes: int) -> int:
     """A deliberately generous guess of one worker's peak memory."""
     return WORKER_BASE_BYTES + WEIGHTS_FACTOR * model_bytes

@@ -58,7 +58,10 @@ class ChunkRules:
 
 def speech_chunks(audio: np.ndarray, rules: ChunkRules = ChunkRules()) -> list[Chunk]:
     """The chunks of `audio` (mono 16 kHz float32) that hold speech, in time order."""
-    probabilities = SileroVad().probabilities(audio)
+    from kvscribe.capacity import usable_cores
+
+    # Nothing decodes while the file is scanned, so the scan may use every core.
+    probabilities = SileroVad(threads=min(4, usable_cores())).probabilities(audio)
     regions = speech_regions(probabilities, rules.vad, audio.size)
     return join_regions(regions, probabilities, rules, audio.size)
 

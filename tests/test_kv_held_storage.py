@@ -135,12 +135,15 @@ def _profile_variants():
 
 @pytest.mark.slow
 @pytest.mark.skipif(not LONG_FORM.exists(), reason="needs the long-form eval clip")
+@pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize(("name", "beams"), _profile_variants())
-def test_real_decoding_reports_the_storage_held_on_long_form(monkeypatch, name, beams):
-    """The issue's case: tiny-vram greedy reported 12 % while views kept 100 % alive."""
-    from kvscribe.backends.hf import longform
+def test_real_decoding_reports_the_storage_held_on_long_form(monkeypatch, name, beams, batch):
+    """The issue's case: tiny-vram greedy reported 12 % while views kept 100 % alive; and
+    the batched path, whose cache also drops the rows of chunks that finished."""
+    from kvscribe.backends.hf import batched, longform
 
     monkeypatch.setattr(longform, "PolicyCache", _CheckedCache)
+    monkeypatch.setattr(batched, "PolicyCache", _CheckedCache)
     _CheckedCache.mismatches = []
     chosen = dataclasses.replace(profile.load(name), device="cpu")
     backend = registry.get("transformers")(models.resolve(None, ("transformers",)), chosen, "cpu")
@@ -148,9 +151,10 @@ def test_real_decoding_reports_the_storage_held_on_long_form(monkeypatch, name, 
     audio = load_audio(LONG_FORM)
     if name != "tiny-vram":  # three windows (previous-text prompts included) are enough here
         audio = audio[: 90 * 16000]
-    run = backend.transcribe(audio, DecodeRequest(beam_size=beams))
+    run = backend.transcribe(audio, DecodeRequest(beam_size=beams, batch_size=batch))
     list(run.segments)
     report = run.report
+    assert report.batch_size == batch
     assert report.windows >= 3 and report.kv_self_peak_bytes > 0
     assert _CheckedCache.mismatches == []
     assert report.kv_self_peak_bytes <= report.kv_self_full_bytes

@@ -35,7 +35,9 @@ class SileroVad:
     """Streaming silero VAD: keeps the LSTM state and the 64-sample context between calls,
     so feeding a stream in any chunk sizes gives the probabilities of feeding it whole."""
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int = 1) -> None:
+        """`threads`: 1 for live mode (0.1 ms a window leaves the cores to Whisper); a whole
+        file scanned before decoding may use more."""
         try:
             import onnxruntime
             from faster_whisper.utils import get_assets_path
@@ -47,7 +49,7 @@ class SileroVad:
             ) from None
         options = onnxruntime.SessionOptions()
         options.inter_op_num_threads = 1
-        options.intra_op_num_threads = 1  # 0.1 ms a window: one thread leaves the cores to Whisper
+        options.intra_op_num_threads = threads
         options.log_severity_level = 4
         path = model_path(Path(get_assets_path()))
         self._session = onnxruntime.InferenceSession(

