@@ -30,6 +30,7 @@ class EngineFigures:
     timings_ms: dict[str, float] = field(default_factory=dict)  # "encode", "batchd", "total"
     runs: dict[str, int] = field(default_factory=dict)
     fallbacks: int = 0
+    states: int = 0  # whisper states that printed their caches: one per processor (-p)
 
     @property
     def kv_self_bytes(self) -> int:
@@ -42,11 +43,14 @@ class EngineFigures:
 
 def parse_stderr(text: str) -> EngineFigures:
     """Collect the memory and timing lines; a figure printed twice keeps its largest value
-    (whisper.cpp re-allocates the self-attention cache when beams need more)."""
+    (whisper.cpp re-allocates the self-attention cache when beams need more). With `-p N`
+    each of the N whisper states prints its own figures; the timings are then the states'
+    average (whisper_full_parallel divides their sum by N), the run counts their sum."""
     figures = EngineFigures()
     for line in text.splitlines():
         if match := _MEMORY.match(line):
             what = " ".join(match["what"].replace(" size", "").split())
+            figures.states += what == "kv cross"  # printed once by each state, never re-sized
             nbytes = round(float(match["mb"]) * 1e6)  # whisper.cpp's MB are 10^6 bytes
             figures.memory[what] = max(figures.memory.get(what, 0), nbytes)
         elif match := _TIMING.match(line):
