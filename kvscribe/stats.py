@@ -40,6 +40,7 @@ class KvTally:
     self_peak_bytes: int = 0
     self_full_bytes: int = 0
     cross_bytes: int = 0
+    batch_size: int = 1  # the largest batch decoded: the bytes above are that batch's totals
     # Per figure, the weakest seen (none seen: nothing is claimed, so nothing is flagged).
     provenance: dict[str, str] = field(default_factory=lambda: make_provenance(MEASURED))
     not_applicable: set[str] = field(default_factory=set)
@@ -55,6 +56,7 @@ class KvTally:
         self.self_peak_bytes = max(self.self_peak_bytes, report.kv_self_peak_bytes)
         self.self_full_bytes = max(self.self_full_bytes, report.kv_self_full_bytes)
         self.cross_bytes = max(self.cross_bytes, report.kv_cross_bytes)
+        self.batch_size = max(self.batch_size, report.batch_size)
         self.provenance = weakest_provenance([self.provenance, report.kv_provenance])
         self.not_applicable.update(report.not_applicable)
 
@@ -63,6 +65,7 @@ class KvTally:
             "kv_self_peak_bytes": self.self_peak_bytes,
             "kv_self_full_bytes": self.self_full_bytes,
             "kv_cross_bytes": self.cross_bytes,
+            "kv_batch_size": self.batch_size,
             "kv_provenance": dict(self.provenance),  # per figure: measured/derived/estimated
             "kv_estimated": ESTIMATED in self.provenance.values(),  # kept for older readers
             "not_applicable": sorted(self.not_applicable),

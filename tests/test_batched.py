@@ -227,13 +227,19 @@ def test_batch_size_flag_reaches_the_stats_and_short_audio_stays_sequential(tmp_
 
 
 @needs_eval
-def test_batch_size_one_is_the_sequential_path(tmp_path):
+@pytest.mark.parametrize("batch", [1, 8])
+def test_batch_size_reaches_the_stats_on_long_audio(tmp_path, monkeypatch, batch):
+    monkeypatch.setenv("COLUMNS", "200")  # one line per stats row
     stats = tmp_path / "stats.json"
-    result = run_cli(LONG_FORM, "--batch-size", "1", "-q", "--stats-json", stats)
+    result = run_cli(LONG_FORM, "--batch-size", str(batch), "-f", "txt", "--stats-json", stats)
     assert result.code == 0, result.stderr
     figures = json.loads(stats.read_text())
-    assert figures["files"][0]["batch_size"] == 1
-    assert figures["settings"]["previous-text prompt"] == "on"
+    assert figures["files"][0]["batch_size"] == figures["kv_batch_size"] == batch
+    conditioned = figures["settings"]["previous-text prompt"]
+    assert conditioned == ("on" if batch == 1 else "off (batched)")
+    kv_rows = [line for line in result.stderr.splitlines() if "KV" in line]
+    assert len(kv_rows) == 2
+    assert all(("batch of 8" in row) == (batch == 8) for row in kv_rows)
 
 
 @pytest.mark.parametrize("value", ["0", "65"])

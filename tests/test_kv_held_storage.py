@@ -158,5 +158,5 @@ def test_real_decoding_reports_the_storage_held_on_long_form(monkeypatch, name, 
     assert report.windows >= 3 and report.kv_self_peak_bytes > 0
     assert _CheckedCache.mismatches == []
     assert report.kv_self_peak_bytes <= report.kv_self_full_bytes
-    if name == "tiny-vram":
+    if name == "tiny-vram" and batch == 1:  # batched chunks peak early, before a window trims
         assert report.kv_self_peak_bytes <= 0.20 * report.kv_self_full_bytes

@@ -83,6 +83,10 @@ def kv_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         + f" [dim](full cache: {human_bytes(report['kv_self_full_bytes'])})[/]"
     )
     cross_value = human_bytes(report["kv_cross_bytes"]) + provenance_mark(provenance["cross"])
+    batch = report.get("kv_batch_size", 1)
+    if batch > 1:  # the figures are totals over the chunks decoded together
+        self_value += f" [dim](batch of {batch})[/]"
+        cross_value += f" [dim](batch of {batch})[/]"
     return [("self-attn KV peak", self_value), ("cross-attn KV", cross_value)]
 
 
