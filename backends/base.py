@@ -30,9 +30,9 @@ class Capabilities:
     model_formats: tuple[str, ...]
     devices: tuple[str, ...]
     kv_controls: tuple[str, ...]  # which parts of a cache policy the engine can express
-    batched: bool = (
-        False  # decodes long audio's speech chunks in batches (DecodeRequest.batch_size)
-    )
+    # Honours DecodeRequest.batch_size on audio over 30 s (speech chunks decoded together,
+    # or whisper-cli's parts decoded side by side).
+    batched: bool = False
 
 
 @dataclass(frozen=True)

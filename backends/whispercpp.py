@@ -69,6 +69,7 @@ class WhisperCppBackend(Backend):
         model_formats=("ggml",),
         devices=("cpu",),
         kv_controls=("beam_size", "max_context (-mc)", "flash_attn (-fa/-nfa)"),
+        batched=True,
     )
     install_hint = binary.SETUP_HINT
 
@@ -188,13 +189,11 @@ class WhisperCppBackend(Backend):
     def _threads(self) -> int:
         """The profile's `threads`, else OMP_NUM_THREADS (a batch worker's share), else the
         cores this process may use."""
+        from kvscribe.capacity import usable_cores
+
         if "threads" in self.settings:
             return int(self.settings["threads"])
-        if os.environ.get("OMP_NUM_THREADS", "").isdigit():
-            return max(1, int(os.environ["OMP_NUM_THREADS"]))
-        if hasattr(os, "sched_getaffinity"):
-            return len(os.sched_getaffinity(0))
-        return os.cpu_count() or 4
+        return usable_cores()
 
     def _threads_per_processor(self, processors: int) -> int:
         return max(1, self._threads() // processors)

@@ -13,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvscribe import hardware
-from kvscribe.bench.cells import Cell, matrix, mirror_of, parse_batch_sizes, split_policies
+from kvscribe.bench.cells import (
+    Cell,
+    batches,
+    matrix,
+    mirror_of,
+    parse_batch_sizes,
+    split_policies,
+)
 from kvscribe.bench.clips import read_manifest, shipped
 from kvscribe.bench.wer import pooled_wer
 from kvscribe.bench.worker import decode_request, warm_up_clips
@@ -187,7 +194,10 @@ def test_matrix_runs_each_batching_cell_at_each_batch_size():
         8,
     ]
     whispercpp = [c for c in cells if c.backend == "whispercpp" and c.kind == "kvscribe"]
-    assert [c.label for c in whispercpp] == ["whispercpp: cpu-laptop"]  # no batch path
+    assert [c.label for c in whispercpp] == [  # batch > 1 on long audio: whisper-cli's -p
+        "whispercpp: cpu-laptop, batch 1",
+        "whispercpp: cpu-laptop, batch 8",
+    ]
     assert cells[1].unbatched_label == "transformers: full / full"
     # Engines called directly decode sequentially: they mirror the batch-1 cell.
     faster = next(c for c in cells if c.kind == "faster-whisper")
@@ -198,6 +208,14 @@ def test_matrix_runs_each_batching_cell_at_each_batch_size():
         backends, ["cpu-laptop"], None, [None], False, None
     )
     assert not any(c.batch_size for c in matrix(backends, ["cpu-laptop"], None, [None], True))
+    assert [c.batch_size for c in matrix(["whispercpp"], ["cpu-laptop"], None, [None], False, [8])]
+    assert all(batches(name) for name in backends)
+
+
+def test_batch_sizes_need_a_backend_that_batches(monkeypatch):
+    from kvscribe.bench import cells as cells_module
+
+    monkeypatch.setattr(cells_module, "batches", lambda name: False)  # a plugin without batching
     with pytest.raises(UsageError, match="batch sizes are run by"):
         matrix(["whispercpp"], ["cpu-laptop"], None, [None], False, [8])
 
@@ -217,11 +235,13 @@ def test_worker_asks_for_the_cells_batch_size_and_warms_its_path():
     assert warmed(dataclasses.replace(cell, batch_size=1), [short, long]) == [short.name]
     assert warmed(batched, [long, short]) == [long.name]
     whispercpp = Cell("kvscribe", "whispercpp", None, "cpu-laptop")
-    assert warmed(whispercpp, [short, long]) == [short.name]
+    assert warmed(whispercpp, [short, long]) == [short.name, long.name]  # -p on long audio
+    faster = Cell("faster-whisper", "ctranslate2", None, "cpu-laptop")
+    assert warmed(faster, [short, long]) == [short.name]  # engines called directly never batch
 
 
 def test_bad_batch_sizes_are_one_line_usage_errors():
-    for args in (["--batch-sizes", "0"], ["-b", "whispercpp", "--batch-sizes", "8"]):
+    for args in (["--batch-sizes", "0"], ["--batch-sizes", "65"], ["--batch-sizes", "8,x"]):
         result = run_cli("bench", "--profile", "cpu-laptop", *args)
         assert result.code == 2, result.stderr
         assert "--batch-sizes" in result.stderr and "Traceback" not in result.stderr

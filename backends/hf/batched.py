@@ -30,6 +30,7 @@ class _Search:
     scores: list[float]
     no_speech_prob: float
     finished: dict[tuple[int, ...], float] = field(default_factory=dict)
+    ended: bool = False  # no more steps: enough endings, or nothing left to keep
 
     def result(self) -> ChunkResult:
         endings = self.finished or {
@@ -41,9 +42,17 @@ class _Search:
 
 @torch.inference_mode()
 def decode_batch(
-    plan: WindowPlan, mels: list[torch.Tensor], prompt: list[int], stats: WindowStats
+    plan: WindowPlan,
+    mels: list[torch.Tensor],
+    prompt: list[int],
+    stats: WindowStats,
+    compact: bool = True,
 ) -> list[ChunkResult]:
-    """Decode the chunks whose 30 s log-mels are `mels` ([n_mels, 3000] each) together."""
+    """Decode the chunks whose 30 s log-mels are `mels` ([n_mels, 3000] each) together.
+
+    `compact`: a chunk whose search ends leaves the batch (kvscribe's way). False keeps its
+    rows in the batch, fed end-of-text and ignored, as a masked batch would: only
+    benchmarks/batched_compaction.py asks for that, to measure the difference."""
     setup = plan.setup
     started = time.perf_counter()
     encoded = plan.encode(torch.stack(mels))
@@ -65,21 +74,30 @@ def decode_batch(
     _select_rows(cache, fan_out)
     logits = logits[:, -1].repeat_interleave(plan.beams, dim=0)
 
-    live = list(range(chunks))  # chunk numbers still decoding, in row order
+    in_batch = list(range(chunks))  # chunk numbers with rows in the batch, in row order
     for _ in range(max_new):
         stats.step_seconds.append(time.perf_counter() - step_started)
         step_started = time.perf_counter()
-        _note_step(stats, plan, cache, len(live))
-        rows = [seq for chunk in live for seq in searches[chunk].sequences]
+        _note_step(stats, plan, cache, len(in_batch))
+        rows = [seq for chunk in in_batch for seq in searches[chunk].sequences]
         logprobs = setup.rules.logprobs(logits.float(), rows)
-        sources, still = _advance(searches, live, logprobs, plan.beams, setup.eot)
+        sources = _advance(searches, in_batch, logprobs, plan.beams, setup.eot)
+        still = [chunk for chunk in in_batch if not searches[chunk].ended]
         if not still:
             break
-        if len(still) < len(live):
-            cross.select_chunks(torch.tensor([live.index(c) for c in still], device=setup.device))
-        live = still
-        _select_rows(cache, torch.tensor(sources, device=setup.device))
-        last = [[seq[-1]] for chunk in live for seq in searches[chunk].sequences]
+        if compact and len(still) < len(in_batch):
+            kept = [in_batch.index(chunk) for chunk in still]
+            cross.select_chunks(torch.tensor(kept, device=setup.device))
+            sources = [sources[position] for position in kept]
+            in_batch = still
+        _select_rows(
+            cache, torch.tensor([r for block in sources for r in block], device=setup.device)
+        )
+        last = [
+            [setup.eot if searches[chunk].ended else seq[-1]]
+            for chunk in in_batch
+            for seq in searches[chunk].sequences
+        ]
         logits = setup.decoder.logits(torch.tensor(last, device=setup.device), cache, cross)[:, -1]
     stats.self_peak_bytes = max(stats.self_peak_bytes, cache.peak_bytes)
     stats.recompute_macs += cache.recompute_macs
@@ -89,14 +107,17 @@ def decode_batch(
     return results
 
 
-def _advance(searches, live, logprobs, beams, eot) -> tuple[list[int], list[int]]:
-    """One beam-search step for every live chunk: the rows each kept hypothesis continues
-    (indices into this step's rows) and the chunks still decoding."""
-    sources: list[int] = []
-    still: list[int] = []
-    for position, chunk in enumerate(live):
+def _advance(searches, in_batch, logprobs, beams, eot) -> list[list[int]]:
+    """One beam-search step for every chunk in the batch: per chunk, the rows (indices into
+    this step's rows) its kept hypotheses continue; a chunk that has ended keeps its own."""
+    sources: list[list[int]] = []
+    for position, chunk in enumerate(in_batch):
         search = searches[chunk]
         first_row = position * beams
+        own = list(range(first_row, first_row + beams))
+        if search.ended:
+            sources.append(own)
+            continue
         kept = expand(
             logprobs[first_row : first_row + beams],
             search.sequences,
@@ -106,12 +127,13 @@ def _advance(searches, live, logprobs, beams, eot) -> tuple[list[int], list[int]
             eot,
         )
         if len(search.finished) >= beams or not kept:
+            search.ended = True
+            sources.append(own)
             continue
         search.sequences = [list(seq) for seq, _, _ in kept]
         search.scores = [score for _, score, _ in kept]
-        sources.extend(first_row + row for _, _, row in kept)
-        still.append(chunk)
-    return sources, still
+        sources.append([first_row + row for _, _, row in kept])
+    return sources
 
 
 def _select_rows(cache: PolicyCache, rows: torch.Tensor) -> None:

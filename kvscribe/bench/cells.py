@@ -116,12 +116,16 @@ def matrix(
             subject="--policy",
             hint="add --backend transformers (pip install -e '.[transformers]')",
         )
-    batching = [name for name in sorted(registry.discover()) if batches(name)]
-    if batch_sizes and not set(backends) & set(batching):
+    if batch_sizes and not any(batches(name) for name in backends):
+        batching = [name for name in sorted(registry.discover()) if batches(name)]
         raise UsageError(
-            "batch sizes are run by the " + " and ".join(batching) + " backends",
+            "batch sizes are run by the " + " and ".join(batching) + " backends"
+            if batching
+            else "batch sizes are run by no backend installed here",
             subject="--batch-sizes",
-            hint="add --backend " + " or --backend ".join(batching),
+            hint="add --backend " + " or --backend ".join(batching)
+            if batching
+            else "leave out --batch-sizes",
         )
     cells: list[Cell] = []
     for model in models:
