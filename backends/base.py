@@ -71,6 +71,9 @@ class DecoderReport:
     kv_trace: list[tuple[int, int]] = field(default_factory=list)
     # Figures an engine reports about itself (whisper.cpp's stderr), and its child process.
     engine_memory_bytes: dict[str, int] = field(default_factory=dict)
+    engine_kv_types: dict[str, str] = field(default_factory=dict)  # "kv self" -> "q8_0"
+    # What F16 caches would hold where the engine's are another type (derived by kvscribe).
+    engine_f16_bytes: dict[str, int] = field(default_factory=dict)
     engine_timings_ms: dict[str, float] = field(default_factory=dict)
     engine_runs: dict[str, int] = field(default_factory=dict)
     engine_peak_rss_bytes: int | None = None

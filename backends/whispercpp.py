@@ -1,9 +1,12 @@
 """whisper.cpp backend: `whisper-cli` run as a child process on a ggml model.
 
-whisper.cpp allocates its caches itself (F16, the full text context) and shares
-one cross-attention cache across beams. Of a cache policy it can express the
-beam count, `-mc` (how many previous-text tokens are carried into the next
-window) and flash attention; everything else is reported as not applicable.
+whisper.cpp allocates its caches itself (the full text context) and shares one
+cross-attention cache across beams. Of a cache policy it can express the beam
+count, `-mc` (how many previous-text tokens are carried into the next window),
+flash attention and, with kvscribe's patched build, the storage type of each cache:
+a policy's q8_0 / q4_0 (self) and `--kv-cross ...,q8_0|q4_0` become `-kvs` / `-kvc`
+(kvscribe/whispercpp/kvtypes.py); everything else is reported as not applicable.
+`compute_type` q8_0 / q5_0 / q4_0 runs on weights quantized by whisper-quantize.
 Memory and timings are whisper.cpp's own figures from its stderr; peak RSS is
 the child's, from wait4.
 
@@ -41,7 +44,7 @@ from kvscribe.errors import BackendUnavailableError, UsageError
 from kvscribe.models import ggml
 from kvscribe.provenance import DERIVED, MEASURED, make_provenance
 from kvscribe.types import Segment
-from kvscribe.whispercpp import binary
+from kvscribe.whispercpp import binary, kvtypes, quantize
 from kvscribe.whispercpp.languages import LANGUAGES
 from kvscribe.whispercpp.process import (
     SAMPLE_RATE,
@@ -57,6 +60,7 @@ _SETTINGS = {
     "flash_attn": bool,
     "threads": int,
     "batch_size": int,  # > 1: whisper-cli's -p on audio over 30 s (processors_for)
+    "compute_type": str,  # weights: default (the file's) or q8_0 / q5_0 / q4_0 (quantize.py)
 }
 TIMEOUT_ENV = "KVSCRIBE_WHISPER_TIMEOUT"
 logger = logging.getLogger(__name__)
@@ -68,9 +72,15 @@ class WhisperCppBackend(Backend):
     capabilities = Capabilities(
         model_formats=("ggml",),
         devices=("cpu",),
-        kv_controls=("beam_size", "max_context (-mc)", "flash_attn (-fa/-nfa)"),
+        kv_controls=(
+            "beam_size",
+            "max_context (-mc)",
+            "flash_attn (-fa/-nfa)",
+            "self/cross cache type f16, q8_0, q4_0 (-kvs/-kvc, kvscribe's build)",
+        ),
         batched=True,
     )
+    settings_schema = _SETTINGS
     install_hint = binary.SETUP_HINT
 
     @classmethod
@@ -86,14 +96,30 @@ class WhisperCppBackend(Backend):
         self.cli = binary.find()
         self.n_vocab = ggml.verify(self.model.path)
         self.multilingual = self.n_vocab >= 51865
+        self.dims, file_type = ggml.read_dims(self.model.path)
+        self.cache_types = self._cache_types()
+        self.weights = quantize.check_weight_type(
+            str(self.settings.get("compute_type", "default")),
+            "--compute-type ([whispercpp] compute_type)",
+        )
+        self.model_file = self.model.path
+        if self.weights != "default":
+            tool = binary.quantize_tool(self.cli)
+            self.model_file = quantize.quantized_model(
+                self.model.path, self.weights, tool, file_type
+            )
 
     def describe_settings(self) -> dict[str, str]:
-        return {
+        settings = {
             "whisper-cli": f"{self.cli.path} ({self.cli.found_by})",
             "flash attention": "on" if self._flash_attn() else "off",
             "text context (-mc)": str(self._max_context()),
             "threads": str(self._threads()),
+            "kv cache types": self.cache_types.describe(),
         }
+        if self.weights != "default":
+            settings["weights"] = f"{self.weights} ({self.model_file}, by whisper-quantize)"
+        return settings
 
     def transcribe(self, audio: np.ndarray, request: DecodeRequest) -> Transcription:
         self.check_language(request, self.multilingual, list(LANGUAGES))
@@ -104,7 +130,7 @@ class WhisperCppBackend(Backend):
             kv_provenance=make_provenance(MEASURED), settings=self.describe_settings()
         )
         report.settings["beam size"] = str(beams)
-        report.not_applicable = _not_applicable(self.profile.kv_self, self.profile.kv_cross)
+        report.not_applicable = list(self.cache_types.not_applicable)
         seconds = audio.size / SAMPLE_RATE
         batch = self.batch_size_for(request, seconds)
         if batch < 1:
@@ -160,7 +186,7 @@ class WhisperCppBackend(Backend):
                 if not finished:
                     proc.abandon()
             logger.debug("%s\n%s", " ".join(argv), outcome.stderr)
-            check_outcome(outcome, str(self.cli.path), self.model.path)
+            check_outcome(outcome, str(self.cli.path), self.model_file)
             figures = parse_stderr(outcome.stderr)
             result = out.with_suffix(".json")
             if result.is_file():
@@ -168,16 +194,20 @@ class WhisperCppBackend(Backend):
                 run.language = parsed_json.language or run.language
                 run.report.tokens = parsed_json.decoded_tokens
             _fill_report(run.report, figures, outcome.peak_rss_bytes, beams)
+            run.report.engine_kv_types = dict(figures.kv_types)
+            run.report.engine_f16_bytes = self._f16_equivalents(figures)
 
     def argv_for(
         self, wav: Path, out: Path, request: DecodeRequest, beams: int, processors: int = 1
     ) -> list[str]:
-        argv = [str(self.cli.path), "-m", str(self.model.path), "-f", str(wav)]
+        argv = [str(self.cli.path), "-m", str(self.model_file), "-f", str(wav)]
         argv += ["-of", str(out), "-ojf", "-t", str(self._threads_per_processor(processors))]
         if processors > 1:
             argv += ["-p", str(processors)]
         argv += ["-bs", str(beams), "-bo", str(beams), "-mc", str(self._max_context())]
         argv += ["-fa" if self._flash_attn() else "-nfa"]
+        if self.cli.kv_types:
+            argv += ["-kvs", self.cache_types.self_type, "-kvc", self.cache_types.cross_type]
         argv += ["-ng"]  # the backend runs on CPU even if this whisper-cli was built with a GPU
         argv += ["-l", request.language or ("auto" if self.multilingual else "en")]
         if request.task == "translate":
@@ -185,6 +215,51 @@ class WhisperCppBackend(Backend):
         if request.prompt:
             argv += ["--prompt", request.prompt]
         return argv
+
+    def _cache_types(self) -> kvtypes.CacheTypes:
+        """-kvs / -kvc from the profile's (or the command line's) policy; F16 with the reason
+        where this whisper-cli cannot store other types; refused where it would fail."""
+        wanted = kvtypes.from_policy(
+            self.profile.kv_self, self.profile.kv_cross, self.dims.n_text_layer
+        )
+        if not wanted.quantized:
+            return wanted
+        if not self.cli.kv_types:
+            why = f"this whisper-cli ({self.cli.path}, {self.cli.found_by}) has no KV cache types"
+            if self.profile.kv_from_command_line:
+                raise BackendUnavailableError(
+                    f"{why}: it cannot store a {wanted.describe()} cache",
+                    subject="--kv-policy / --kv-cross",
+                    hint="run `kvscribe setup whisper-cpp` (kvscribe's build has them), "
+                    "or ask for F16: --kv-policy full --kv-cross shared",
+                )
+            return kvtypes.without_types(
+                wanted, f"{why}; `kvscribe setup whisper-cpp` builds one that has"
+            )
+        if not self._flash_attn():
+            raise UsageError(
+                f"a {wanted.describe()} KV cache needs flash attention in whisper.cpp "
+                "(without it V is stored transposed, which a block type cannot hold)",
+                subject=self._setting_source("flash_attn"),
+                hint="use a profile with flash_attn = true, or F16 caches (--kv-policy full "
+                "--kv-cross shared)",
+            )
+        return wanted
+
+    def _f16_equivalents(self, figures: EngineFigures) -> dict[str, int]:
+        """What F16 caches would hold for each cache printed in another type (derived:
+        kvscribe's block arithmetic from the model's dimensions, per whisper state)."""
+        positions = {"kv self": self.dims.n_text_ctx, "kv cross": self.dims.n_audio_ctx}
+        return {
+            name: kvtypes.cache_bytes(
+                kvtypes.F16, self.dims.n_text_state, self.dims.n_text_layer, positions[name]
+            )
+            for name, kind in figures.kv_types.items()
+            if kind != kvtypes.F16 and name in positions
+        }
+
+    def _setting_source(self, key: str) -> str:
+        return f"{self.profile.source} [{self.name}] {key}"
 
     def _threads(self) -> int:
         """The profile's `threads`, else OMP_NUM_THREADS (a batch worker's share), else the
@@ -276,15 +351,3 @@ def _describe_processors(processors: int, threads: int, batch: int) -> str:
     if batch > processors:
         text += f"; batch size {batch}: at most one part per thread and per 30 s of audio"
     return text
-
-
-def _not_applicable(kv_self: str, kv_cross: str) -> list[str]:
-    notes = []
-    if kv_self != "full":
-        notes.append(
-            f"self-attention policy '{kv_self}': whisper.cpp allocates the full F16 cache "
-            "(-mc only limits the previous-text prompt)"
-        )
-    if "q8_0" in kv_cross or "q4_0" in kv_cross:
-        notes.append(f"cross-attention policy '{kv_cross}': whisper.cpp keeps it in F16")
-    return notes

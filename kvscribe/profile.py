@@ -61,6 +61,9 @@ class Profile:
     source: str = ""
     chosen_by: str = ""  # "auto: no CUDA device" when auto picked it
     seed: Seed | None = None
+    # --kv-policy / --kv-cross replaced the policy: a backend that cannot honour a part the
+    # user asked for by name refuses, rather than noting it as not applicable.
+    kv_from_command_line: bool = False
 
     def settings_for(self, backend: str) -> Mapping[str, Any]:
         return self.backends.get(backend, {})

@@ -48,6 +48,7 @@ def load_backend(opts: EngineChoice) -> tuple[Backend, RunStats]:
             profile,
             kv_self=opts.kv_policy or profile.kv_self,
             kv_cross=opts.kv_cross or profile.kv_cross,
+            kv_from_command_line=True,
         )
     compute_type = getattr(opts, "compute_type", None)
     if compute_type is not None and "compute_type" not in backend_cls.settings_schema:

@@ -151,11 +151,16 @@ def _engine_figures(reports: list[DecoderReport]) -> dict[str, Any]:
     """What an engine reported about itself: buffers (largest seen), timings and runs (summed),
     and its child process's peak RSS. Empty for engines that report nothing."""
     memory: dict[str, int] = {}
+    kv_types: dict[str, str] = {}
+    f16_bytes: dict[str, int] = {}
     timings: dict[str, float] = {}
     runs: dict[str, int] = {}
     for report in reports:
         for key, value in report.engine_memory_bytes.items():
             memory[key] = max(memory.get(key, 0), value)
+        kv_types.update(report.engine_kv_types)
+        for key, value in report.engine_f16_bytes.items():
+            f16_bytes[key] = max(f16_bytes.get(key, 0), value)
         for key, value in report.engine_timings_ms.items():
             timings[key] = round(timings.get(key, 0.0) + value, 2)
         for key, value in report.engine_runs.items():
@@ -165,6 +170,8 @@ def _engine_figures(reports: list[DecoderReport]) -> dict[str, Any]:
         return {}
     return {
         "engine_memory_bytes": memory,
+        "engine_kv_types": kv_types,
+        "engine_kv_f16_bytes_derived": f16_bytes,
         "engine_timings_ms": timings,
         "engine_runs": runs,
         "engine_peak_rss_bytes": max(peaks) if peaks else None,

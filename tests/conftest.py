@@ -27,7 +27,10 @@ def pytest_sessionstart(session):
     from kvscribe.whispercpp import binary, build
 
     try:
-        found = binary.find().path
+        found = binary.find()
+        if not found.kv_types:  # the suite tests kvscribe's patched build
+            raise KvscribeError(f"{found.path} has no KV cache types")
+        found = found.path
     except KvscribeError:
         sys.stderr.write("\nkvscribe tests: building whisper-cli (kvscribe setup whisper-cpp)...\n")
         try:

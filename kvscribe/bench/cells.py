@@ -14,6 +14,9 @@ PROFILES = ("cpu-laptop", "tiny-vram", "no-loss")
 # Policies the seed claims are about (transformers backend, cpu-laptop's other settings).
 CLAIM_POLICIES = ("window=256", "window=32", "sink=4,window=32", "full; half@layers=odd", "q8_0")
 BASELINES = {"faster-whisper": "ctranslate2", "whisper-cli": "whispercpp"}
+# whisper.cpp's cache types beside cpu-laptop's F16 (the reference): Q8_0 and Q4_0 self +
+# cross, and Q8_0 cross alone (kvscribe's patched whisper-cli, -kvs / -kvc).
+WHISPERCPP_CACHE_TYPES = (("q8_0", "shared,q8_0"), ("q4_0", "shared,q4_0"), ("full", "shared,q8_0"))
 
 
 def batches(backend: str) -> bool:
@@ -32,7 +35,7 @@ class Cell:
     backend: str  # the kvscribe backend (or the one a baseline mirrors)
     model: str | None
     profile: str
-    kv_self: str | None = None  # overrides the profile's policy (transformers cells)
+    kv_self: str | None = None  # overrides the profile's policy (transformers, whispercpp)
     kv_cross: str | None = None
     # Speech chunks decoded at once on audio over 30 s (1: sequential); None: the profile's.
     batch_size: int | None = None
@@ -144,7 +147,8 @@ def _settings_of(
     backend: str, model: str | None, profiles: list[str], policies: list[str] | None
 ) -> list[Cell]:
     """One backend's cells for one model, before batch sizes: its full-cache reference (the
-    transformers backend's), its profiles, then the policies (transformers)."""
+    transformers backend's), its profiles, then the policies (transformers) or the cache
+    types (whispercpp)."""
     cells: list[Cell] = []
     if backend == "transformers":
         cells.append(Cell("kvscribe", backend, model, "cpu-laptop", "full", "full"))
@@ -156,6 +160,11 @@ def _settings_of(
             Cell("kvscribe", backend, model, "cpu-laptop", policy, shared)
             for policy in chosen
             if policy != "full"
+        ]
+    if backend == "whispercpp":
+        cells += [
+            Cell("kvscribe", backend, model, "cpu-laptop", kv_self, kv_cross)
+            for kv_self, kv_cross in WHISPERCPP_CACHE_TYPES
         ]
     return cells
 

@@ -128,7 +128,7 @@ def _engine_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     memory = report.get("engine_memory_bytes") or {}
     if memory:
         rows.append(
-            ("engine buffers", ", ".join(f"{k} {human_bytes(v)}" for k, v in memory.items()))
+            ("engine buffers", ", ".join(_engine_buffer(report, k, v) for k, v in memory.items()))
         )
     timings, runs = report.get("engine_timings_ms") or {}, report.get("engine_runs") or {}
     steps = runs.get("decode", 0) + runs.get("batchd", 0)
@@ -138,6 +138,19 @@ def _engine_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     if report.get("engine_peak_rss_bytes") is not None:
         rows.append(("engine peak RSS", human_bytes(report["engine_peak_rss_bytes"])))
     return rows
+
+
+def _engine_buffer(report: dict[str, Any], name: str, nbytes: int) -> str:
+    """`kv self 1.7 MB q8_0 (F16: 3.1 MB, derived)`: a cache's size in the type whisper.cpp
+    stored it in, next to what F16 would hold."""
+    text = f"{name} {human_bytes(nbytes)}"
+    kind = (report.get("engine_kv_types") or {}).get(name)
+    if kind:
+        text += f" {kind}"
+    f16 = (report.get("engine_kv_f16_bytes_derived") or {}).get(name)
+    if f16:
+        text += f" (F16: {human_bytes(f16)}, derived)"
+    return text
 
 
 def figures_table(title: str, rows: list[tuple[str, str]]) -> Table:

