@@ -110,7 +110,8 @@ def test_bench_writes_every_output(bench_run):
     assert "kvscribe bench" in result.stderr and "Traceback" not in result.stderr
     data = json.loads((folder / "b.json").read_text())
     labels = [c["label"] for c in data["cells"]]
-    assert len(labels) == 7 and len(data["claims"]) == 4
+    assert len(labels) == 10 and len(data["claims"]) == 5
+    assert data["claims"][4]["measured"].startswith("whisper.cpp Q8_0 self + cross: KV 5")
     rows = list(csv.DictReader((folder / "b.csv").open()))
     assert [r["label"] for r in rows] == labels
     markdown = (folder / "b.md").read_text()
@@ -145,6 +146,14 @@ def test_bench_figures_agree_with_each_other(bench_run):
     whisper = cells["whispercpp: cpu-laptop"]
     assert whisper["device"] == "cpu" and bool(whisper["device_note"]) == HAS_CUDA
     assert whisper["kv_provenance"] == {"self": "derived", "cross": "measured"}  # beam 5
+    # The cache-type cells (kvscribe's whisper-cli): whisper.cpp's own cross-cache figure,
+    # against F16's, is the Q8_0 / Q4_0 block size (34 or 18 bytes per 32 values) over 64.
+    for kind, block in (("q8_0", 34), ("q4_0", 18)):
+        quantized = cells[f"whispercpp: {kind} / shared,{kind}"]
+        ratio = quantized["kv_cross_bytes"] / whisper["kv_cross_bytes"]
+        assert ratio == pytest.approx(block / 64, abs=0.005)
+    cross_only = cells["whispercpp: full / shared,q8_0"]
+    assert cross_only["kv_self_peak_bytes"] == whisper["kv_self_peak_bytes"]
     for cell in cells.values():
         assert 0 <= cell["wer"] <= 0.2 and cell["peak_rss_bytes"] > 50_000_000
 
@@ -197,6 +206,12 @@ def test_matrix_runs_each_batching_cell_at_each_batch_size():
     assert [c.label for c in whispercpp] == [  # batch > 1 on long audio: whisper-cli's -p
         "whispercpp: cpu-laptop, batch 1",
         "whispercpp: cpu-laptop, batch 8",
+        "whispercpp: q8_0 / shared,q8_0, batch 1",
+        "whispercpp: q8_0 / shared,q8_0, batch 8",
+        "whispercpp: q4_0 / shared,q4_0, batch 1",
+        "whispercpp: q4_0 / shared,q4_0, batch 8",
+        "whispercpp: full / shared,q8_0, batch 1",
+        "whispercpp: full / shared,q8_0, batch 8",
     ]
     assert cells[1].unbatched_label == "transformers: full / full"
     # Engines called directly decode sequentially: they mirror the batch-1 cell.

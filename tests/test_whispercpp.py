@@ -187,7 +187,8 @@ def test_profile_flags_reach_whisper_cli(whisper_cli, tmp_path):
     report = json.loads(stats.read_text())
     assert report["kv_self_peak_bytes"] == report["engine_memory_bytes"]["kv self"]  # greedy
     notes = json.loads(stats.read_text())["not_applicable"]
-    assert any("full F16 cache" in note for note in notes)
+    assert any("whisper.cpp allocates the whole text context" in note for note in notes)
+    assert settings["kv cache types"] == "self q8_0, cross q8_0"  # the policy's type is kept
 
 
 # -- batch size: whisper-cli's -p (benchmarks/results/whispercpp_processors.md) --------------

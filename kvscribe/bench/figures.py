@@ -210,7 +210,31 @@ def claims(figures: list[CellFigures]) -> list[Claim]:
             lambda pair: _slower("q8_0", pair, lambda pct: -40 <= pct <= -30),
         )
     )
+    found.append(_whispercpp_q8_0_claim(figures))
     return found
+
+
+def _whispercpp_q8_0_claim(figures: list[CellFigures]) -> Claim:
+    """The seed's Q8_0 claim for whisper.cpp's own caches (kvscribe's patched whisper-cli)."""
+    cells = {
+        f.policy: f
+        for f in figures
+        if f.backend == "whispercpp" and f.kind == "kvscribe" and f.profile == "cpu-laptop"
+    }
+    base, q8 = cells.get("profile's"), cells.get("q8_0 / shared,q8_0")
+
+    def measure(pair):
+        base, q8 = pair
+        kv_pct = 100 * q8.kv_total_bytes / base.kv_total_bytes
+        time_pct = 100 * (q8.seconds / base.seconds - 1)
+        text = (
+            f"whisper.cpp Q8_0 self + cross: KV {kv_pct:.0f} % of F16, {time_pct:+.0f} % wall time"
+        )
+        return text, kv_pct <= 55 and -40 <= time_pct <= -30
+
+    return _claim(
+        "whisper.cpp Q8_0 KV: memory -50 %, latency -30-40 %", base and q8 and (base, q8), measure
+    )
 
 
 def _at_one_batch_size(figures: list[CellFigures]) -> list[CellFigures]:

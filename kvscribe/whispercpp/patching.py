@@ -16,7 +16,10 @@ from pathlib import Path
 
 # Applied in this order. kv-cache-types.patch: F16 / Q8_0 / Q4_0 self- and cross-attention
 # caches (whisper_context_params.kv_self_type / kv_cross_type, whisper-cli -kvs / -kvc).
-PATCHES = ("kv-cache-types.patch",)
+# flash-attn-quantized-kv.patch: ggml-cpu's fast flash-attention paths (tiled for many
+# queries, split-KV for one query over many keys) read Q8_0 / Q4_0 K/V too, dequantizing
+# each tile as they pack it; unpatched, quantized caches take the slow one-row path.
+PATCHES = ("kv-cache-types.patch", "flash-attn-quantized-kv.patch")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 

@@ -19,7 +19,9 @@ from kvscribe.paths import cache_dir
 # whisper.cpp's weight types kvscribe offers (--compute-type for whispercpp). "default" keeps
 # the model file's own weights (kvscribe's conversions are F16).
 WEIGHT_TYPES = ("default", "q8_0", "q5_0", "q4_0")
-_F16_FILE_TYPES = (0, 1)  # ggml file types "all f32" and "mostly f16": quantizable sources
+# ggml file types "all f32" and "mostly f16": the sources whisper-quantize takes (a file it
+# wrote says its type + 1000 x its quantization version, e.g. 2007 for Q8_0).
+_F16_FILE_TYPES = (0, 1)
 
 
 def check_weight_type(value: str, subject: str) -> str:
