@@ -102,12 +102,7 @@ class WhisperCppBackend(Backend):
             str(self.settings.get("compute_type", "default")),
             "--compute-type ([whispercpp] compute_type)",
         )
-        self.model_file = self.model.path
-        if self.weights != "default":
-            tool = binary.quantize_tool(self.cli)
-            self.model_file = quantize.quantized_model(
-                self.model.path, self.weights, tool, file_type
-            )
+        self.model_file = self._weights_file(file_type)
 
     def describe_settings(self) -> dict[str, str]:
         settings = {
@@ -131,6 +126,8 @@ class WhisperCppBackend(Backend):
         )
         report.settings["beam size"] = str(beams)
         report.not_applicable = list(self.cache_types.not_applicable)
+        if self.weights_note:
+            report.not_applicable.append(self.weights_note)
         seconds = audio.size / SAMPLE_RATE
         batch = self.batch_size_for(request, seconds)
         if batch < 1:
@@ -215,6 +212,23 @@ class WhisperCppBackend(Backend):
         if request.prompt:
             argv += ["--prompt", request.prompt]
         return argv
+
+    def _weights_file(self, file_type: int) -> Path:
+        """The model file with the weights asked for. A profile's weight type is a preference:
+        without whisper-quantize it runs the file's own weights and says so; --compute-type
+        on the command line is a demand."""
+        self.weights_note: str | None = None
+        if self.weights == "default":
+            return self.model.path
+        tool = binary.quantize_tool(self.cli)
+        try:
+            return quantize.quantized_model(self.model.path, self.weights, tool, file_type)
+        except BackendUnavailableError as exc:
+            if self.profile.compute_type_from_command_line:
+                raise
+            self.weights_note = f"weights {self.weights}: {exc.message}; ran the model's own"
+            self.weights = "default"
+            return self.model.path
 
     def _cache_types(self) -> kvtypes.CacheTypes:
         """-kvs / -kvc from the profile's (or the command line's) policy; F16 with the reason

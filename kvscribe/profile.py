@@ -64,6 +64,7 @@ class Profile:
     # --kv-policy / --kv-cross replaced the policy: a backend that cannot honour a part the
     # user asked for by name refuses, rather than noting it as not applicable.
     kv_from_command_line: bool = False
+    compute_type_from_command_line: bool = False  # --compute-type replaced the section's
 
     def settings_for(self, backend: str) -> Mapping[str, Any]:
         return self.backends.get(backend, {})
