@@ -23,7 +23,7 @@ from kvscribe import profile as profiles
 from kvscribe.errors import EngineError, ExitCode, KvscribeError
 from kvscribe.inputs import Input, output_bases
 from kvscribe.manifest import STATE_DIR, Fingerprint, Manifest, Record, fingerprint, options_key
-from kvscribe.options import TranscribeOptions
+from kvscribe.options import TranscribeOptions, output_shaping_fields
 from kvscribe.stats import FileStats, RunStats, peak_rss_bytes
 from kvscribe.types import Segment, Transcript
 
@@ -86,21 +86,19 @@ class Summary:
 
 
 def output_settings(options: TranscribeOptions) -> dict:
-    """Everything that changes what an output file contains (not where, not how fast)."""
+    """Everything that changes what an output file contains (not where, not how fast): the
+    options marked as shaping outputs, with what the profile decides for them filled in."""
     profile = profiles.load(options.profile)
-    return {
-        "backend": options.backend,
-        "model": options.model,
-        "profile": profile.name,
-        "backend_settings": dict(profile.settings_for(options.backend)),
-        "kv": [options.kv_policy or profile.kv_self, options.kv_cross or profile.kv_cross],
-        "device": options.device or profile.device,
-        "language": options.language,
-        "task": options.task,
-        "beam_size": options.beam_size,
-        "batch_size": options.batch_size,
-        "compute_type": options.compute_type,
-    }
+    settings = {name: getattr(options, name) for name in output_shaping_fields(options)}
+    kv_self, kv_cross = settings.pop("kv_policy"), settings.pop("kv_cross")
+    # Keys and values as manifests have always recorded them, so earlier runs still resume.
+    settings.update(
+        profile=profile.name,
+        backend_settings=dict(profile.settings_for(options.backend)),
+        kv=[kv_self or profile.kv_self, kv_cross or profile.kv_cross],
+        device=options.device or profile.device,
+    )
+    return settings
 
 
 class Batch:

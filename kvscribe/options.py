@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from kvscribe.errors import UsageError
 from kvscribe.kvcache.spec import parse_cross, validate_policy
@@ -13,25 +14,46 @@ TASKS = ("transcribe", "translate")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 MAX_BATCH = 64
 
+# Field metadata: a different value can change what an output file contains, so a batch
+# redoes its inputs when the value changes (kvscribe.batch derives its resume key from it).
+SHAPES_OUTPUT = "shapes_output"
 
-@dataclass(frozen=True)
-class TranscribeOptions:
-    inputs: tuple[Path, ...]
-    backend: str = "ctranslate2"
-    profile: str = "auto"
-    model: str | None = None
-    language: str | None = None
-    task: str = "transcribe"
-    formats: tuple[str, ...] = ()  # empty: the timestamped transcript on stdout
-    output_dir: Path | None = None
-    beam_size: int | None = None
-    batch_size: int | None = None  # speech chunks decoded at once; None: the profile's
-    device: str | None = None
+
+def _shaping(default: Any) -> Any:
+    return field(default=default, metadata={SHAPES_OUTPUT: True})
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineOptions:
+    """What `transcribe` and `mic` share: the engine, the decoding and the report.
+    Their flags are declared once, in kvscribe.cli.shared_options."""
+
+    backend: str = _shaping("ctranslate2")
+    profile: str = _shaping("auto")
+    model: str | None = _shaping(None)
+    language: str | None = _shaping(None)
+    task: str = _shaping("transcribe")
+    beam_size: int | None = _shaping(None)
+    device: str | None = _shaping(None)
+    kv_policy: str | None = _shaping(None)  # overrides the profile's self-attention policy
+    kv_cross: str | None = _shaping(None)  # overrides the profile's cross-attention policy
     stats_json: Path | None = None
     quiet: bool = False
-    kv_policy: str | None = None  # overrides the profile's self-attention policy
-    kv_cross: str | None = None  # overrides the profile's cross-attention policy
-    compute_type: str | None = None  # overrides the backend section's compute_type
+
+
+def output_shaping_fields(options: EngineOptions | type[EngineOptions]) -> tuple[str, ...]:
+    """Names of the options that can change what an output contains."""
+    return tuple(f.name for f in fields(options) if f.metadata.get(SHAPES_OUTPUT))
+
+
+@dataclass(frozen=True)
+class TranscribeOptions(EngineOptions):
+    inputs: tuple[Path, ...]
+    formats: tuple[str, ...] = ()  # empty: the timestamped transcript on stdout
+    output_dir: Path | None = None
+    # Speech chunks decoded at once; None: the profile's.
+    batch_size: int | None = _shaping(None)
+    compute_type: str | None = _shaping(None)  # overrides the backend section's compute_type
     # Finding inputs in folders.
     recursive: bool = False
     globs: tuple[str, ...] = ()
@@ -55,10 +77,7 @@ class TranscribeOptions:
                 subject="--device",
                 hint=f"got {self.device!r}",
             )
-        if self.kv_policy is not None:
-            validate_policy(self.kv_policy)
-        if self.kv_cross is not None:
-            parse_cross(self.kv_cross)
+        _check_kv(self.kv_policy, self.kv_cross)
         if self.batch_size is not None and not 1 <= self.batch_size <= MAX_BATCH:
             raise UsageError(
                 f"must be between 1 and {MAX_BATCH}",
@@ -109,28 +128,17 @@ def parse_formats(value: str | None, to_dir: bool) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class LiveOptions:
+class LiveOptions(EngineOptions):
     """`kvscribe mic`: where audio comes from, the engine, and the streaming policy."""
 
     source: str | None = None  # None: a microphone; "-": raw PCM on stdin; else a file
     paced: bool = True  # replay a file at the speed it was spoken
     mic: str | None = None
     output: Path | None = None
-    backend: str = "ctranslate2"
-    profile: str = "auto"
-    model: str | None = None
-    language: str | None = None
-    task: str = "transcribe"
-    beam_size: int | None = None
-    device: str | None = None
-    kv_policy: str | None = None
-    kv_cross: str | None = None
     prompt: str | None = None
     step: float = 1.0
     min_silence: float = 0.7
     vad_threshold: float = 0.5
-    stats_json: Path | None = None
-    quiet: bool = False
 
     def __post_init__(self) -> None:
         _in_range("--step", self.step, 0.2, 10.0)
@@ -149,10 +157,7 @@ class LiveOptions:
                 hint="use one of --mic and --input",
             )
         _check_decoding(self.task, self.beam_size)
-        if self.kv_policy is not None:
-            validate_policy(self.kv_policy)
-        if self.kv_cross is not None:
-            parse_cross(self.kv_cross)
+        _check_kv(self.kv_policy, self.kv_cross)
 
 
 def _check_decoding(task: str, beam_size: int | None) -> None:
@@ -162,6 +167,13 @@ def _check_decoding(task: str, beam_size: int | None) -> None:
         )
     if beam_size is not None and not 1 <= beam_size <= 16:
         raise UsageError("must be between 1 and 16", subject="--beam-size", hint=f"got {beam_size}")
+
+
+def _check_kv(kv_policy: str | None, kv_cross: str | None) -> None:
+    if kv_policy is not None:
+        validate_policy(kv_policy)
+    if kv_cross is not None:
+        parse_cross(kv_cross)
 
 
 def _in_range(flag: str, value: float, low: float, high: float) -> None:

@@ -125,7 +125,10 @@ class Runner:
         duration = samples.size / audio.SAMPLE_RATE
         listener.file_started(path, duration)
         request = DecodeRequest(
-            opts.language, opts.task, opts.beam_size, batch_size=opts.batch_size
+            language=opts.language,
+            task=opts.task,
+            beam_size=opts.beam_size,
+            batch_size=opts.batch_size,
         )
         file_stats = FileStats(str(path), audio_seconds=duration)
         started = time.perf_counter()

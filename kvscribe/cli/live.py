@@ -6,11 +6,11 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import Literal
 
 import typer
 from rich.table import Table
 
+from kvscribe.cli import shared_options as shared
 from kvscribe.cli.render import (
     BYTES_UNIT,
     exit_with,
@@ -60,29 +60,15 @@ def mic(
         dir_okay=False,
         help="Append committed text to this file as it is committed (one line per utterance).",
     ),
-    backend: str = typer.Option("ctranslate2", "--backend", "-b", help="Inference backend."),
-    profile: str = typer.Option("auto", "--profile", "-p", help="Hardware profile."),
-    model: str = typer.Option(
-        None, "--model", "-m", show_default="tiny.en (embedded)", help="Model name or path."
-    ),
-    language: str = typer.Option(
-        None, "--language", "-l", show_default="detected once", help="Spoken language code."
-    ),
-    task: Literal["transcribe", "translate"] = typer.Option(
-        "transcribe", "--task", help="Transcribe, or translate into English."
-    ),
-    beam_size: int = typer.Option(
-        None, "--beam-size", show_default="profile's", help="Beam width (1 = greedy)."
-    ),
-    device: Literal["auto", "cpu", "cuda", "mps"] = typer.Option(
-        None, "--device", show_default="profile's", help="Run the model on this device."
-    ),
-    kv_policy: str = typer.Option(
-        None, "--kv-policy", show_default="profile's", help="Self-attention KV policy."
-    ),
-    kv_cross: str = typer.Option(
-        None, "--kv-cross", show_default="profile's", help="Cross-attention KV policy."
-    ),
+    backend: str = shared.BACKEND.option(mic=True),
+    profile: str = shared.PROFILE.option(mic=True),
+    model: str = shared.MODEL.option(mic=True),
+    language: str = shared.LANGUAGE.option(mic=True),
+    task: shared.Task = shared.TASK.option(mic=True),
+    beam_size: int = shared.BEAM_SIZE.option(mic=True),
+    device: shared.Device = shared.DEVICE.option(mic=True),
+    kv_policy: str = shared.KV_POLICY.option(mic=True),
+    kv_cross: str = shared.KV_CROSS.option(mic=True),
     prompt: str = typer.Option(
         None,
         "--prompt",
@@ -104,11 +90,9 @@ def mic(
         help="Speech probability that starts an utterance.",
         rich_help_panel=_STREAMING,
     ),
-    stats_json: Path = typer.Option(
-        None, "--stats-json", dir_okay=False, help="Also write the stats report to this file."
-    ),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Committed lines only; no stats."),
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks and debug logs."),
+    stats_json: Path = shared.STATS_JSON.option(mic=True),
+    quiet: bool = shared.QUIET.option(mic=True),
+    debug: bool = shared.DEBUG.option(mic=True),
 ) -> None:
     """Transcribe as you speak: committed text as it settles, stats at the end.
 
@@ -201,7 +185,12 @@ def _run(options: LiveOptions, console) -> int:
     transcript = TranscriptFile(options.output) if options.output is not None else None
     session = LiveSession(
         engine,
-        DecodeRequest(options.language, options.task, options.beam_size, options.prompt),
+        DecodeRequest(
+            language=options.language,
+            task=options.task,
+            beam_size=options.beam_size,
+            prompt=options.prompt,
+        ),
         Capture(source),
         detector,
         LiveView(stats, transcript, options.quiet),

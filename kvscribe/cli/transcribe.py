@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Literal
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+from kvscribe.cli import shared_options as shared
 from kvscribe.cli.render import (
     exit_with,
     print_error,
@@ -23,18 +23,6 @@ from kvscribe.types import Segment, Transcript
 from kvscribe.writers import RENDERERS, atomic_write_text, render_console_line
 
 
-def _complete_profiles(incomplete: str) -> list[str]:
-    from kvscribe import profile
-
-    return [name for name in profile.available() if name.startswith(incomplete)]
-
-
-def _complete_backends(incomplete: str) -> list[str]:
-    from kvscribe import registry
-
-    return [name for name in registry.discover() if name.startswith(incomplete)]
-
-
 def transcribe(
     files: list[Path] = typer.Argument(
         None,
@@ -42,37 +30,11 @@ def transcribe(
         show_default=False,
         help="Audio or video files, or folders of them.",
     ),
-    backend: str = typer.Option(
-        "ctranslate2",
-        "--backend",
-        "-b",
-        autocompletion=_complete_backends,
-        help="Inference backend (`kvscribe backends`).",
-    ),
-    profile: str = typer.Option(
-        "auto",
-        "--profile",
-        "-p",
-        autocompletion=_complete_profiles,
-        help="Hardware profile (`kvscribe profiles`).",
-    ),
-    model: str = typer.Option(
-        None,
-        "--model",
-        "-m",
-        show_default="tiny.en (embedded)",
-        help="Model name or path (`kvscribe models`).",
-    ),
-    language: str = typer.Option(
-        None,
-        "--language",
-        "-l",
-        show_default="detect",
-        help="Spoken language code, e.g. en, de; detected when omitted.",
-    ),
-    task: Literal["transcribe", "translate"] = typer.Option(
-        "transcribe", "--task", help="Transcribe, or translate into English."
-    ),
+    backend: str = shared.BACKEND.option(),
+    profile: str = shared.PROFILE.option(),
+    model: str = shared.MODEL.option(),
+    language: str = shared.LANGUAGE.option(),
+    task: shared.Task = shared.TASK.option(),
     output_format: str = typer.Option(
         None,
         "--output-format",
@@ -87,9 +49,7 @@ def transcribe(
         file_okay=False,
         help="Write <stem>.<format> files into this folder.",
     ),
-    beam_size: int = typer.Option(
-        None, "--beam-size", show_default="profile's", help="Beam width (1 = greedy)."
-    ),
+    beam_size: int = shared.BEAM_SIZE.option(),
     batch_size: int = typer.Option(
         None,
         "--batch-size",
@@ -97,23 +57,9 @@ def transcribe(
         help="Speech chunks decoded at once on audio over 30 s (cut at pauses by the VAD); "
         "1 = one 30 s window after another, each prompted with the text before it.",
     ),
-    device: Literal["auto", "cpu", "cuda", "mps"] = typer.Option(
-        None, "--device", show_default="profile's", help="Run on this device."
-    ),
-    kv_policy: str = typer.Option(
-        None,
-        "--kv-policy",
-        show_default="profile's",
-        help="Self-attention KV policy, e.g. 'sink=4,window=64,q8_0@layers>=2' "
-        "(parts: full, half, window=N, sink=N, q8_0, q4_0, residual=N; clauses joined by ';').",
-    ),
-    kv_cross: str = typer.Option(
-        None,
-        "--kv-cross",
-        show_default="profile's",
-        help="Cross-attention KV policy: full, shared, shared,q8_0, shared,q4_0 "
-        "(whisper.cpp always shares; q8_0/q4_0 need kvscribe's build).",
-    ),
+    device: shared.Device = shared.DEVICE.option(),
+    kv_policy: str = shared.KV_POLICY.option(),
+    kv_cross: str = shared.KV_CROSS.option(),
     compute_type: str = typer.Option(
         None,
         "--compute-type",
@@ -167,13 +113,9 @@ def transcribe(
         help="One JSON event per file on stdout (started/done/failed/skipped).",
         rich_help_panel="Batch (with -o)",
     ),
-    stats_json: Path = typer.Option(
-        None, "--stats-json", dir_okay=False, help="Also write the stats report to this JSON file."
-    ),
-    quiet: bool = typer.Option(
-        False, "--quiet", "-q", help="Only the transcript and errors: no progress or stats."
-    ),
-    debug: bool = typer.Option(False, "--debug", help="Show tracebacks and debug logs."),
+    stats_json: Path = shared.STATS_JSON.option(),
+    quiet: bool = shared.QUIET.option(),
+    debug: bool = shared.DEBUG.option(),
 ) -> None:
     """Transcribe audio files: transcript on stdout, stats on stderr.
 

@@ -1,0 +1,134 @@
+"""The flags `kvscribe transcribe` and `kvscribe mic` share, each declared once here.
+
+A command takes one as `backend: str = BACKEND.option()` (`mic` passes `mic=True`). Defaults
+come from kvscribe.options.EngineOptions, whose fields also say which options shape outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+import typer
+
+from kvscribe.options import EngineOptions
+
+Task = Literal["transcribe", "translate"]
+Device = Literal["auto", "cpu", "cuda", "mps"]
+
+_ENGINE_DEFAULTS = {f.name: f.default for f in fields(EngineOptions)}
+
+
+@dataclass(frozen=True)
+class SharedOption:
+    name: str  # the commands' parameter, and the EngineOptions field it fills
+    flags: tuple[str, ...]
+    help: str
+    settings: dict[str, Any] = field(default_factory=dict)  # more typer.Option arguments
+    # Where `mic` has always differed (shorter help): kept so its --help reads as before.
+    mic_differs: dict[str, Any] = field(default_factory=dict)
+    default: Any = None  # only for a flag that fills no EngineOptions field (--debug)
+
+    def option(self, mic: bool = False) -> Any:
+        """A typer.Option for one command's parameter."""
+        default = _ENGINE_DEFAULTS.get(self.name, self.default)
+        arguments = {"help": self.help, **self.settings, **(self.mic_differs if mic else {})}
+        return typer.Option(default, *self.flags, **arguments)
+
+
+def _complete_profiles(incomplete: str) -> list[str]:
+    from kvscribe import profile
+
+    return [name for name in profile.available() if name.startswith(incomplete)]
+
+
+def _complete_backends(incomplete: str) -> list[str]:
+    from kvscribe import registry
+
+    return [name for name in registry.discover() if name.startswith(incomplete)]
+
+
+BACKEND = SharedOption(
+    "backend",
+    ("--backend", "-b"),
+    "Inference backend (`kvscribe backends`).",
+    {"autocompletion": _complete_backends},
+    mic_differs={"help": "Inference backend.", "autocompletion": None},
+)
+PROFILE = SharedOption(
+    "profile",
+    ("--profile", "-p"),
+    "Hardware profile (`kvscribe profiles`).",
+    {"autocompletion": _complete_profiles},
+    mic_differs={"help": "Hardware profile.", "autocompletion": None},
+)
+MODEL = SharedOption(
+    "model",
+    ("--model", "-m"),
+    "Model name or path (`kvscribe models`).",
+    {"show_default": "tiny.en (embedded)"},
+    mic_differs={"help": "Model name or path."},
+)
+LANGUAGE = SharedOption(
+    "language",
+    ("--language", "-l"),
+    "Spoken language code, e.g. en, de; detected when omitted.",
+    {"show_default": "detect"},
+    mic_differs={"help": "Spoken language code.", "show_default": "detected once"},
+)
+TASK = SharedOption("task", ("--task",), "Transcribe, or translate into English.")
+BEAM_SIZE = SharedOption(
+    "beam_size", ("--beam-size",), "Beam width (1 = greedy).", {"show_default": "profile's"}
+)
+DEVICE = SharedOption(
+    "device",
+    ("--device",),
+    "Run on this device.",
+    {"show_default": "profile's"},
+    mic_differs={"help": "Run the model on this device."},
+)
+KV_POLICY = SharedOption(
+    "kv_policy",
+    ("--kv-policy",),
+    "Self-attention KV policy, e.g. 'sink=4,window=64,q8_0@layers>=2' "
+    "(parts: full, half, window=N, sink=N, q8_0, q4_0, residual=N; clauses joined by ';').",
+    {"show_default": "profile's"},
+    mic_differs={"help": "Self-attention KV policy."},
+)
+KV_CROSS = SharedOption(
+    "kv_cross",
+    ("--kv-cross",),
+    "Cross-attention KV policy: full, shared, shared,q8_0, shared,q4_0 "
+    "(whisper.cpp always shares; q8_0/q4_0 need kvscribe's build).",
+    {"show_default": "profile's"},
+    mic_differs={"help": "Cross-attention KV policy."},
+)
+STATS_JSON = SharedOption(
+    "stats_json",
+    ("--stats-json",),
+    "Also write the stats report to this JSON file.",
+    {"dir_okay": False},
+    mic_differs={"help": "Also write the stats report to this file."},
+)
+QUIET = SharedOption(
+    "quiet",
+    ("--quiet", "-q"),
+    "Only the transcript and errors: no progress or stats.",
+    mic_differs={"help": "Committed lines only; no stats."},
+)
+DEBUG = SharedOption("debug", ("--debug",), "Show tracebacks and debug logs.", default=False)
+
+SHARED = (
+    BACKEND,
+    PROFILE,
+    MODEL,
+    LANGUAGE,
+    TASK,
+    BEAM_SIZE,
+    DEVICE,
+    KV_POLICY,
+    KV_CROSS,
+    STATS_JSON,
+    QUIET,
+    DEBUG,
+)

@@ -1,0 +1,97 @@
+"""One place per option: the flags `transcribe` and `mic` share are declared once, and the
+batch resume key is derived from the options marked as shaping outputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from kvscribe.batch import output_settings
+from kvscribe.cli.shared_options import SHARED
+from kvscribe.manifest import options_key
+from kvscribe.options import EngineOptions, TranscribeOptions, output_shaping_fields
+from tests.conftest import SAMPLE, run_cli
+
+# cpu-laptop, not auto: the key must not depend on the machine the test runs on.
+BASE = TranscribeOptions(inputs=(SAMPLE,), profile="cpu-laptop")
+
+# Per output-shaping option, a value that decodes differently from BASE (after the profile
+# fills in what BASE leaves open: cpu-laptop runs on the cpu with kv self=full cross=shared).
+DIFFERENT = {
+    "backend": "transformers",
+    "profile": "gpu",
+    "model": "base.en",
+    "language": "de",
+    "task": "translate",
+    "beam_size": 3,
+    "device": "cuda",
+    "kv_policy": "window=64",
+    "kv_cross": "full",
+    "batch_size": 2,
+    "compute_type": "float32",
+}
+
+# Where outputs go, which formats, how fast, how loudly: never what a transcript says.
+NOT_SHAPING = {
+    "inputs",
+    "formats",
+    "output_dir",
+    "stats_json",
+    "quiet",
+    "recursive",
+    "globs",
+    "jobs",
+    "force",
+    "fail_fast",
+    "json_events",
+}
+
+
+def _key(options: TranscribeOptions) -> str:
+    return options_key(output_settings(options))
+
+
+def test_every_option_says_whether_it_shapes_outputs():
+    names = {f.name for f in dataclasses.fields(TranscribeOptions)}
+    undecided = names - set(output_shaping_fields(TranscribeOptions)) - NOT_SHAPING
+    assert not undecided, (
+        f"{sorted(undecided)}: mark them shapes_output in kvscribe/options.py, "
+        "or add them to NOT_SHAPING here if they cannot change an output's content"
+    )
+
+
+@pytest.mark.parametrize("name", output_shaping_fields(TranscribeOptions))
+def test_each_output_shaping_option_changes_the_resume_key(name):
+    if name not in DIFFERENT:
+        pytest.fail(f"add a value of {name} that changes outputs to DIFFERENT")
+    changed = dataclasses.replace(BASE, **{name: DIFFERENT[name]})
+    assert _key(changed) != _key(BASE), f"{name} is missing from the batch resume key"
+
+
+def test_options_that_do_not_shape_outputs_keep_the_resume_key(tmp_path):
+    in_a_folder = dataclasses.replace(BASE, output_dir=tmp_path)
+    louder_faster = dataclasses.replace(
+        in_a_folder, formats=("srt",), quiet=True, jobs=3, force=True, recursive=True
+    )
+    assert _key(louder_faster) == _key(in_a_folder)
+
+
+def test_every_shared_option_has_one_declared_flag():
+    declared = [option.name for option in SHARED]
+    assert len(declared) == len(set(declared))
+    assert {f.name for f in dataclasses.fields(EngineOptions)} <= set(declared)
+
+
+def _has_flag(help_text: str, flag: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", help_text) is not None
+
+
+def test_every_shared_option_is_in_both_commands_help(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # no flag column squeezed by a narrow terminal
+    helps = {command: run_cli(command, "--help") for command in ("transcribe", "mic")}
+    for command, result in helps.items():
+        assert result.code == 0, result.stderr
+        missing = [f for option in SHARED for f in option.flags if not _has_flag(result.stdout, f)]
+        assert not missing, f"`kvscribe {command} --help` lacks {missing}"
