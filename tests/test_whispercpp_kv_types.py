@@ -34,7 +34,8 @@ def _stats(tmp_path: Path, *args) -> dict:
     stats = tmp_path / "stats.json"
     result = run_cli(SAMPLE, "-b", "whispercpp", "--stats-json", stats, "-q", *args)
     assert result.code == 0, result.stderr
-    return {"text": result.stdout, **json.loads(stats.read_text())}
+    text = re.sub(r"^\[[^\]]*\]\s*", "", result.stdout, flags=re.M)  # "[0:00 --> 0:08]  "
+    return {"text": text, **json.loads(stats.read_text())}
 
 
 @pytest.mark.parametrize("kind", ["q8_0", "q4_0"])
@@ -205,10 +206,10 @@ def test_a_changed_patch_means_a_new_build(whisper_cli, monkeypatch, tmp_path):
     # The patched build, installed where kvscribe's cache keeps it, is found...
     monkeypatch.delenv(binary.ENV_VAR)
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # no cmake, no whisper-cli
+    monkeypatch.setenv("KVSCRIBE_CACHE_DIR", str(tmp_path / "cache"))  # this test's own
     own = binary.own_build_path()
-    if not own.exists():  # the suite's isolated cache dir
-        own.parent.mkdir(parents=True)
-        shutil.copy2(whisper_cli, own)
+    own.parent.mkdir(parents=True)
+    shutil.copy2(whisper_cli, own)
     assert binary.find().found_by == "kvscribe build"
     # ... until the patch changes: its hash keys the build dir, so setup builds again.
     texts = patching.patch_texts()

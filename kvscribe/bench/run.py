@@ -100,10 +100,14 @@ def _run_cells(placement: Placement, clips: list[Clip], repeat: int, console: Co
     for label, reason in placement.skipped.items():
         console.print(f"[yellow]skipping {escape(label)}[/]: {escape(reason)}")
     devices = placement.devices
-    processes = [CellProcess(cell, clips, choice.device) for cell, choice in devices.items()]
+    processes: list[CellProcess] = []
     try:
         live = []
-        for process in processes:
+        for cell, choice in devices.items():
+            # One cell loads and warms up at a time: 20 warm-ups at once on 2 cores thrashed
+            # (a 9.5 min bench took over 30), and nothing is timed before all are ready.
+            process = CellProcess(cell, clips, choice.device)
+            processes.append(process)
             error = process.ready()
             if error is None:
                 live.append(process)
