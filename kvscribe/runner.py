@@ -55,11 +55,15 @@ def load_backend(opts: EngineChoice) -> tuple[Backend, RunStats]:
         raise UsageError(
             f"the {opts.backend} backend has no compute type to choose",
             subject="--compute-type",
-            hint="leave it out: whisper.cpp runs at its model file's precision",
+            hint="leave it out: this backend runs at its model's precision",
         )
     if compute_type is not None:
         section = {**profile.settings_for(opts.backend), "compute_type": compute_type}
-        profile = dataclasses.replace(profile, backends={**profile.backends, opts.backend: section})
+        profile = dataclasses.replace(
+            profile,
+            backends={**profile.backends, opts.backend: section},
+            compute_type_from_command_line=True,
+        )
     choice = device_for(
         opts.backend, backend_cls.capabilities.devices, profile, opts.device, hardware.detect()
     )

@@ -109,7 +109,8 @@ def _unpatched(tmp_path: Path, real: Path) -> Path:
         "#!/bin/sh\n"
         'for a in "$@"; do case "$a" in -kvs|-kvc) '
         'echo "error: unknown argument: $a" >&2; exit 0;; esac; done\n'
-        f'if [ "$1" = "--help" ]; then "{real}" --help 2>&1 | grep -v -- "-kv[sc] " >&2; '
+        f'if [ "$1" = "--help" ]; then "{real}" --help 2>&1 | "{shutil.which("grep")}" '
+        '-v -- "-kv[sc] " >&2; '
         "exit 0; fi\n"
         f'exec "{real}" "$@"\n'
     )
@@ -149,6 +150,22 @@ def test_quantized_weights_are_made_once_and_used(whisper_cli, tmp_path):
     stamp = made.stat().st_mtime_ns
     second = _stats(tmp_path, "--compute-type", "q8_0")
     assert made.stat().st_mtime_ns == stamp and second["settings"] == first["settings"]
+
+
+def test_weights_without_whisper_quantize_a_profile_falls_back_a_flag_fails(
+    whisper_cli, tmp_path, monkeypatch
+):
+    # The unpatched stand-in has no whisper-quantize beside it; a fresh cache has no
+    # quantized file yet; PATH has none.
+    monkeypatch.setenv(binary.ENV_VAR, str(_unpatched(tmp_path, whisper_cli)))
+    monkeypatch.setenv("KVSCRIBE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))
+    report = _stats(tmp_path, "-p", "tiny-vram")  # its [whispercpp] compute_type = "q8_0"
+    assert "weights" not in report["settings"]
+    assert any("weights q8_0: whisper-quantize not found" in n for n in report["not_applicable"])
+    result = run_cli(SAMPLE, "-b", "whispercpp", "--compute-type", "q8_0")
+    assert result.code == 6 and "whisper-quantize not found" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
 
 
 def test_an_unknown_weight_type_is_a_usage_error(whisper_cli):
