@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from kvscribe.decoding import Fallback, VadFilter
 from kvscribe.errors import UsageError
 from kvscribe.models import ModelRef
 from kvscribe.profile import Profile
@@ -33,6 +34,9 @@ class Capabilities:
     # Honours DecodeRequest.batch_size on audio over 30 s (speech chunks decoded together,
     # or whisper-cli's parts decoded side by side).
     batched: bool = False
+    # Filters silence out itself for DecodeRequest.vad (faster-whisper's vad_filter); for
+    # backends without, the runner cuts the audio with kvscribe's VAD and maps times back.
+    vad_filter: bool = False
 
 
 @dataclass(frozen=True)
@@ -42,10 +46,15 @@ class DecodeRequest:
     language: str | None = None
     task: str = "transcribe"
     beam_size: int | None = None
-    prompt: str | None = None  # text that came before this audio (live mode's committed text)
+    # Text that came before this audio: --initial-prompt, or live mode's committed text.
+    prompt: str | None = None
     # Chunks decoded at once (kvscribe.chunking): 1 = the sequential, previous-text-conditioned
     # path; None = the profile's `batch_size` (backends without a batch path ignore it).
     batch_size: int | None = None
+    word_timestamps: bool = False  # fill Segment.words
+    condition_on_previous_text: bool | None = None  # None: the profile's setting
+    fallback: Fallback = Fallback()
+    vad: VadFilter | None = None  # only reaches backends whose capabilities say vad_filter
 
 
 @dataclass

@@ -6,12 +6,29 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class Word:
+    """One word with its time span (seconds from the start of the input).
+
+    `word` keeps its leading space as the tokenizer produced it (" Hello"), as
+    openai-whisper and faster-whisper do; `probability` is the mean of its
+    tokens' probabilities."""
+
+    start: float
+    end: float
+    word: str
+    probability: float
+
+
+@dataclass(frozen=True)
 class Segment:
     """One decoded stretch of speech.
 
     `start`/`end` are seconds from the start of the input; `tokens` are the
     decoder's text token ids (timestamp tokens excluded where the backend
-    separates them); `window` is the 30 s window (index) it was decoded in.
+    separates them); `window` is the 30 s window (index) it was decoded in and
+    `seek` that window's start in mel frames (100 per second), as openai-whisper
+    reports it. `temperature` is the one the accepted decode ran at (fallback)
+    and `words` are filled when word timestamps were asked for.
     """
 
     id: int
@@ -22,6 +39,10 @@ class Segment:
     avg_logprob: float | None = None
     no_speech_prob: float | None = None
     window: int = 0
+    seek: int = 0
+    temperature: float | None = None
+    compression_ratio: float | None = None
+    words: tuple[Word, ...] = ()
 
 
 @dataclass

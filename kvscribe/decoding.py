@@ -1,0 +1,78 @@
+"""Decoding rules every backend shares: temperature fallback and file VAD settings.
+
+The defaults are openai-whisper's and faster-whisper's, so a user moving from
+either gets the same behaviour without flags. Each backend maps these to what
+its engine has (faster-whisper's arguments, whisper-cli's flags, kvscribe's own
+decoder for transformers) and says in its report what it could not honour.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """When a window's decode is rejected and retried at the next temperature.
+
+    A decode fails when its text compresses too well (repetition: ratio above
+    `compression_ratio_threshold`) or its mean token log-probability is below
+    `logprob_threshold`. A window whose no-speech probability is above
+    `no_speech_threshold` while its log-probability is below `logprob_threshold`
+    is silence: nothing is emitted for it. None turns a test off. Above
+    temperature 0, `best_of` samples are drawn and the likeliest kept.
+    """
+
+    temperatures: tuple[float, ...] = DEFAULT_TEMPERATURES
+    compression_ratio_threshold: float | None = 2.4
+    logprob_threshold: float | None = -1.0
+    no_speech_threshold: float | None = 0.6
+    best_of: int = 5
+
+    def needs_retry(self, compression_ratio: float, avg_logprob: float) -> bool:
+        """The decode failed a quality test, so the next temperature should be tried."""
+        too_repetitive = (
+            self.compression_ratio_threshold is not None
+            and compression_ratio > self.compression_ratio_threshold
+        )
+        too_unlikely = self.logprob_threshold is not None and avg_logprob < self.logprob_threshold
+        return too_repetitive or too_unlikely
+
+    def is_silence(self, no_speech_prob: float, avg_logprob: float) -> bool:
+        """openai-whisper's rule: likely no speech, and what was decoded is unlikely."""
+        if self.no_speech_threshold is None or no_speech_prob <= self.no_speech_threshold:
+            return False
+        return self.logprob_threshold is None or avg_logprob < self.logprob_threshold
+
+
+def temperatures_from(start: float, increment: float | None) -> tuple[float, ...]:
+    """openai-whisper's `--temperature T --temperature_increment_on_fallback I`:
+    T, T+I, ... up to 1.0; no increment (or 0): T alone, no fallback."""
+    if not increment:
+        return (start,)
+    steps = int(round((1.0 - start) / increment + 1e-9))
+    return tuple(round(start + i * increment, 6) for i in range(steps + 1))
+
+
+def compression_ratio(text: str) -> float:
+    """Bytes of the text over bytes of its zlib compression (openai-whisper's measure of
+    repetition: looping text compresses far better than speech)."""
+    raw = text.encode("utf-8")
+    if not raw:
+        return 0.0
+    return len(raw) / len(zlib.compress(raw))
+
+
+@dataclass(frozen=True)
+class VadFilter:
+    """Drop the audio the silero VAD hears no speech in before decoding a file
+    (faster-whisper's `vad_filter`); timestamps stay on the original clock.
+    Defaults are faster-whisper's VadOptions."""
+
+    threshold: float = 0.5
+    min_speech_seconds: float = 0.0
+    min_silence_seconds: float = 2.0
+    pad_seconds: float = 0.4
