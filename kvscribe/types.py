@@ -53,6 +53,7 @@ class Transcript:
     language: str
     duration: float
     segments: list[Segment] = field(default_factory=list)
+    language_probability: float | None = None  # None: given by --language, or not measured
 
     @property
     def text(self) -> str:
