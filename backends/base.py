@@ -134,6 +134,11 @@ class Backend(abc.ABC):
     def transcribe(self, audio: np.ndarray, request: DecodeRequest) -> Transcription:
         """Start decoding `audio` (mono 16 kHz float32); segments stream lazily."""
 
+    @classmethod
+    def threads_setting(cls) -> str | None:
+        """The key of its profile section that sets the engine's CPU threads (--threads)."""
+        return next((k for k in ("threads", "cpu_threads") if k in cls.settings_schema), None)
+
     def describe_settings(self) -> dict[str, str]:
         """The engine settings in force after load(), for the stats report."""
         return {}

@@ -23,7 +23,7 @@ from kvscribe import profile as profiles
 from kvscribe.errors import EngineError, ExitCode, KvscribeError
 from kvscribe.inputs import Input, output_bases
 from kvscribe.manifest import STATE_DIR, Fingerprint, Manifest, Record, fingerprint, options_key
-from kvscribe.options import TranscribeOptions, output_shaping_fields
+from kvscribe.options import TranscribeOptions, output_shaping_values
 from kvscribe.stats import FileStats, RunStats, peak_rss_bytes
 from kvscribe.types import Segment, Transcript
 
@@ -89,7 +89,7 @@ def output_settings(options: TranscribeOptions) -> dict:
     """Everything that changes what an output file contains (not where, not how fast): the
     options marked as shaping outputs, with what the profile decides for them filled in."""
     profile = profiles.load(options.profile)
-    settings = {name: getattr(options, name) for name in output_shaping_fields(options)}
+    settings = output_shaping_values(options)
     kv_self, kv_cross = settings.pop("kv_policy"), settings.pop("kv_cross")
     # Keys and values as manifests have always recorded them, so earlier runs still resume.
     settings.update(
@@ -273,6 +273,7 @@ class _Quiet:
     """The Runner's per-segment listener: a batch reports per file, not per segment."""
 
     def file_started(self, source: Path, duration: float) -> None: ...
+    def language(self, source: Path, language: str, probability: float | None) -> None: ...
     def segment(self, source: Path, segment: Segment) -> None: ...
     def file_done(self, source: Path, transcript: Transcript, outputs: list[Path]) -> None: ...
     def file_failed(self, source: Path, error: KvscribeError) -> None: ...

@@ -53,7 +53,7 @@ def temperatures_from(start: float, increment: float | None) -> tuple[float, ...
     T, T+I, ... up to 1.0; no increment (or 0): T alone, no fallback."""
     if not increment:
         return (start,)
-    steps = int(round((1.0 - start) / increment + 1e-9))
+    steps = round((1.0 - start) / increment + 1e-9)
     return tuple(round(start + i * increment, 6) for i in range(steps + 1))
 
 

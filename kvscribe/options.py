@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from kvscribe.decoding import Fallback, VadFilter, temperatures_from
 from kvscribe.errors import UsageError
 from kvscribe.kvcache.spec import parse_cross, validate_policy
 from kvscribe.writers import FORMATS
@@ -17,10 +18,17 @@ MAX_BATCH = 64
 # Field metadata: a different value can change what an output file contains, so a batch
 # redoes its inputs when the value changes (kvscribe.batch derives its resume key from it).
 SHAPES_OUTPUT = "shapes_output"
+# An option added after manifests existed joins the key only when set away from its default,
+# so earlier runs' manifests still resume.
+KEYED_WHEN_SET = "keyed_when_set"
 
 
 def _shaping(default: Any) -> Any:
     return field(default=default, metadata={SHAPES_OUTPUT: True})
+
+
+def _shaping_added(default: Any) -> Any:
+    return field(default=default, metadata={SHAPES_OUTPUT: True, KEYED_WHEN_SET: True})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +45,7 @@ class EngineOptions:
     device: str | None = _shaping(None)
     kv_policy: str | None = _shaping(None)  # overrides the profile's self-attention policy
     kv_cross: str | None = _shaping(None)  # overrides the profile's cross-attention policy
+    threads: int | None = None  # overrides the backend section's thread count
     stats_json: Path | None = None
     quiet: bool = False
 
@@ -44,6 +53,16 @@ class EngineOptions:
 def output_shaping_fields(options: EngineOptions | type[EngineOptions]) -> tuple[str, ...]:
     """Names of the options that can change what an output contains."""
     return tuple(f.name for f in fields(options) if f.metadata.get(SHAPES_OUTPUT))
+
+
+def output_shaping_values(options: EngineOptions) -> dict[str, Any]:
+    """The output-shaping options and their values, as a batch's resume key records them."""
+    return {
+        f.name: getattr(options, f.name)
+        for f in fields(options)
+        if f.metadata.get(SHAPES_OUTPUT)
+        and not (f.metadata.get(KEYED_WHEN_SET) and getattr(options, f.name) == f.default)
+    }
 
 
 @dataclass(frozen=True)
@@ -54,6 +73,30 @@ class TranscribeOptions(EngineOptions):
     # Speech chunks decoded at once; None: the profile's.
     batch_size: int | None = _shaping(None)
     compute_type: str | None = _shaping(None)  # overrides the backend section's compute_type
+    # Decoding, as openai-whisper / faster-whisper name and default it.
+    initial_prompt: str | None = _shaping_added(None)
+    condition_on_previous_text: bool | None = _shaping_added(None)  # None: the profile's
+    temperature: float = _shaping_added(0.0)
+    temperature_increment_on_fallback: float = _shaping_added(0.2)  # 0: no fallback
+    best_of: int = _shaping_added(5)
+    compression_ratio_threshold: float = _shaping_added(2.4)
+    logprob_threshold: float = _shaping_added(-1.0)
+    no_speech_threshold: float = _shaping_added(0.6)
+    word_timestamps: bool = _shaping_added(False)
+    # Silence cut out before decoding (faster-whisper's vad_filter), in seconds.
+    vad_filter: bool = _shaping_added(False)
+    vad_threshold: float = _shaping_added(0.5)
+    vad_min_speech: float = _shaping_added(0.0)
+    vad_min_silence: float = _shaping_added(2.0)
+    vad_pad: float = _shaping_added(0.4)
+    # Subtitles from word times (need word_timestamps).
+    highlight_words: bool = _shaping_added(False)
+    max_line_width: int | None = _shaping_added(None)
+    max_line_count: int | None = _shaping_added(None)
+    max_words_per_line: int | None = _shaping_added(None)
+    # Audio on stdin ("-"): named `output_name` in outputs; raw PCM needs `input_format`.
+    output_name: str | None = None
+    input_format: str | None = None
     # Finding inputs in folders.
     recursive: bool = False
     globs: tuple[str, ...] = ()
@@ -78,6 +121,11 @@ class TranscribeOptions(EngineOptions):
                 hint=f"got {self.device!r}",
             )
         _check_kv(self.kv_policy, self.kv_cross)
+        _check_threads(self.threads)
+        self._check_fallback()
+        self._check_vad()
+        self._check_words()
+        self._check_stdin()
         if self.batch_size is not None and not 1 <= self.batch_size <= MAX_BATCH:
             raise UsageError(
                 f"must be between 1 and {MAX_BATCH}",
@@ -105,6 +153,109 @@ class TranscribeOptions(EngineOptions):
                 subject="--output-format",
                 hint="add --output-dir DIR",
             )
+
+    def fallback(self) -> Fallback:
+        return Fallback(
+            temperatures=temperatures_from(
+                self.temperature, self.temperature_increment_on_fallback
+            ),
+            compression_ratio_threshold=self.compression_ratio_threshold,
+            logprob_threshold=self.logprob_threshold,
+            no_speech_threshold=self.no_speech_threshold,
+            best_of=self.best_of,
+        )
+
+    def vad(self) -> VadFilter | None:
+        if not self.vad_filter:
+            return None
+        return VadFilter(
+            threshold=self.vad_threshold,
+            min_speech_seconds=self.vad_min_speech,
+            min_silence_seconds=self.vad_min_silence,
+            pad_seconds=self.vad_pad,
+        )
+
+    @property
+    def reads_stdin(self) -> bool:
+        return any(str(path) == STDIN for path in self.inputs)
+
+    def _check_fallback(self) -> None:
+        _in_range("--temperature", self.temperature, 0.0, 1.0)
+        _in_range(
+            "--temperature-increment-on-fallback", self.temperature_increment_on_fallback, 0.0, 1.0
+        )
+        _in_range("--compression-ratio-threshold", self.compression_ratio_threshold, 1.0, 100.0)
+        _in_range("--logprob-threshold", self.logprob_threshold, -100.0, 0.0)
+        _in_range("--no-speech-threshold", self.no_speech_threshold, 0.0, 1.0)
+        if not 1 <= self.best_of <= 16:
+            raise UsageError(
+                "must be between 1 and 16", subject="--best-of", hint=f"got {self.best_of}"
+            )
+
+    def _check_vad(self) -> None:
+        _in_range("--vad-threshold", self.vad_threshold, 0.05, 0.95)
+        _in_range("--vad-min-speech", self.vad_min_speech, 0.0, 10.0)
+        _in_range("--vad-min-silence", self.vad_min_silence, 0.05, 60.0)
+        _in_range("--vad-pad", self.vad_pad, 0.0, 5.0)
+
+    def _check_words(self) -> None:
+        for flag, value in (
+            ("--max-line-width", self.max_line_width),
+            ("--max-line-count", self.max_line_count),
+            ("--max-words-per-line", self.max_words_per_line),
+        ):
+            if value is not None and value < 1:
+                raise UsageError("must be at least 1", subject=flag, hint=f"got {value}")
+        layout = {
+            "--highlight-words": self.highlight_words,
+            "--max-line-width": self.max_line_width is not None,
+            "--max-line-count": self.max_line_count is not None,
+            "--max-words-per-line": self.max_words_per_line is not None,
+        }
+        for flag, used in layout.items():
+            if used and not self.word_timestamps:
+                raise UsageError(
+                    "lays out subtitles by word times",
+                    subject=flag,
+                    hint="add --word-timestamps",
+                )
+        if self.max_line_count is not None and self.max_line_width is None:
+            raise UsageError(
+                "counts lines that --max-line-width breaks",
+                subject="--max-line-count",
+                hint="add --max-line-width N",
+            )
+
+    def _check_stdin(self) -> None:
+        if not self.reads_stdin:
+            for flag, value in (
+                ("--output-name", self.output_name),
+                ("--input-format", self.input_format),
+            ):
+                if value is not None:
+                    raise UsageError(
+                        "only applies to audio read from stdin",
+                        subject=flag,
+                        hint="pass '-' as the input",
+                    )
+            return
+        if len(self.inputs) > 1:
+            raise UsageError(
+                "stdin ('-') is one input: it cannot be mixed with others",
+                subject="-",
+                hint="run kvscribe once for the piped audio and once for the files",
+            )
+        if self.output_name is not None and (
+            "/" in self.output_name or not self.output_name.strip(".")
+        ):
+            raise UsageError(
+                "must be a plain file name stem",
+                subject="--output-name",
+                hint=f"got {self.output_name!r}; e.g. --output-name talk",
+            )
+
+
+STDIN = "-"
 
 
 def parse_formats(value: str | None, to_dir: bool) -> tuple[str, ...]:
@@ -158,6 +309,7 @@ class LiveOptions(EngineOptions):
             )
         _check_decoding(self.task, self.beam_size)
         _check_kv(self.kv_policy, self.kv_cross)
+        _check_threads(self.threads)
 
 
 def _check_decoding(task: str, beam_size: int | None) -> None:
@@ -174,6 +326,11 @@ def _check_kv(kv_policy: str | None, kv_cross: str | None) -> None:
         validate_policy(kv_policy)
     if kv_cross is not None:
         parse_cross(kv_cross)
+
+
+def _check_threads(threads: int | None) -> None:
+    if threads is not None and not 1 <= threads <= 256:
+        raise UsageError("must be between 1 and 256", subject="--threads", hint=f"got {threads}")
 
 
 def _in_range(flag: str, value: float, low: float, high: float) -> None:

@@ -10,7 +10,8 @@ from typing import Protocol
 
 from kvscribe import audio, hardware, models, registry
 from kvscribe import profile as profiles
-from kvscribe.backends.base import Backend, DecodeRequest
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.backends.base import Backend, DecodeRequest, DecoderReport, Transcription
 from kvscribe.devices import device_for
 from kvscribe.errors import KvscribeError, UsageError
 from kvscribe.inputs import Input
@@ -22,6 +23,7 @@ from kvscribe.writers import write_outputs
 
 class Listener(Protocol):
     def file_started(self, source: Path, duration: float) -> None: ...
+    def language(self, source: Path, language: str, probability: float | None) -> None: ...
     def segment(self, source: Path, segment: Segment) -> None: ...
     def file_done(self, source: Path, transcript: Transcript, outputs: list[Path]) -> None: ...
     def file_failed(self, source: Path, error: KvscribeError) -> None: ...
@@ -50,20 +52,7 @@ def load_backend(opts: EngineChoice) -> tuple[Backend, RunStats]:
             kv_cross=opts.kv_cross or profile.kv_cross,
             kv_from_command_line=True,
         )
-    compute_type = getattr(opts, "compute_type", None)
-    if compute_type is not None and "compute_type" not in backend_cls.settings_schema:
-        raise UsageError(
-            f"the {opts.backend} backend has no compute type to choose",
-            subject="--compute-type",
-            hint="leave it out: this backend runs at its model's precision",
-        )
-    if compute_type is not None:
-        section = {**profile.settings_for(opts.backend), "compute_type": compute_type}
-        profile = dataclasses.replace(
-            profile,
-            backends={**profile.backends, opts.backend: section},
-            compute_type_from_command_line=True,
-        )
+    profile = _command_line_settings(opts, backend_cls, profile)
     choice = device_for(
         opts.backend, backend_cls.capabilities.devices, profile, opts.device, hardware.detect()
     )
@@ -78,9 +67,73 @@ def load_backend(opts: EngineChoice) -> tuple[Backend, RunStats]:
     backend.load()
     stats.load_seconds = time.perf_counter() - started
     stats.settings = backend.describe_settings()
+    chosen = from_command_line(opts)
+    if chosen:
+        stats.settings["from the command line"] = ", ".join(chosen) + " (the rest: profile)"
     if choice.note is not None:
         stats.notes.append(choice.note)
     return backend, stats
+
+
+def _command_line_settings(opts: EngineChoice, backend_cls: type[Backend], profile):
+    """--compute-type and --threads replace the backend section's settings of the profile."""
+    section = dict(profile.settings_for(opts.backend))
+    compute_type = getattr(opts, "compute_type", None)
+    if compute_type is not None:
+        if "compute_type" not in backend_cls.settings_schema:
+            raise UsageError(
+                f"the {opts.backend} backend has no compute type to choose",
+                subject="--compute-type",
+                hint="leave it out: this backend runs at its model's precision",
+            )
+        section["compute_type"] = compute_type
+    threads = getattr(opts, "threads", None)
+    if threads is not None:
+        key = backend_cls.threads_setting()
+        if key is None:
+            raise UsageError(
+                f"the {opts.backend} backend has no thread count to set",
+                subject="--threads",
+                hint="leave it out",
+            )
+        section[key] = threads
+    if section == dict(profile.settings_for(opts.backend)) and compute_type is None:
+        return profile
+    return dataclasses.replace(
+        profile,
+        backends={**profile.backends, opts.backend: section},
+        compute_type_from_command_line=compute_type is not None
+        or profile.compute_type_from_command_line,
+    )
+
+
+def from_command_line(opts) -> list[str]:
+    """The settings this run's flags chose over the profile's, for the stats report."""
+    given = {
+        "beam size": getattr(opts, "beam_size", None),
+        "batch size": getattr(opts, "batch_size", None),
+        "compute type": getattr(opts, "compute_type", None),
+        "threads": getattr(opts, "threads", None),
+        "device": opts.device,
+        "self-attn policy": opts.kv_policy,
+        "cross-attn policy": opts.kv_cross,
+        "previous-text prompt": getattr(opts, "condition_on_previous_text", None),
+    }
+    return [name for name, value in given.items() if value is not None]
+
+
+def decode_request(opts: TranscribeOptions) -> DecodeRequest:
+    return DecodeRequest(
+        language=opts.language,
+        task=opts.task,
+        beam_size=opts.beam_size,
+        batch_size=opts.batch_size,
+        prompt=opts.initial_prompt,
+        word_timestamps=opts.word_timestamps,
+        condition_on_previous_text=opts.condition_on_previous_text,
+        fallback=opts.fallback(),
+        vad=opts.vad(),
+    )
 
 
 class Runner:
@@ -128,16 +181,12 @@ class Runner:
         samples = audio.load_audio(path)
         duration = samples.size / audio.SAMPLE_RATE
         listener.file_started(path, duration)
-        request = DecodeRequest(
-            language=opts.language,
-            task=opts.task,
-            beam_size=opts.beam_size,
-            batch_size=opts.batch_size,
-        )
+        request = decode_request(opts)
         file_stats = FileStats(str(path), audio_seconds=duration)
         started = time.perf_counter()
         try:
-            run = self.backend.transcribe(samples, request)
+            run = self._transcribe(samples, request)
+            listener.language(path, run.language, run.language_probability)
             segments = []
             for segment in run.segments:
                 if file_stats.first_segment_seconds is None:
@@ -145,7 +194,9 @@ class Runner:
                 segments.append(segment)
                 listener.segment(path, segment)
             file_stats.decode_seconds = time.perf_counter() - started
-            transcript = Transcript(str(path), run.language, duration, segments)
+            transcript = Transcript(
+                str(path), run.language, duration, segments, run.language_probability
+            )
             written = []
             if base is not None:
                 written = write_outputs(transcript, base.parent, base.name, opts.formats)
@@ -154,5 +205,24 @@ class Runner:
                 exc.subject = str(path)
             raise
         file_stats.language, file_stats.report = run.language, run.report
+        file_stats.language_probability = run.language_probability
         self.stats.settings.update(run.report.settings)
         return file_stats, transcript, written
+
+    def _transcribe(self, samples, request: DecodeRequest) -> Transcription:
+        """The backend's transcription, with --vad-filter done here when its engine has none."""
+        assert self.backend is not None
+        if request.vad is None or self.backend.capabilities.vad_filter:
+            return self.backend.transcribe(samples, request)
+        from kvscribe.vadfilter import speech_only
+
+        speech, time_map = speech_only(samples, request.vad)
+        kept = f"{speech.size / SAMPLE_RATE:.1f} of {samples.size / SAMPLE_RATE:.1f} s kept"
+        if speech.size == 0:  # nothing to decode: no text, and no engine call on empty audio
+            report = DecoderReport(settings={"vad filter": kept + " (kvscribe's silero VAD)"})
+            return Transcription(request.language or "en", None, iter(()), report)
+        run = self.backend.transcribe(speech, dataclasses.replace(request, vad=None))
+        run.report.settings["vad filter"] = kept + " (kvscribe's silero VAD)"
+        return Transcription(
+            run.language, run.language_probability, time_map.segments(run.segments), run.report
+        )

@@ -79,6 +79,7 @@ class FileStats:
     decode_seconds: float = 0.0
     first_segment_seconds: float | None = None
     language: str | None = None
+    language_probability: float | None = None  # None: given, or not detected
     report: DecoderReport | None = None
     error: str | None = None
 
@@ -193,6 +194,9 @@ def _file_dict(f: FileStats) -> dict[str, Any]:
         return entry
     entry.update(
         language=f.language,
+        language_probability=(
+            round(f.language_probability, 4) if f.language_probability is not None else None
+        ),
         transcribe_seconds=round(f.decode_seconds, 3),
         first_segment_seconds=(
             round(f.first_segment_seconds, 3) if f.first_segment_seconds is not None else None

@@ -31,6 +31,24 @@ DIFFERENT = {
     "kv_cross": "full",
     "batch_size": 2,
     "compute_type": "float32",
+    "initial_prompt": "Glossary: kvscribe.",
+    "condition_on_previous_text": False,
+    "temperature": 0.4,
+    "temperature_increment_on_fallback": 0.0,
+    "best_of": 2,
+    "compression_ratio_threshold": 2.0,
+    "logprob_threshold": -0.5,
+    "no_speech_threshold": 0.3,
+    "word_timestamps": True,
+    "vad_filter": True,
+    "vad_threshold": 0.7,
+    "vad_min_speech": 0.5,
+    "vad_min_silence": 1.0,
+    "vad_pad": 0.1,
+    "highlight_words": True,
+    "max_line_width": 42,
+    "max_line_count": 2,
+    "max_words_per_line": 5,
 }
 
 # Where outputs go, which formats, how fast, how loudly: never what a transcript says.
@@ -46,7 +64,21 @@ NOT_SHAPING = {
     "force",
     "fail_fast",
     "json_events",
+    "threads",
+    "output_name",  # the file's name, not its content
+    "input_format",  # how stdin is read; the audio decides the content
 }
+
+
+_WORD_LAYOUT = {"highlight_words", "max_line_width", "max_line_count", "max_words_per_line"}
+
+
+def test_options_added_later_leave_earlier_manifests_keys_alone():
+    """A manifest written before the decoding flags existed must still resume: at their
+    defaults they are not in the key at all."""
+    settings = output_settings(BASE)
+    assert "word_timestamps" not in settings and "temperature" not in settings
+    assert "beam_size" in settings  # an option that was always keyed still is
 
 
 def _key(options: TranscribeOptions) -> str:
@@ -66,7 +98,12 @@ def test_every_option_says_whether_it_shapes_outputs():
 def test_each_output_shaping_option_changes_the_resume_key(name):
     if name not in DIFFERENT:
         pytest.fail(f"add a value of {name} that changes outputs to DIFFERENT")
-    changed = dataclasses.replace(BASE, **{name: DIFFERENT[name]})
+    needs = {"max_line_count": {"max_line_width": 42}}.get(name, {})  # valid alone otherwise
+    words = {"word_timestamps": True} if name in _WORD_LAYOUT else {}
+    changed = dataclasses.replace(BASE, **words, **needs, **{name: DIFFERENT[name]})
+    if words:  # the layout flag must change the key beyond what --word-timestamps does
+        base_words = dataclasses.replace(BASE, **words, **needs)
+        assert _key(changed) != _key(base_words), f"{name} is missing from the batch resume key"
     assert _key(changed) != _key(BASE), f"{name} is missing from the batch resume key"
 
 

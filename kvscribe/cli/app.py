@@ -63,9 +63,10 @@ def _root(
 
 def _register() -> None:
     from kvscribe.cli import bench, info, live, setup, transcribe
+    from kvscribe.cli.aliases import SnakeCaseAliases
 
-    app.command("transcribe", no_args_is_help=True)(transcribe.transcribe)
-    app.command("mic")(live.mic)
+    app.command("transcribe", no_args_is_help=True, cls=SnakeCaseAliases)(transcribe.transcribe)
+    app.command("mic", cls=SnakeCaseAliases)(live.mic)
     app.command("backends")(info.backends)
     app.add_typer(info.profiles_app, name="profiles")
     app.command("models")(info.models_command)

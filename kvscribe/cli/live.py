@@ -69,6 +69,7 @@ def mic(
     device: shared.Device = shared.DEVICE.option(mic=True),
     kv_policy: str = shared.KV_POLICY.option(mic=True),
     kv_cross: str = shared.KV_CROSS.option(mic=True),
+    threads: int = shared.THREADS.option(mic=True),
     prompt: str = typer.Option(
         None,
         "--prompt",
@@ -120,6 +121,7 @@ def mic(
             device=device,
             kv_policy=kv_policy,
             kv_cross=kv_cross,
+            threads=threads,
             prompt=prompt,
             step=step,
             min_silence=min_silence,

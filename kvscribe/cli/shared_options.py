@@ -103,6 +103,12 @@ KV_CROSS = SharedOption(
     {"show_default": "profile's"},
     mic_differs={"help": "Cross-attention KV policy."},
 )
+THREADS = SharedOption(
+    "threads",
+    ("--threads",),
+    "CPU threads the engine uses.",
+    {"show_default": "profile's"},
+)
 STATS_JSON = SharedOption(
     "stats_json",
     ("--stats-json",),
@@ -128,6 +134,7 @@ SHARED = (
     DEVICE,
     KV_POLICY,
     KV_CROSS,
+    THREADS,
     STATS_JSON,
     QUIET,
     DEBUG,

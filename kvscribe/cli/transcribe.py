@@ -22,6 +22,10 @@ from kvscribe.options import TranscribeOptions, parse_formats
 from kvscribe.types import Segment, Transcript
 from kvscribe.writers import RENDERERS, atomic_write_text, render_console_line
 
+_DECODING = "Decoding (openai-whisper's defaults)"
+_WORDS = "Word timestamps"
+_VAD = "Voice activity (--vad-filter)"
+
 
 def transcribe(
     files: list[Path] = typer.Argument(
@@ -68,6 +72,102 @@ def transcribe(
         "transformers default or int8 (int8 linear layers, CPU only); whispercpp default, "
         "q8_0, q5_0 or q4_0 (weights quantized once by whisper-quantize).",
     ),
+    threads: int = shared.THREADS.option(),
+    initial_prompt: str = typer.Option(
+        None,
+        "--initial-prompt",
+        metavar="TEXT",
+        help="Text to prompt the first window with: names, spellings, the style wanted.",
+        rich_help_panel=_DECODING,
+    ),
+    condition_on_previous_text: bool = typer.Option(
+        None,
+        "--condition-on-previous-text/--no-condition-on-previous-text",
+        show_default="profile's",
+        help="Prompt each window with the text before it (off: less looping, less context).",
+        rich_help_panel=_DECODING,
+    ),
+    temperature: float = typer.Option(
+        0.0,
+        "--temperature",
+        help="Sampling temperature of the first try.",
+        rich_help_panel=_DECODING,
+    ),
+    temperature_increment_on_fallback: float = typer.Option(
+        0.2,
+        "--temperature-increment-on-fallback",
+        help="Retry a failed window this much hotter, up to 1.0 (0: never retry).",
+        rich_help_panel=_DECODING,
+    ),
+    best_of: int = typer.Option(
+        5,
+        "--best-of",
+        help="Samples drawn per retry above temperature 0.",
+        rich_help_panel=_DECODING,
+    ),
+    compression_ratio_threshold: float = typer.Option(
+        2.4,
+        "--compression-ratio-threshold",
+        help="A window whose text compresses better than this (repetition) is retried.",
+        rich_help_panel=_DECODING,
+    ),
+    logprob_threshold: float = typer.Option(
+        -1.0,
+        "--logprob-threshold",
+        help="A window whose mean token log-probability is lower is retried.",
+        rich_help_panel=_DECODING,
+    ),
+    no_speech_threshold: float = typer.Option(
+        0.6,
+        "--no-speech-threshold",
+        help="A window this likely to hold no speech (and below --logprob-threshold) is skipped.",
+        rich_help_panel=_DECODING,
+    ),
+    word_timestamps: bool = typer.Option(
+        False,
+        "--word-timestamps",
+        help="Time every word (json words, word-level subtitles with the flags below).",
+        rich_help_panel=_WORDS,
+    ),
+    highlight_words: bool = typer.Option(
+        False,
+        "--highlight-words",
+        help="srt/vtt: underline each word as it is spoken.",
+        rich_help_panel=_WORDS,
+    ),
+    max_line_width: int = typer.Option(
+        None, "--max-line-width", help="srt/vtt: characters per line.", rich_help_panel=_WORDS
+    ),
+    max_line_count: int = typer.Option(
+        None,
+        "--max-line-count",
+        help="srt/vtt: lines per cue (with --max-line-width).",
+        rich_help_panel=_WORDS,
+    ),
+    max_words_per_line: int = typer.Option(
+        None, "--max-words-per-line", help="srt/vtt: words per line.", rich_help_panel=_WORDS
+    ),
+    vad_filter: bool = typer.Option(
+        False,
+        "--vad-filter",
+        help="Cut silence out before decoding (silero VAD); times stay the input's.",
+        rich_help_panel=_VAD,
+    ),
+    vad_threshold: float = typer.Option(
+        0.5,
+        "--vad-threshold",
+        help="Speech probability that counts as speech.",
+        rich_help_panel=_VAD,
+    ),
+    vad_min_speech: float = typer.Option(
+        0.0, "--vad-min-speech", help="Shorter speech (s) is dropped.", rich_help_panel=_VAD
+    ),
+    vad_min_silence: float = typer.Option(
+        2.0, "--vad-min-silence", help="Shorter pauses (s) are kept.", rich_help_panel=_VAD
+    ),
+    vad_pad: float = typer.Option(
+        0.4, "--vad-pad", help="Audio (s) kept either side of speech.", rich_help_panel=_VAD
+    ),
     recursive: bool = typer.Option(
         False, "--recursive", "-r", help="Search folders' subfolders too.", rich_help_panel="Inputs"
     ),
@@ -78,6 +178,21 @@ def transcribe(
         metavar="PATTERN",
         help="Only files in folders matching PATTERN (name or relative path); "
         "'!PATTERN' excludes. Repeatable.",
+        rich_help_panel="Inputs",
+    ),
+    output_name: str = typer.Option(
+        None,
+        "--output-name",
+        metavar="STEM",
+        show_default="stdin",
+        help="Name outputs of audio read from stdin ('-') STEM.<format>.",
+        rich_help_panel="Inputs",
+    ),
+    input_format: str = typer.Option(
+        None,
+        "--input-format",
+        metavar="RAW",
+        help="Audio on stdin is raw 16 kHz mono PCM: s16le or f32le (containers need no flag).",
         rich_help_panel="Inputs",
     ),
     files_from: str = typer.Option(
@@ -145,6 +260,27 @@ def transcribe(
             kv_policy=kv_policy,
             kv_cross=kv_cross,
             compute_type=compute_type,
+            threads=threads,
+            initial_prompt=initial_prompt,
+            condition_on_previous_text=condition_on_previous_text,
+            temperature=temperature,
+            temperature_increment_on_fallback=temperature_increment_on_fallback,
+            best_of=best_of,
+            compression_ratio_threshold=compression_ratio_threshold,
+            logprob_threshold=logprob_threshold,
+            no_speech_threshold=no_speech_threshold,
+            word_timestamps=word_timestamps,
+            highlight_words=highlight_words,
+            max_line_width=max_line_width,
+            max_line_count=max_line_count,
+            max_words_per_line=max_words_per_line,
+            vad_filter=vad_filter,
+            vad_threshold=vad_threshold,
+            vad_min_speech=vad_min_speech,
+            vad_min_silence=vad_min_silence,
+            vad_pad=vad_pad,
+            output_name=output_name,
+            input_format=input_format,
             recursive=recursive,
             globs=tuple(glob or ()),
             jobs=jobs or 1,
@@ -152,9 +288,22 @@ def transcribe(
             fail_fast=fail_fast,
             json_events=json_events,
         )
+        if options.reads_stdin:
+            return _run_stdin(options, jobs is None)
         return _run_batch(options, jobs is None) if output_dir is not None else _run(options)
 
     exit_with(body, console, debug)
+
+
+def _run_stdin(options: TranscribeOptions, auto_jobs: bool) -> int:
+    """`kvscribe -`: the piped audio, spooled to a file named after --output-name."""
+    import dataclasses
+
+    from kvscribe.stdin import spooled
+
+    with spooled(sys.stdin.buffer, options.output_name, options.input_format) as path:
+        options = dataclasses.replace(options, inputs=(path,))
+        return _run_batch(options, auto_jobs) if options.output_dir is not None else _run(options)
 
 
 def _run(options: TranscribeOptions) -> int:
@@ -268,6 +417,11 @@ class TerminalListener:
             self.console.rule(f"{source} ({duration:.1f} s)", align="left", style="dim")
         if self._progress is not None:
             self._task = self._progress.add_task(source.name, total=max(duration, 0.01))
+
+    def language(self, source: Path, language: str, probability: float | None) -> None:
+        """openai-whisper's "Detected language" line, when the model detected it."""
+        if probability is not None and not self.options.quiet:
+            self.console.print(f"[dim]detected language: {language} (p = {probability:.2f})[/]")
 
     def segment(self, source: Path, segment: Segment) -> None:
         if self.stream_lines:

@@ -1,0 +1,102 @@
+"""`--vad-filter` for backends whose engine has no VAD of its own: cut the silence out
+of a file before decoding, then put every time back on the original clock.
+
+The speech regions come from the silero VAD that live mode and batched decoding use
+(the same hysteresis, with faster-whisper's defaults). The regions are joined into
+one shorter signal, as faster-whisper does; a time in it maps back through the
+region it falls in, so the inserted silence never holds text and what follows it
+keeps its real time.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.decoding import VadFilter
+from kvscribe.types import Segment
+
+
+@dataclass(frozen=True)
+class TimeMap:
+    """Speech regions (start, end) in original samples, in order, not overlapping."""
+
+    regions: tuple[tuple[int, int], ...]
+
+    @cached_property
+    def _filtered_starts(self) -> list[int]:
+        """Where each region begins in the joined signal."""
+        starts, total = [], 0
+        for begin, end in self.regions:
+            starts.append(total)
+            total += end - begin
+        return starts
+
+    @property
+    def kept_samples(self) -> int:
+        return sum(end - begin for begin, end in self.regions)
+
+    def original(self, seconds: float, is_end: bool = False) -> float:
+        """A time in the filtered signal -> the same instant in the original audio. An end
+        exactly on a join belongs to the region before it, a start to the one after."""
+        if not self.regions:
+            return seconds
+        sample = seconds * SAMPLE_RATE
+        starts = self._filtered_starts
+        find = bisect.bisect_left if is_end else bisect.bisect_right
+        index = max(0, find(starts, sample) - 1)
+        begin, end = self.regions[index]
+        return min(begin + sample - starts[index], end) / SAMPLE_RATE
+
+    def segment(self, segment: Segment) -> Segment:
+        words = tuple(
+            dataclasses.replace(w, start=self.original(w.start), end=self.original(w.end, True))
+            for w in segment.words
+        )
+        return dataclasses.replace(
+            segment,
+            start=self.original(segment.start),
+            end=self.original(segment.end, is_end=True),
+            words=words,
+        )
+
+    def segments(self, segments: Iterator[Segment]) -> Iterator[Segment]:
+        for segment in segments:
+            yield self.segment(segment)
+
+
+def speech_only(audio: np.ndarray, settings: VadFilter) -> tuple[np.ndarray, TimeMap]:
+    """The speech in `audio` (mono 16 kHz float32) joined end to end, and its time map."""
+    from kvscribe.capacity import usable_cores
+    from kvscribe.chunking import speech_regions
+    from kvscribe.live.vad import SileroVad, VadSettings
+
+    hysteresis = VadSettings(
+        threshold=settings.threshold,
+        min_silence=settings.min_silence_seconds,
+        min_speech=settings.min_speech_seconds,
+        pad=settings.pad_seconds,
+        min_utterance=0.0,  # a file has no listener waiting: no joining of short utterances
+    )
+    probabilities = SileroVad(threads=min(4, usable_cores())).probabilities(audio)
+    regions = _merged(speech_regions(probabilities, hysteresis, audio.size))
+    kept = [audio[begin:end] for begin, end in regions]
+    joined = np.concatenate(kept) if kept else np.zeros(0, dtype=np.float32)
+    return joined, TimeMap(tuple(regions))
+
+
+def _merged(regions: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Touching regions (padding met) become one, so no join sits inside continuous speech."""
+    merged: list[tuple[int, int]] = []
+    for begin, end in regions:
+        if merged and begin <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        elif end > begin:
+            merged.append((begin, end))
+    return merged
