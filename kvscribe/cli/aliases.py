@@ -38,7 +38,8 @@ def rewrite(args: list[str], params: list[Any]) -> list[str]:
             out.append(arg)
             continue
         if kebab in switches:
-            if not equals and index + 1 < len(args) and _is_bool(args[index + 1]):
+            # openai-whisper's booleans always take a value: so does their spelling here.
+            if not equals and index + 1 < len(args) and not args[index + 1].startswith("-"):
                 value, equals = args[index + 1], "="
                 next(pending)  # the value was consumed with the flag
             switched = _switch(kebab, value if equals else "true", switches[kebab])
@@ -62,10 +63,6 @@ def _switches(params: list[Any]) -> dict[str, str | None]:
             for name in param.opts:
                 found[name] = off
     return found
-
-
-def _is_bool(text: str) -> bool:
-    return text.lower() in _TRUE | _FALSE
 
 
 def _switch(flag: str, value: str, off: str | None) -> str:

@@ -302,7 +302,8 @@ def _run_stdin(options: TranscribeOptions, auto_jobs: bool) -> int:
     from kvscribe.stdin import spooled
 
     with spooled(sys.stdin.buffer, options.output_name, options.input_format) as path:
-        options = dataclasses.replace(options, inputs=(path,))
+        # The spool carries the name and the format now: the options describe a plain file.
+        options = dataclasses.replace(options, inputs=(path,), output_name=None, input_format=None)
         return _run_batch(options, auto_jobs) if options.output_dir is not None else _run(options)
 
 

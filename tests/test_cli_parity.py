@@ -1,0 +1,172 @@
+"""What users of openai-whisper and faster-whisper type, through the real CLI: their
+snake_case spellings, audio on stdin, --vad-filter, and the errors for flags that
+cannot apply."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+import srt
+
+from kvscribe.audio import SAMPLE_RATE, load_audio
+from kvscribe.errors import ExitCode
+from kvscribe.vadfilter import TimeMap
+from tests.conftest import KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
+
+BACKENDS = ("ctranslate2", "transformers", "whispercpp")
+INSERTED = 30.0  # seconds of digital silence put into JFK's pause after "Americans"
+PAUSE_AT = 2.7  # mid-pause (2.2-3.2 s is at the recording's noise floor)
+
+
+def _piped(*args: str | Path, data: bytes, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(KVSCRIBE), *map(str, args)],
+        input=data,
+        capture_output=True,
+        timeout=timeout,
+        env=os.environ.copy(),
+    )
+
+
+def _write_wav(path: Path, samples: np.ndarray) -> Path:
+    pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2")
+    with wave.open(str(path), "wb") as handle:
+        handle.setnchannels(1)
+        handle.setsampwidth(2)
+        handle.setframerate(SAMPLE_RATE)
+        handle.writeframes(pcm.tobytes())
+    return path
+
+
+def _srt_text(document: str) -> str:
+    return " ".join(cue.content for cue in srt.parse(document))
+
+
+def test_openai_whisper_spellings_write_srt_into_the_output_dir(tmp_path):
+    out = tmp_path / "out"
+    result = run_cli(SAMPLE, "--output_dir", out, "--output_format", "srt", "-q")
+    assert result.code == 0, result.stderr
+    assert [p.name for p in out.iterdir() if not p.name.startswith(".")] == ["jfk.srt"]
+    assert wer(SAMPLE_TEXT, _srt_text((out / "jfk.srt").read_text())) <= 0.1
+
+
+def test_openai_whisper_booleans_take_true_and_false(tmp_path):
+    out = tmp_path / "out"
+    result = run_cli(
+        SAMPLE, "--word_timestamps", "True", "--condition_on_previous_text", "False",
+        "--output_dir", out, "--output_format", "json", "-q",
+    )  # fmt: skip
+    assert result.code == 0, result.stderr
+    segments = json.loads((out / "jfk.json").read_text())["segments"]
+    assert segments and all(segment["words"] for segment in segments)
+    bad = run_cli(SAMPLE, "--word_timestamps", "maybe", "-q")
+    assert bad.code == ExitCode.USAGE
+    assert "word_timestamps" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_piped_mp3_becomes_srt_on_stdout(derived):
+    proc = _piped("-", "-f", "srt", "-q", data=derived["mp3"].read_bytes())
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert wer(SAMPLE_TEXT, _srt_text(proc.stdout.decode())) <= 0.1
+
+
+def test_raw_pcm_on_stdin_is_named_by_output_name(tmp_path):
+    pcm = (load_audio(SAMPLE) * 32767).astype("<i2").tobytes()
+    out = tmp_path / "out"
+    args = ("-", "--input-format", "s16le", "--output-name", "talk", "-o", out, "-f", "txt", "-q")
+    proc = _piped(*args, data=pcm)
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert wer(SAMPLE_TEXT, (out / "talk.txt").read_text()) <= 0.1
+
+
+def test_stdin_without_a_name_writes_stdin_outputs(tmp_path):
+    out = tmp_path / "out"
+    proc = _piped("-", "-o", out, "-f", "txt", "-q", data=SAMPLE.read_bytes())
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert (out / "stdin.txt").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (("-", SAMPLE), "-"),
+        ((SAMPLE, "--output-name", "talk"), "--output-name"),
+        (("-", "--input-format", "mp3"), "--input-format"),
+        (("-", "--output-name", "a/b"), "--output-name"),
+        ((SAMPLE, "--highlight-words"), "--word-timestamps"),
+        ((SAMPLE, "--word-timestamps", "--max-line-count", "2"), "--max-line-width"),
+        ((SAMPLE, "--temperature", "1.5"), "--temperature"),
+        ((SAMPLE, "--threads", "0"), "--threads"),
+        ((SAMPLE, "--vad-filter", "--vad-threshold", "2"), "--vad-threshold"),
+    ],
+)
+def test_flags_that_cannot_apply_are_one_line_usage_errors(args, names):
+    proc = _piped(*args, data=b"")
+    stderr = proc.stderr.decode()
+    assert proc.returncode == ExitCode.USAGE, stderr
+    assert names in stderr and "Traceback" not in stderr
+    assert len(stderr.strip().splitlines()) == 1
+
+
+def test_nothing_on_stdin_is_an_audio_error():
+    proc = _piped("-", "-q", data=b"")
+    stderr = proc.stderr.decode()
+    assert proc.returncode == ExitCode.AUDIO_UNDECODABLE, stderr
+    assert "stdin" in stderr and len(stderr.strip().splitlines()) == 1
+
+
+# -- --vad-filter ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def with_pause(tmp_path_factory) -> Path:
+    """JFK with 30 s of digital silence inserted in the pause after "Americans"."""
+    samples = load_audio(SAMPLE)
+    cut = int(PAUSE_AT * SAMPLE_RATE)
+    gap = np.zeros(int(INSERTED * SAMPLE_RATE), dtype=np.float32)
+    folder = tmp_path_factory.mktemp("paused")
+    return _write_wav(
+        folder / "jfk_paused.wav", np.concatenate([samples[:cut], gap, samples[cut:]])
+    )
+
+
+def _words(path: Path, backend: str, tmp_path: Path, *flags: str) -> list[dict]:
+    out = tmp_path / backend
+    result = run_cli(
+        path, "-b", backend, "--vad-filter", "--word-timestamps", "-f", "json", "-o", out, "-q",
+        *flags,
+    )  # fmt: skip
+    assert result.code == 0, result.stderr
+    document = json.loads((out / f"{path.stem}.json").read_text())
+    return [word for segment in document["segments"] for word in segment["words"]]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_vad_filter_keeps_the_silence_empty_and_the_clock_true(backend, with_pause, tmp_path):
+    paused = _words(with_pause, backend, tmp_path / "paused")
+    plain = _words(SAMPLE, backend, tmp_path / "plain")
+    silence = (PAUSE_AT + 0.5, PAUSE_AT + INSERTED - 0.5)
+    inside = [w for w in paused if w["end"] > silence[0] and w["start"] < silence[1]]
+    assert not inside, f"text in the inserted silence: {inside}"
+    after = [w for w in paused if w["start"] >= PAUSE_AT + INSERTED]
+    before = [w for w in plain if w["start"] >= PAUSE_AT]
+    assert [w["word"] for w in after] == [w["word"] for w in before]
+    shifts = [a["start"] - b["start"] for a, b in zip(after, before, strict=True)]
+    assert np.median(shifts) == pytest.approx(INSERTED, abs=0.1), shifts
+
+
+def test_vad_time_map_puts_every_instant_back_exactly():
+    second = SAMPLE_RATE
+    regions = ((1 * second, 3 * second), (33 * second, 36 * second))
+    time_map = TimeMap(regions)
+    assert time_map.original(0.0) == 1.0
+    assert time_map.original(1.5) == 2.5
+    assert time_map.original(2.0) == 33.0  # a start on the join belongs to the later region
+    assert time_map.original(2.0, is_end=True) == 3.0  # an end, to the earlier one
+    assert time_map.original(4.5) == 35.5
