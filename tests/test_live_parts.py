@@ -102,6 +102,22 @@ def test_commits_only_what_two_hypotheses_in_a_row_agree_on():
     assert agreement.committed == ["And", "so,", "my", "fellow", "Americans."]
 
 
+def test_timed_words_hold_back_by_their_real_ends():
+    """With the backend's word times, a long last word no longer shares its span evenly:
+    "three" ends at 1.2 s though the estimate would put it at 3.0 s."""
+    from kvscribe.types import Segment, Word
+
+    times = [("one", 0.0, 0.4), ("two", 0.4, 0.8), ("three", 0.8, 1.2), ("fooour", 1.2, 4.0)]
+    words = tuple(Word(a, b, " " + w, 0.9) for w, a, b in times)
+    timed = Hypothesis.from_decode([Segment(0, 0.0, 4.0, " one two three fooour", words=words)])
+    assert timed.ends == (0.4, 0.8, 1.2, 4.0)
+    agreement = LocalAgreement()
+    agreement.update(timed, hold=0)
+    assert agreement.update(timed, hold=2.5) == ["one", "two", "three"]
+    untimed = Hypothesis.from_decode([Segment(0, 0.0, 4.0, " one two three fooour")])
+    assert untimed.ends == _hyp(("one two three fooour", 0.0, 4.0)).ends
+
+
 def test_words_without_enough_speech_after_them_wait():
     agreement = LocalAgreement()
     agreement.update(_hyp(("one two three four", 0.0, 4.0)), hold=0)

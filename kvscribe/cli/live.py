@@ -192,6 +192,7 @@ def _run(options: LiveOptions, console) -> int:
             task=options.task,
             beam_size=options.beam_size,
             prompt=options.prompt,
+            word_timestamps=True,  # commits and buffer cuts at the words' real ends
         ),
         Capture(source),
         detector,

@@ -1,15 +1,18 @@
 """LocalAgreement (Whisper-Streaming, Macháček et al. 2023): re-decode a growing audio buffer
 and commit the longest prefix on which two consecutive hypotheses agree.
 
-Words carry an estimated end time (Whisper's segment span shared out by characters): good
-to a few hundred ms, enough to hold back the newest words and to find where a committed
-sentence ends in the audio. Word timestamps proper would cost an alignment pass per decode.
+Words carry their end times: the backend's word timestamps (live mode asks for them), or,
+from a backend that gave none, an estimate (the segment's span shared out by characters,
+good to a few hundred ms). They hold back the newest words and find where a committed
+sentence ends in the audio, which is where the buffer is cut.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from kvscribe.types import Segment
 
 _SENTENCE_END = (".", "?", "!", "\u3002", "\uff1f", "\uff01")  # and CJK full stops
 _ECHO = 3  # words a new buffer may repeat from the end of the text cut off before it
@@ -32,6 +35,14 @@ class Hypothesis:
 
     words: tuple[str, ...]
     ends: tuple[float, ...]
+
+    @classmethod
+    def from_decode(cls, segments: list[Segment]) -> Hypothesis:
+        """The words of decoded segments, with their timed ends where the backend timed them."""
+        if segments and all(s.words for s in segments if s.text.strip()):
+            timed = [(w.word.strip(), w.end) for s in segments for w in s.words if w.word.strip()]
+            return cls(tuple(w for w, _ in timed), tuple(end for _, end in timed))
+        return cls.from_segments([(s.text, s.start, s.end) for s in segments])
 
     @classmethod
     def from_segments(cls, segments: list[tuple[str, float, float]]) -> Hypothesis:

@@ -180,10 +180,10 @@ class LiveSession:
         samples = self._audio[start - self._origin : stop - self._origin]
         started = time.perf_counter()
         run = self.backend.transcribe(samples, self.request)
-        segments = [(s.text, s.start, s.end) for s in run.segments]
+        segments = list(run.segments)
         self.stats.record_decode(time.perf_counter() - started, run.report)
         self._language = run.language
-        return Hypothesis.from_segments(segments)
+        return Hypothesis.from_decode(segments)
 
     def _redecode(self) -> None:
         utterance = self._utterance
