@@ -9,13 +9,18 @@ import pytest
 import srt
 import webvtt
 
-from kvscribe.errors import OutputError
-from kvscribe.types import Segment, Transcript
+from kvscribe.errors import OutputError, UsageError
+from kvscribe.types import Segment, Transcript, Word
 from kvscribe.writers import (
     FORMATS,
     RENDERERS,
+    WriterOptions,
     atomic_write_text,
     render_console_line,
+    render_json,
+    render_srt,
+    render_tsv,
+    render_vtt,
     timestamp,
     write_outputs,
 )
@@ -65,6 +70,11 @@ def test_vtt_parses_with_webvtt_py(tmp_path):
         "Ünïcödé at the end.",
     ]
     assert captions[2].start == "01:01:01.042"
+
+
+def test_vtt_writes_hours_only_when_there_are_any():
+    first = RENDERERS["vtt"](TRANSCRIPT).split("\n\n")[1]
+    assert first.startswith("00:00.000 --> 00:02.500\n")
 
 
 def test_json_holds_segments_with_start_end_text():
@@ -128,3 +138,180 @@ def test_unwritable_output_dir_is_an_output_error(tmp_path):
     blocker.write_text("not a folder")
     with pytest.raises(OutputError, match="cannot write here"):
         atomic_write_text(blocker / "talk.txt", "x")
+
+
+def _words(*spans: tuple[str, float, float]) -> tuple[Word, ...]:
+    return tuple(Word(start, end, text, 0.9) for text, start, end in spans)
+
+
+# Two segments with word times: a 0.1 s gap before "fox", a 4.6 s pause before "Hello".
+WORDED = Transcript(
+    source="fox.wav",
+    language="en",
+    duration=10.0,
+    language_probability=0.97,
+    segments=[
+        Segment(
+            0,
+            0.0,
+            3.4,
+            " The quick brown fox jumps over the lazy dog.",
+            tokens=(440, 2068),
+            avg_logprob=-0.25,
+            no_speech_prob=0.01,
+            seek=0,
+            temperature=0.0,
+            compression_ratio=1.1,
+            words=_words(
+                (" The", 0.0, 0.3),
+                (" quick", 0.3, 0.6),
+                (" brown", 0.6, 0.9),
+                (" fox", 1.0, 1.4),
+                (" jumps", 1.4, 1.8),
+                (" over", 1.8, 2.1),
+                (" the", 2.1, 2.3),
+                (" lazy", 2.3, 2.8),
+                (" dog.", 2.8, 3.4),
+            ),
+        ),
+        Segment(
+            1,
+            8.0,
+            9.5,
+            " Hello --> world.",
+            seek=0,
+            words=_words((" Hello", 8.0, 8.6), (" -->", 8.6, 8.8), (" world.", 8.8, 9.5)),
+        ),
+    ],
+)
+
+
+def _cues(text: str) -> list[tuple[float, float, str]]:
+    return [(c.start.total_seconds(), c.end.total_seconds(), c.content) for c in srt.parse(text)]
+
+
+def test_json_has_openai_whisper_fields_with_kvscribe_own_apart():
+    document = json.loads(render_json(WORDED))
+    assert list(document) == ["text", "segments", "language", "kvscribe"]
+    first, second = document["segments"]
+    assert list(first) == [
+        "id",
+        "seek",
+        "start",
+        "end",
+        "text",
+        "tokens",
+        "temperature",
+        "avg_logprob",
+        "compression_ratio",
+        "no_speech_prob",
+        "words",
+    ]
+    assert first["tokens"] == [440, 2068] and first["temperature"] == 0.0
+    assert first["words"][3] == {"word": " fox", "start": 1.0, "end": 1.4, "probability": 0.9}
+    assert second["temperature"] is None and second["avg_logprob"] is None  # not measured
+    assert document["kvscribe"] == {
+        "source": "fox.wav",
+        "duration": 10.0,
+        "language_probability": 0.97,
+        "segments": [{"id": 0, "window": 0}, {"id": 1, "window": 0}],
+    }
+
+
+def test_json_without_words_has_no_words_key_and_null_for_nan():
+    broken = Segment(4, 1.0, 2.0, " x", avg_logprob=float("nan"))
+    document = json.loads(render_json(Transcript("a.wav", "en", 2.0, [broken])))
+    assert "words" not in document["segments"][0]
+    assert document["segments"][0]["avg_logprob"] is None
+    assert document["kvscribe"]["language_probability"] is None
+
+
+def test_words_make_cues_per_segment_by_default():
+    assert [text for _, _, text in _cues(render_srt(WORDED))] == [
+        "The quick brown fox jumps over the lazy dog.",
+        "Hello -> world.",
+    ]
+
+
+def test_highlight_words_underlines_each_word_in_turn_and_fills_gaps():
+    cues = _cues(render_srt(WORDED, WriterOptions(highlight_words=True)))
+    assert len(cues) == 9 + 1 + 3  # a cue per word, one for the gap before "fox"
+    assert cues[0] == (0.0, 0.3, "<u>The</u> quick brown fox jumps over the lazy dog.")
+    assert cues[3] == (0.9, 1.0, "The quick brown fox jumps over the lazy dog.")
+    assert cues[4] == (1.0, 1.4, "The quick brown <u>fox</u> jumps over the lazy dog.")
+    assert cues[-1] == (8.8, 9.5, "Hello -> <u>world.</u>")
+
+
+def test_line_width_wraps_and_line_count_starts_a_new_cue():
+    options = WriterOptions(max_line_width=16, max_line_count=2)
+    assert _cues(render_srt(WORDED, options)) == [
+        (0.0, 2.1, "The quick brown\nfox jumps over"),
+        (2.1, 3.4, "the lazy dog."),
+        (8.0, 9.5, "Hello -> world."),
+    ]
+
+
+def test_line_width_alone_wraps_inside_segment_cues():
+    cues = _cues(render_srt(WORDED, WriterOptions(max_line_width=16)))
+    assert [text for _, _, text in cues] == [
+        "The quick brown\nfox jumps over\nthe lazy dog.",
+        "Hello -> world.",
+    ]
+
+
+def test_a_long_pause_starts_a_new_cue_when_cues_are_laid_out_by_width():
+    options = WriterOptions(max_line_width=42, max_line_count=3)
+    assert [text for _, _, text in _cues(render_srt(WORDED, options))] == [
+        "The quick brown fox jumps over the lazy\ndog.",
+        "Hello -> world.",  # room for a third line, but 4.6 s after "dog."
+    ]
+
+
+def test_max_words_per_line_splits_segments():
+    cues = _cues(render_srt(WORDED, WriterOptions(max_words_per_line=4)))
+    assert [text for _, _, text in cues] == [
+        "The quick brown fox",
+        "jumps over the lazy",
+        "dog.",
+        "Hello -> world.",
+    ]
+
+
+def test_word_options_do_nothing_without_words():
+    options = WriterOptions(highlight_words=True, max_line_width=5, max_line_count=1)
+    assert render_srt(TRANSCRIPT, options) == render_srt(TRANSCRIPT)
+    assert render_vtt(TRANSCRIPT, options) == render_vtt(TRANSCRIPT)
+
+
+def test_a_segment_without_words_keeps_its_text_among_worded_ones():
+    orphan = Segment(2, 10.0, 11.0, " Not aligned.")
+    transcript = Transcript("fox.wav", "en", 11.0, [*WORDED.segments, orphan])
+    assert _cues(render_srt(transcript))[-1] == (10.0, 11.0, "Not aligned.")
+
+
+def test_word_level_tsv_has_a_row_per_word():
+    rows = render_tsv(WORDED, WriterOptions(word_level_tsv=True)).splitlines()
+    assert rows[0] == "start\tend\ttext"
+    assert rows[1:4] == ["0\t300\tThe", "300\t600\tquick", "600\t900\tbrown"]
+    assert rows[-1] == "8800\t9500\tworld."
+    assert len(rows) == 1 + 12
+    assert render_tsv(WORDED).splitlines()[1:] == [
+        "0\t3400\tThe quick brown fox jumps over the lazy dog.",
+        "8000\t9500\tHello -> world.",
+    ]
+
+
+@pytest.mark.parametrize("field", ["max_line_width", "max_line_count", "max_words_per_line"])
+def test_a_limit_below_one_is_a_usage_error(field):
+    with pytest.raises(UsageError, match="at least 1"):
+        WriterOptions(**{field: 0})
+
+
+def test_write_outputs_passes_options_to_every_format(tmp_path):
+    options = WriterOptions(highlight_words=True, word_level_tsv=True)
+    written = write_outputs(WORDED, tmp_path, "fox", ("srt", "tsv"), options)
+    assert [p.read_text(encoding="utf-8") for p in written] == [
+        render_srt(WORDED, options),
+        render_tsv(WORDED, options),
+    ]
+    assert "<u>" in written[0].read_text(encoding="utf-8")
