@@ -173,6 +173,8 @@ class _CueLayout:
         self.last_start = first_start
 
     def add(self, word: Word, opens_chunk: bool) -> None:
+        # The pause runs from the previous word's start, as openai-whisper measures it;
+        # a new segment (or max_words_per_line group) opens a cue when cues follow segments.
         long_pause = (
             not self.options.preserve_segments and word.start - self.last_start > LONG_PAUSE_SECONDS
         )
