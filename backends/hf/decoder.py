@@ -30,6 +30,33 @@ class PolicyDecoder:
         positions: tuple[int, ...] = (-1,),
     ) -> torch.Tensor:
         """Run `tokens` [batch, q] after what `cache` has seen -> [batch, len(positions), vocab]."""
+        x = self._hidden(tokens, cache, cross, scores={})
+        picked = x[:, list(positions)]
+        return self.proj_out(self.decoder.layer_norm(picked))
+
+    @torch.inference_mode()
+    def logits_and_cross_scores(
+        self,
+        tokens: torch.Tensor,
+        cache: PolicyCache,
+        cross: CrossAttentionStore,
+        layers: set[int],
+    ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """Every position's logits [batch, q, vocab], and for each layer in `layers` its
+        cross-attention scores before softmax [batch, heads, q, frames] (word alignment
+        reads them; SDPA never returns them, so those layers compute attention in full)."""
+        scores: dict[int, torch.Tensor] = dict.fromkeys(layers)
+        x = self._hidden(tokens, cache, cross, scores)
+        return self.proj_out(self.decoder.layer_norm(x)), scores
+
+    def _hidden(
+        self,
+        tokens: torch.Tensor,
+        cache: PolicyCache,
+        cross: CrossAttentionStore,
+        scores: dict[int, torch.Tensor | None],
+    ) -> torch.Tensor:
+        """The last layer's output; a layer whose index is a key of `scores` stores there."""
         decoder = self.decoder
         seen = cache.get_seq_length()
         query = tokens.shape[1]
@@ -38,11 +65,14 @@ class PolicyDecoder:
         x = decoder.embed_tokens(tokens) + decoder.embed_positions.weight[seen : seen + query]
         for index, layer in enumerate(decoder.layers):
             x = x + _self_attention(layer, cache.layers[index], x)
-            x = x + _cross_attention(layer, cross, index, x)
+            if index in scores:
+                attended, scores[index] = _cross_attention_with_scores(layer, cross, index, x)
+                x = x + attended
+            else:
+                x = x + _cross_attention(layer, cross, index, x)
             x = x + layer.fc2(layer.activation_fn(layer.fc1(layer.final_layer_norm(x))))
         cache.note_peak()
-        picked = x[:, list(positions)]
-        return self.proj_out(decoder.layer_norm(picked))
+        return x
 
 
 def _self_attention(layer, cache_layer, x: torch.Tensor) -> torch.Tensor:
@@ -80,6 +110,21 @@ def _cross_attention(
     else:
         out = F.scaled_dot_product_attention(query, keys, values, scale=1.0)
     return attention.out_proj(_merge(out))
+
+
+def _cross_attention_with_scores(
+    layer, cross: CrossAttentionStore, index: int, x: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Cross-attention written out (one K/V copy per row), returning its output and the
+    scaled query-key scores before softmax."""
+    attention = layer.encoder_attn
+    query = split_heads(
+        attention.q_proj(layer.encoder_attn_layer_norm(x)) * attention.scaling, attention
+    )
+    keys, values = cross.get(index)
+    scores = query @ keys.transpose(-1, -2)
+    out = scores.softmax(dim=-1) @ values
+    return attention.out_proj(_merge(out)), scores
 
 
 def _causal_mask(query: int, keys: int, device) -> torch.Tensor | None:

@@ -1,0 +1,346 @@
+"""Word timestamps for the transformers backend (alignment heads + DTW) and kvscribe.words,
+on the real converted tiny.en, its real tokenizer and real audio, checked against
+faster-whisper's own word timestamps."""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from kvscribe.backends.base import DecodeRequest  # noqa: E402
+
+from kvscribe import models  # noqa: E402
+from kvscribe.audio import load_audio  # noqa: E402
+from kvscribe.words import (  # noqa: E402
+    Durations,
+    SegmentWords,
+    WordTiming,
+    clamp_at_sentence_ends,
+    fit_to_segment,
+    measure_durations,
+    merge_punctuations,
+    split_on_unicode,
+    split_words,
+)
+from tests.conftest import EVAL_DIR, SAMPLE  # noqa: E402
+
+# Short eval clips (one window each) whose tiny.en transcripts agree with faster-whisper's,
+# so the words can be matched one to one.
+EVAL_CLIPS = [
+    EVAL_DIR / f"{name}.wav"
+    for name in ("ps_librivox_ss01_0870", "ps_librivox_ss01_0890", "ps_librivox_ss01_0920")
+]
+CLIPS = [SAMPLE, *(clip for clip in EVAL_CLIPS if clip.exists())]
+BEAMS = 5
+MEDIAN_START_TOLERANCE = 0.2  # seconds: issue 14's bound against faster-whisper's words
+
+
+# ---------------------------------------------------------------- kvscribe.words, real tokenizer
+
+
+@functools.cache
+def _tokenizer():
+    from tokenizers import Tokenizer
+
+    from kvscribe.models.vocab import special_tokens
+
+    path = models.resolve(None, ("transformers",)).path / "tokenizer.json"
+    return Tokenizer.from_file(str(path)), special_tokens(path)
+
+
+def _decode(ids: list[int]) -> str:
+    return _tokenizer()[0].decode(ids, skip_special_tokens=False)
+
+
+def _ids(text: str) -> list[int]:
+    return _tokenizer()[0].encode(text, add_special_tokens=False).ids
+
+
+def _timings(text: str) -> list[WordTiming]:
+    eot = _tokenizer()[1].eot
+    words, groups = split_words([*_ids(text), eot], _decode, eot)
+    return [WordTiming(w, g) for w, g in zip(words[:-1], groups[:-1], strict=True)]
+
+
+def test_words_start_at_spaces_and_punctuation_and_keep_all_their_tokens():
+    eot = _tokenizer()[1].eot
+    ids = _ids(" kvscribe works, said he")
+    words, groups = split_words([*ids, eot], _decode, eot)
+    assert words == [" kvscribe", " works", ",", " said", " he", "<|endoftext|>"]
+    assert len(groups[0]) > 1  # " kvscribe" is several tokens, grouped into one word
+    assert [t for g in groups for t in g] == [*ids, eot]
+
+
+def test_unspaced_languages_split_where_tokens_complete_a_character():
+    ids = _ids(" 日本語です")
+    pieces = [_decode([t]) for t in ids]
+    assert any("\ufffd" in p for p in pieces)  # the tokenizer cuts characters mid-UTF-8
+    words, groups = split_words(ids, _decode, _tokenizer()[1].eot, language="ja")
+    assert words == [" 日", "本", "語", "で", "す"]
+    assert [t for g in groups for t in g] == ids
+    # English rules on the same tokens: no spaces inside, so one word.
+    assert split_words(ids, _decode, _tokenizer()[1].eot)[0] == [" 日本語です"]
+
+
+def test_a_real_replacement_character_in_the_text_is_not_taken_for_a_cut_one():
+    ids = _ids(" a\ufffdb")
+    words, _ = split_on_unicode(ids, _decode)
+    assert "".join(words) == " a\ufffdb"
+
+
+def test_punctuation_merges_into_its_neighbours_and_leaves_empty_places():
+    timings = _timings(' He said "hello," then (quietly) left.')
+    merge_punctuations(timings)
+    assert [t.word for t in timings] == [
+        " He",
+        " said",
+        ' "hello,"',
+        " then",
+        " (quietly)",
+        "",
+        " left.",
+        "",
+    ]
+    assert [t.tokens for t in timings if not t.word] == [[], []]
+    all_tokens = [token for t in timings for token in t.tokens]
+    assert all_tokens == _ids(' He said "hello," then (quietly) left.')
+
+
+def test_a_lone_opening_mark_joins_the_word_after_it():
+    timings = _timings(" ( yes")
+    assert [t.word for t in timings] == [" (", " yes"]
+    merge_punctuations(timings)
+    assert [t.word for t in timings] == ["", " ( yes"]
+
+
+def test_median_word_length_is_capped_and_sentence_marks_are_trimmed_to_twice_it():
+    words = [
+        WordTiming(" One", [], 0.0, 0.3),
+        WordTiming(".", [], 0.3, 2.3),  # stretched over the pause
+        WordTiming(" Two", [], 2.3, 4.0),  # starts a sentence: stretched back into the pause
+        WordTiming(" three", [], 4.0, 4.3),
+        WordTiming(" four", [], 4.3, 4.5),
+        WordTiming(" gap", [], 4.5, 4.5),  # zero-length words do not count
+    ]
+    durations = measure_durations(words)
+    assert durations.median == pytest.approx(0.3)  # of 0.2, 0.3, 0.3, 1.7, 2.0
+    assert durations.longest == pytest.approx(0.6)
+    assert measure_durations([WordTiming(" long", [], 0.0, 5.0)]).median == 0.7  # capped
+    assert measure_durations([]) == Durations()
+    clamp_at_sentence_ends(words, durations)
+    assert (words[1].start, words[1].end) == pytest.approx((0.3, 0.9))
+    assert (words[2].start, words[2].end) == pytest.approx((3.4, 4.0))
+    assert (words[3].start, words[3].end) == pytest.approx((4.0, 4.3))  # not at a boundary
+
+
+def test_a_long_first_word_after_a_pause_is_cut_to_twice_the_median():
+    segment = SegmentWords(
+        5.0, 8.0, [WordTiming(" Well", [], 1.0, 5.6), WordTiming(" no", [], 5.6, 6.0)]
+    )
+    end = fit_to_segment(segment, Durations(0.3, 0.6), last_speech=0.5)
+    assert (segment.words[0].start, segment.words[0].end) == pytest.approx((5.0, 5.6))
+    assert segment.start == pytest.approx(5.0)
+    assert end == segment.end == pytest.approx(6.0)  # the segment ends with its last word
+
+
+def test_a_last_word_running_past_its_segment_is_pulled_back():
+    segment = SegmentWords(
+        0.0, 2.0, [WordTiming(" so", [], 0.0, 0.3), WordTiming(" on", [], 1.8, 3.5)]
+    )
+    fit_to_segment(segment, Durations(0.3, 0.6), last_speech=0.0)
+    assert segment.words[-1].end == pytest.approx(2.1)  # start + median: at least one median
+    assert segment.end == 2.0
+
+
+# ---------------------------------------------------------------- DTW and the median filter
+
+
+def _plain_dtw(cost: np.ndarray) -> list[tuple[int, int]]:
+    """The textbook recurrence, one cell at a time, as openai-whisper's dtw_cpu runs it."""
+    rows, columns = cost.shape
+    total = np.full((rows + 1, columns + 1), np.inf)
+    total[0, 0] = 0
+    came = np.zeros((rows + 1, columns + 1), dtype=int)
+    for j in range(1, columns + 1):
+        for i in range(1, rows + 1):
+            c0, c1, c2 = total[i - 1, j - 1], total[i - 1, j], total[i, j - 1]
+            if c0 < c1 and c0 < c2:
+                best, came[i, j] = c0, 0
+            elif c1 < c0 and c1 < c2:
+                best, came[i, j] = c1, 1
+            else:
+                best, came[i, j] = c2, 2
+            total[i, j] = cost[i - 1, j - 1] + best
+    came[0, :], came[:, 0] = 2, 1
+    i, j, path = rows, columns, []
+    while i > 0 or j > 0:
+        path.append((i - 1, j - 1))
+        i, j = (i - 1, j - 1) if came[i, j] == 0 else (i - 1, j) if came[i, j] == 1 else (i, j - 1)
+    return path[::-1]
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 9), (6, 1), (5, 40), (23, 300), (40, 750)])
+def test_row_vectorised_dtw_takes_the_plain_recurrence_s_path(shape):
+    from kvscribe.backends.hf.alignment import dtw
+
+    cost = np.random.default_rng(sum(shape)).normal(size=shape)
+    rows, columns = dtw(cost)
+    assert list(zip(rows.tolist(), columns.tolist(), strict=True)) == _plain_dtw(cost)
+
+
+def test_dtw_follows_a_planted_diagonal_band():
+    from kvscribe.backends.hf.alignment import dtw
+
+    cost = np.ones((4, 12))
+    for row, (first, last) in enumerate([(0, 2), (3, 5), (6, 8), (9, 11)]):
+        cost[row, first : last + 1] = -1.0
+    rows, columns = dtw(cost)
+    starts = columns[np.diff(rows, prepend=-1).astype(bool)]
+    assert starts.tolist() == [0, 3, 6, 9]
+
+
+def test_median_filter_is_a_reflect_padded_sliding_median():
+    from kvscribe.backends.hf.alignment import median_filter
+
+    x = torch.from_numpy(np.random.default_rng(7).normal(size=(3, 5, 40)))
+    padded = np.pad(x.numpy(), ((0, 0), (0, 0), (3, 3)), mode="reflect")
+    expected = np.stack([np.median(padded[..., k : k + 7], axis=-1) for k in range(40)], -1)
+    assert np.allclose(median_filter(x, 7).numpy(), expected)
+    assert torch.equal(median_filter(x[..., :3], 7), x[..., :3])  # too short to pad: unchanged
+
+
+# ---------------------------------------------------------------- the aligner on real audio
+
+
+@functools.cache
+def _backend():
+    from types import SimpleNamespace
+
+    from kvscribe.runner import load_backend
+
+    choice = SimpleNamespace(
+        backend="transformers",
+        profile="no-loss",
+        model=None,
+        device="cpu",
+        kv_policy=None,
+        kv_cross=None,
+    )
+    backend, _ = load_backend(choice)
+    return backend
+
+
+@functools.cache
+def _aligned(clip: Path):
+    """(segments, words per segment) from the backend's own decode, aligned by WordAligner
+    on the window's encoder output (one window: the clips are under 30 s)."""
+    from kvscribe.backends.hf.alignment import WordAligner
+
+    from kvscribe.mel import FRAMES_PER_WINDOW, log_mel
+
+    backend = _backend()
+    audio = load_audio(clip)
+    segments = list(backend.transcribe(audio, DecodeRequest(beam_size=BEAMS)).segments)
+    assert segments and {s.window for s in segments} == {0}
+    mel = log_mel(torch.from_numpy(audio), backend.network.config.num_mel_bins)
+    window_frames = mel.shape[-1] - FRAMES_PER_WINDOW
+    encoded = backend._encode(mel[:, :FRAMES_PER_WINDOW])
+    aligner = WordAligner(backend.network, backend.special, backend._text, "cpu", backend.dtype)
+    words = aligner(encoded, [s.tokens for s in segments], window_frames, 0.0)
+    return segments, words, window_frames / 100
+
+
+@functools.cache
+def _faster_whisper_words(clip: Path):
+    from faster_whisper import WhisperModel
+
+    source = models.resolve(None, ("ctranslate2",))
+    model = WhisperModel(str(source.path), device="cpu", compute_type="float32", cpu_threads=2)
+    segments, _ = model.transcribe(str(clip), beam_size=BEAMS, word_timestamps=True)
+    return [w for s in segments for w in s.words]
+
+
+def _normalised(word: str) -> str:
+    return re.sub(r"[^a-z0-9']", "", word.lower())
+
+
+def _start_differences(ours, theirs) -> list[float]:
+    """|start difference| of the words both have, matched by normalised text in order."""
+    mine, other = [_normalised(w.word) for w in ours], [_normalised(w.word) for w in theirs]
+    matcher = difflib.SequenceMatcher(None, mine, other, autojunk=False)
+    return [
+        abs(ours[block.a + k].start - theirs[block.b + k].start)
+        for block in matcher.get_matching_blocks()
+        for k in range(block.size)
+    ]
+
+
+@pytest.mark.parametrize("clip", CLIPS, ids=lambda c: c.stem)
+def test_words_are_in_order_inside_their_segments_and_spell_the_text(clip):
+    segments, words, window_seconds = _aligned(clip)
+    assert len(words) == len(segments)
+    flat = [w for per_segment in words for w in per_segment]
+    assert flat, "no words"
+    for segment, per_segment in zip(segments, words, strict=True):
+        assert "".join(w.word for w in per_segment).split() == segment.text.split()
+        assert per_segment[0].word.startswith(" ")  # words keep the tokenizer's space
+        for word in per_segment:
+            assert 0.0 <= word.probability <= 1.0
+            assert word.start <= word.end
+            # openai-whisper pulls edge words back to within 0.5 s of the segment's stamps
+            assert segment.start - 0.5 <= word.start and word.end <= segment.end + 0.5
+    starts = [w.start for w in flat]
+    assert starts == sorted(starts)
+    assert starts[0] >= 0.0 and flat[-1].end <= window_seconds + 0.02
+    assert np.mean([w.probability for w in flat]) > 0.5  # the text is what the model said
+
+
+@pytest.mark.parametrize("clip", CLIPS, ids=lambda c: c.stem)
+def test_word_starts_agree_with_faster_whisper_within_a_fifth_of_a_second(clip):
+    _, words, _ = _aligned(clip)
+    ours = [w for per_segment in words for w in per_segment]
+    theirs = _faster_whisper_words(clip)
+    differences = _start_differences(ours, theirs)
+    assert len(differences) >= 0.8 * max(len(ours), len(theirs))  # the same words, mostly
+    assert np.median(differences) <= MEDIAN_START_TOLERANCE
+
+
+def test_frames_past_the_audio_are_never_chosen():
+    """Half the JFK window's content: every word must end inside that half."""
+    from kvscribe.backends.hf.alignment import WordAligner
+
+    from kvscribe.mel import FRAMES_PER_WINDOW, log_mel
+
+    backend = _backend()
+    segments, _, _ = _aligned(SAMPLE)
+    mel = log_mel(torch.from_numpy(load_audio(SAMPLE)), backend.network.config.num_mel_bins)
+    encoded = backend._encode(mel[:, :FRAMES_PER_WINDOW])
+    aligner = WordAligner(backend.network, backend.special, backend._text, "cpu", backend.dtype)
+    words = aligner(encoded, [s.tokens for s in segments], 500, 10.0)
+    flat = [w for per_segment in words for w in per_segment]
+    assert flat and all(10.0 <= w.start <= w.end <= 15.0 + 0.5 for w in flat)
+    assert flat[0].start == pytest.approx(10.0, abs=0.1)  # offset applied
+
+
+def test_a_model_without_alignment_heads_is_refused_at_construction():
+    from kvscribe.backends.hf.alignment import WordAligner
+
+    backend = _backend()
+    with pytest.raises(ValueError, match="alignment heads"):
+        WordAligner(backend.network, backend.special, backend._text, "cpu", backend.dtype, heads=())
+
+
+def test_the_converted_tiny_en_carries_alignment_heads():
+    from kvscribe.backends.hf.alignment import alignment_heads
+
+    heads = alignment_heads(models.resolve(None, ("transformers",)).path)
+    layers = _backend().network.config.decoder_layers
+    assert heads and all(0 <= layer < layers for layer, _ in heads)
