@@ -9,7 +9,7 @@ from typing import Any
 from kvscribe.decoding import Fallback, VadFilter, temperatures_from
 from kvscribe.errors import UsageError
 from kvscribe.kvcache.spec import parse_cross, validate_policy
-from kvscribe.writers import FORMATS
+from kvscribe.writers import FORMATS, WriterOptions
 
 TASKS = ("transcribe", "translate")
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -94,6 +94,7 @@ class TranscribeOptions(EngineOptions):
     max_line_width: int | None = _shaping_added(None)
     max_line_count: int | None = _shaping_added(None)
     max_words_per_line: int | None = _shaping_added(None)
+    word_level_tsv: bool = _shaping_added(False)  # tsv: a row per word
     # Audio on stdin ("-"): named `output_name` in outputs; raw PCM needs `input_format`.
     output_name: str | None = None
     input_format: str | None = None
@@ -175,6 +176,15 @@ class TranscribeOptions(EngineOptions):
             pad_seconds=self.vad_pad,
         )
 
+    def writer_options(self) -> WriterOptions:
+        return WriterOptions(
+            highlight_words=self.highlight_words,
+            max_line_width=self.max_line_width,
+            max_line_count=self.max_line_count,
+            max_words_per_line=self.max_words_per_line,
+            word_level_tsv=self.word_level_tsv,
+        )
+
     @property
     def reads_stdin(self) -> bool:
         return any(str(path) == STDIN for path in self.inputs)
@@ -211,6 +221,7 @@ class TranscribeOptions(EngineOptions):
             "--max-line-width": self.max_line_width is not None,
             "--max-line-count": self.max_line_count is not None,
             "--max-words-per-line": self.max_words_per_line is not None,
+            "--word-level-tsv": self.word_level_tsv,
         }
         for flag, used in layout.items():
             if used and not self.word_timestamps:

@@ -199,7 +199,9 @@ class Runner:
             )
             written = []
             if base is not None:
-                written = write_outputs(transcript, base.parent, base.name, opts.formats)
+                written = write_outputs(
+                    transcript, base.parent, base.name, opts.formats, opts.writer_options()
+                )
         except KvscribeError as exc:
             if exc.subject is None:  # an engine failure that could not name the file itself
                 exc.subject = str(path)

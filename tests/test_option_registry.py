@@ -49,6 +49,7 @@ DIFFERENT = {
     "max_line_width": 42,
     "max_line_count": 2,
     "max_words_per_line": 5,
+    "word_level_tsv": True,
 }
 
 # Where outputs go, which formats, how fast, how loudly: never what a transcript says.
@@ -70,7 +71,13 @@ NOT_SHAPING = {
 }
 
 
-_WORD_LAYOUT = {"highlight_words", "max_line_width", "max_line_count", "max_words_per_line"}
+_WORD_LAYOUT = {
+    "highlight_words",
+    "max_line_width",
+    "max_line_count",
+    "max_words_per_line",
+    "word_level_tsv",
+}
 
 
 def test_options_added_later_leave_earlier_manifests_keys_alone():

@@ -147,6 +147,9 @@ def transcribe(
     max_words_per_line: int = typer.Option(
         None, "--max-words-per-line", help="srt/vtt: words per line.", rich_help_panel=_WORDS
     ),
+    word_level_tsv: bool = typer.Option(
+        False, "--word-level-tsv", help="tsv: one row per word.", rich_help_panel=_WORDS
+    ),
     vad_filter: bool = typer.Option(
         False,
         "--vad-filter",
@@ -274,6 +277,7 @@ def transcribe(
             max_line_width=max_line_width,
             max_line_count=max_line_count,
             max_words_per_line=max_words_per_line,
+            word_level_tsv=word_level_tsv,
             vad_filter=vad_filter,
             vad_threshold=vad_threshold,
             vad_min_speech=vad_min_speech,
@@ -434,7 +438,8 @@ class TerminalListener:
     def file_done(self, source: Path, transcript: Transcript, outputs: list[Path]) -> None:
         self._drop_task()
         if self.options.output_dir is None and self.options.formats:
-            sys.stdout.write(RENDERERS[self.options.formats[0]](transcript))
+            render = RENDERERS[self.options.formats[0]]
+            sys.stdout.write(render(transcript, self.options.writer_options()))
             sys.stdout.flush()
         if outputs and not self.options.quiet:
             self.console.print(f"[dim]wrote {', '.join(str(p) for p in outputs)}[/]")
