@@ -10,6 +10,7 @@ dimensions (the engine does not expose its cache).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 import numpy as np
 from kvscribe.backends.base import (
@@ -21,12 +22,13 @@ from kvscribe.backends.base import (
 )
 
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.chunking import chunk_segments, decode_chunks, speech_chunks
+from kvscribe.chunking import FILE_VAD, ChunkRules, decode_chunks, speech_chunks
+from kvscribe.decoding import Fallback, VadFilter
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.kvcache import estimate
 from kvscribe.models.ct2_file import WhisperDims, whisper_dims
 from kvscribe.provenance import ESTIMATED, make_provenance
-from kvscribe.types import Segment
+from kvscribe.types import Segment, Word
 
 _SETTINGS = {
     "compute_type": str,
@@ -46,6 +48,7 @@ class CTranslate2Backend(Backend):
         devices=("cpu", "cuda"),
         kv_controls=("compute_type", "beam_size", "previous-text prompt"),
         batched=True,
+        vad_filter=True,
     )
 
     requires = ("ctranslate2", "faster_whisper")
@@ -83,20 +86,43 @@ class CTranslate2Backend(Backend):
         batch = self.batch_size_for(request, audio.size / SAMPLE_RATE)
         if batch > 1:
             return self._transcribe_batched(audio, request, beams, batch)
+        conditioned = self._conditioned(request)
+        fallback = request.fallback
+        report = self._base_report(beams, request)
+        report.settings["previous-text prompt"] = "on" if conditioned else "off"
+        clips = _clips_without_digital_silence(audio) if request.vad is None else "0"
+        clock = SpeechClock.of(audio, request.vad) if request.vad is not None else None
+        if not clips or (clock is not None and clock.speech.size == 0):
+            # nothing but silence: nothing to decode, nothing to say
+            language, probability = self._language_without_audio(request)
+            return Transcription(language, probability, iter(()), report)
+        if clips != "0":
+            report.settings["digital silence"] = "skipped"
         raw, info = self.engine.transcribe(
-            audio,
+            audio if clock is None else clock.speech,
             language=request.language,
             task=request.task,
             beam_size=beams,
-            best_of=beams,
-            condition_on_previous_text=self._conditioned(),
+            best_of=fallback.best_of,
+            temperature=list(fallback.temperatures or (0.0,)),
+            compression_ratio_threshold=fallback.compression_ratio_threshold,
+            log_prob_threshold=fallback.logprob_threshold,
+            no_speech_threshold=fallback.no_speech_threshold,
+            condition_on_previous_text=conditioned,
             initial_prompt=request.prompt or None,
-            vad_filter=False,
-            word_timestamps=False,
+            word_timestamps=request.word_timestamps,
+            clip_timestamps=clips,
+            vad_filter=False,  # done above, by the same functions, to restore times better
         )
-        report = self._base_report(beams)
+        if clock is not None:
+            raw = map(clock.restore, raw)
+        # faster-whisper says 1 for a language it was given; kvscribe says "not measured".
+        probability = None if request.language else float(info.language_probability)
         return Transcription(
-            info.language, info.language_probability, self._stream(raw, report, beams), report
+            info.language,
+            probability,
+            self._stream(raw, report, beams, conditioned, fallback),
+            report,
         )
 
     def _transcribe_batched(
@@ -104,22 +130,36 @@ class CTranslate2Backend(Backend):
     ) -> Transcription:
         from kvscribe.backends import ct2_batched
 
-        chunks = speech_chunks(audio)
+        chunks = speech_chunks(audio, _chunk_rules(request.vad))
         language, probability = self._language_of(audio, chunks, request)
         plan, tokenizer = ct2_batched.setup(
-            self.engine, language, request.task, request.prompt, beams, batch
+            self.engine,
+            language,
+            request.task,
+            request.prompt,
+            beams,
+            batch,
+            request.fallback,
+            request.word_timestamps,
         )
-        report = self._base_report(beams)
+        report = self._base_report(beams, request)
         rows = min(batch, max(1, len(chunks)))
         report.batch_size = batch
         report.settings.update({"batch size": str(batch), "previous-text prompt": "off (batched)"})
+        if request.vad is not None:
+            report.settings["vad filter"] = "kvscribe's chunker (batched)"
+            report.not_applicable.append(
+                "vad min silence / pad: batched chunks keep the chunker's "
+                f"({FILE_VAD.min_silence:g} s / {FILE_VAD.pad:g} s)"
+            )
+        if request.condition_on_previous_text:
+            report.not_applicable.append("previous-text prompt: batched chunks decode unprompted")
         report.kv_cross_bytes *= rows
         nbytes = estimate.value_bytes(self.engine.model.compute_type)
 
         def stream() -> Iterator[Segment]:
             windows = _WindowCounter(self.dims, conditioned=False)
             next_id = 0
-            special = (tokenizer.eot, tokenizer.timestamp_begin)
             decoded = decode_chunks(
                 chunks,
                 batch,
@@ -128,9 +168,7 @@ class CTranslate2Backend(Backend):
             )
             for calls, (index, chunk, result) in enumerate(decoded):
                 windows.add(calls, len(result.tokens))
-                for segment in chunk_segments(
-                    chunk, index, result, special, tokenizer.decode, next_id
-                ):
+                for segment in ct2_batched.segments_of(plan, chunk, index, result, next_id):
                     next_id += 1
                     yield segment
             windows.finish()
@@ -144,16 +182,24 @@ class CTranslate2Backend(Backend):
 
     def _language_of(self, audio, chunks, request: DecodeRequest) -> tuple[str, float | None]:
         """The request's language, else the one detected on the first speech chunk."""
-        if request.language is not None or not self.dims.is_multilingual:
-            return request.language or "en", None
-        if not chunks:
-            return "en", None  # nothing to detect from: no chunk will be decoded
+        if request.language is not None or not self.dims.is_multilingual or not chunks:
+            return self._language_without_audio(request)
         from kvscribe.backends.ct2_batched import chunk_features
 
         language, probability, _ = self.engine.detect_language(
             features=chunk_features(self.engine, audio, chunks[0])
         )
-        return language, probability
+        return language, float(probability)
+
+    def _language_without_audio(self, request: DecodeRequest) -> tuple[str, float | None]:
+        """A given language (probability not measured), or English for an English-only model
+        (probability 1, as faster-whisper reports it), or English unmeasured when there is
+        no speech to detect a language from."""
+        if request.language is not None:
+            return request.language, None
+        if not self.dims.is_multilingual:
+            return "en", 1.0
+        return "en", None
 
     # -- internals -------------------------------------------------------------------------
 
@@ -172,26 +218,45 @@ class CTranslate2Backend(Backend):
 
         return int(self.settings.get("cpu_threads") or min(4, usable_cores()))
 
-    def _conditioned(self) -> bool:
+    def _conditioned(self, request: DecodeRequest | None = None) -> bool:
+        """The request's --condition-on-previous-text when given, else the profile's."""
+        if request is not None and request.condition_on_previous_text is not None:
+            return request.condition_on_previous_text
         return bool(self.settings.get("condition_on_previous_text", True))
 
-    def _base_report(self, beams: int) -> DecoderReport:
+    def _base_report(self, beams: int, request: DecodeRequest) -> DecoderReport:
         nbytes = estimate.value_bytes(self.engine.model.compute_type)
         report = DecoderReport(
             kv_provenance=make_provenance(ESTIMATED), settings=self.describe_settings()
         )
         report.settings["beam size"] = str(beams)
+        report.settings["temperature fallback"] = describe_fallback(request.fallback)
+        if request.word_timestamps:
+            report.settings["word timestamps"] = "cross-attention alignment (faster-whisper)"
+        if request.vad is not None:
+            report.settings["vad filter"] = describe_vad(request.vad)
         report.kv_cross_bytes = estimate.cross_attention_bytes(self.dims, beams, nbytes)
         report.not_applicable = _not_applicable(self.profile.kv_self, self.profile.kv_cross, beams)
         return report
 
-    def _stream(self, raw: Iterator, report: DecoderReport, beams: int) -> Iterator[Segment]:
+    def _stream(
+        self,
+        raw: Iterator,
+        report: DecoderReport,
+        beams: int,
+        conditioned: bool,
+        fallback: Fallback,
+    ) -> Iterator[Segment]:
         nbytes = estimate.value_bytes(self.engine.model.compute_type)
-        windows = _WindowCounter(self.dims, self._conditioned())
-        for index, seg in enumerate(raw):
+        windows = _WindowCounter(self.dims, conditioned)
+        kept = 0
+        for seg in raw:
             windows.add(seg.seek, len(seg.tokens))
+            if unspoken(fallback, seg.no_speech_prob, seg.temperature, seg.text):
+                continue
+            kept += 1
             yield Segment(
-                index,
+                kept - 1,
                 float(seg.start),
                 float(seg.end),
                 seg.text,
@@ -199,6 +264,10 @@ class CTranslate2Backend(Backend):
                 seg.avg_logprob,
                 seg.no_speech_prob,
                 windows.count - 1,
+                seek=int(seg.seek),
+                temperature=float(seg.temperature),
+                compression_ratio=float(seg.compression_ratio),
+                words=tuple(_word(w) for w in seg.words or ()),
             )
         windows.finish()
         report.tokens = windows.decoded
@@ -255,3 +324,158 @@ def _not_applicable(kv_self: str, kv_cross: str, beams: int) -> list[str]:
     elif kv_cross != "full":
         notes.append(f"cross-attention policy '{kv_cross}': moot at beam 1 (one copy anyway)")
     return notes
+
+
+# -- request fields to faster-whisper's arguments ----------------------------------------
+
+# Samples within 2 steps of 16-bit zero hold nothing to hear (about -84 dBFS).
+DIGITAL_SILENCE_PEAK = 2 / 32768
+# Runs of digital silence at least this long are not decoded: Whisper reads a window of
+# nothing as "You" (no-speech probability 0.94, but mean log-probability -0.78 passes the
+# -1.0 test, so faster-whisper's silence rule keeps it; tiny.en, 20 s of zeros).
+MIN_SKIPPED_SILENCE = 1.0
+_FRAME = SAMPLE_RATE // 100  # one mel frame: clip bounds fall on frames, as seek does
+
+
+def _clips_without_digital_silence(audio: np.ndarray) -> str | list[float]:
+    """faster-whisper's `clip_timestamps` for the audio outside long runs of digital
+    silence: "0" (all of it) when there are none, [] when there is nothing else."""
+    frames = -(-audio.size // _FRAME)
+    padded = np.zeros(frames * _FRAME, dtype=np.float32)
+    padded[: audio.size] = np.abs(audio)
+    silent = padded.reshape(frames, _FRAME).max(axis=1) <= DIGITAL_SILENCE_PEAK
+    runs = _runs(silent, int(MIN_SKIPPED_SILENCE * 100))
+    if not runs:
+        return "0"
+    bounds, at = [], 0
+    for start, end in runs:
+        if start > at:
+            bounds += [at / 100, start / 100]
+        at = end
+    if at < frames:
+        bounds += [at / 100, frames / 100]
+    return bounds
+
+
+def _runs(flags: np.ndarray, min_length: int) -> list[tuple[int, int]]:
+    """(start, end) of each run of True at least `min_length` long."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], flags.astype(np.int8), [0]))))
+    return [
+        (int(start), int(end))
+        for start, end in zip(edges[::2], edges[1::2], strict=True)
+        if end - start >= min_length
+    ]
+
+
+def unspoken(fallback: Fallback, no_speech_prob: float, temperature: float, text: str) -> bool:
+    """Text from a window the model itself judges silent, that openai-whisper's silence rule
+    lets through: the beam search failed (repetition) and a sample was kept, or the text
+    holds no word. Low noise does this (tiny.en, 20 s at amplitude 0.003: beam search says
+    " . . . ." at no-speech 0.97, a sample at 0.4-0.6 then passes with " ." at logprob -0.6;
+    3 runs in 9), so without this rule silence would read as text by chance."""
+    if fallback.no_speech_threshold is None or no_speech_prob <= fallback.no_speech_threshold:
+        return False
+    return temperature > 0 or not any(ch.isalnum() for ch in text)
+
+
+@dataclass(frozen=True)
+class SpeechClock:
+    """faster-whisper's VAD filter, run with its own functions (`vad_filter=True` does the
+    same steps): the speech it keeps, joined, and the way back to the original clock.
+
+    faster-whisper maps a segment's start and end each on their own, so a segment whose
+    start timestamp sits in the padding before a removed silence and whose text follows
+    it spans the whole silence (measured: JFK with 30 s inserted, " ask what you can do"
+    at 8.0-40.86 s). `restore` starts such a segment where the speech after the silence
+    starts, and ends one that only reaches into the next chunk's padding before it."""
+
+    speech: np.ndarray
+    clock: object  # faster_whisper.vad.SpeechTimestampsMap over the chunks kept
+    pad_seconds: float
+
+    @classmethod
+    def of(cls, audio: np.ndarray, vad: VadFilter) -> SpeechClock:
+        from faster_whisper.vad import (
+            SpeechTimestampsMap,
+            VadOptions,
+            collect_chunks,
+            get_speech_timestamps,
+        )
+
+        options = VadOptions(
+            threshold=vad.threshold,
+            min_speech_duration_ms=round(vad.min_speech_seconds * 1000),
+            min_silence_duration_ms=round(vad.min_silence_seconds * 1000),
+            speech_pad_ms=round(vad.pad_seconds * 1000),
+        )
+        chunks = get_speech_timestamps(audio, options)
+        if not chunks:
+            return cls(np.zeros(0, dtype=np.float32), None, vad.pad_seconds)
+        pieces, _ = collect_chunks(audio, chunks)
+        clock = SpeechTimestampsMap(chunks, SAMPLE_RATE)
+        return cls(np.concatenate(pieces), clock, vad.pad_seconds)
+
+    def restore(self, segment):
+        """A faster-whisper segment (times on the joined speech) on the original clock."""
+        clock = self.clock
+        if segment.words:  # each word within one chunk, by its middle (faster-whisper's rule)
+            for word in segment.words:
+                chunk = clock.get_chunk_index((word.start + word.end) / 2)
+                word.start = clock.get_original_time(word.start, chunk)
+                word.end = clock.get_original_time(word.end, chunk)
+            start, end = segment.words[0].start, segment.words[-1].end
+        else:
+            start, end = self._segment_span(clock, segment.start, segment.end)
+        seek = clock.get_original_time(segment.seek / 100) * 100
+        return replace(segment, start=start, end=end, seek=round(seek))
+
+    def _segment_span(self, clock, start: float, end: float) -> tuple[float, float]:
+        first = clock.get_chunk_index(start)
+        last = clock.get_chunk_index(end, is_end=True)
+        if first < last:  # the segment crosses removed audio
+            boundary = clock.chunk_end_sample[first] / SAMPLE_RATE
+            if boundary - start <= self.pad_seconds:  # starts in padding before the cut
+                first, start = first + 1, boundary
+            else:
+                previous_end = clock.chunk_end_sample[last - 1] / SAMPLE_RATE
+                if end - previous_end <= self.pad_seconds:  # ends in padding after the cut
+                    last, end = last - 1, previous_end
+        return clock.get_original_time(start, first), clock.get_original_time(end, last)
+
+
+def _chunk_rules(vad: VadFilter | None) -> ChunkRules:
+    """The batched chunker is a VAD already: a requested filter sets its threshold and
+    shortest speech; its pauses and padding stay the ones chunking is tuned for."""
+    if vad is None:
+        return ChunkRules()
+    settings = replace(FILE_VAD, threshold=vad.threshold, min_speech=vad.min_speech_seconds)
+    return ChunkRules(vad=settings)
+
+
+def _word(word) -> Word:
+    return Word(float(word.start), float(word.end), word.word, float(word.probability))
+
+
+def describe_fallback(fallback: Fallback) -> str:
+    """One short line: "0.0-1.0 step 0.2, compression > 2.4, logprob < -1.0, no speech > 0.6"."""
+    temperatures = fallback.temperatures or (0.0,)
+    if len(temperatures) == 1:
+        parts = [f"{temperatures[0]:.1f} only"]
+    else:
+        step = temperatures[1] - temperatures[0]
+        parts = [f"{temperatures[0]:.1f}-{temperatures[-1]:.1f} step {step:.1f}"]
+        parts.append(f"best of {fallback.best_of}")
+    if fallback.compression_ratio_threshold is not None:
+        parts.append(f"compression > {fallback.compression_ratio_threshold:g}")
+    if fallback.logprob_threshold is not None:
+        parts.append(f"logprob < {fallback.logprob_threshold:g}")
+    if fallback.no_speech_threshold is not None:
+        parts.append(f"no speech > {fallback.no_speech_threshold:g}")
+    return ", ".join(parts)
+
+
+def describe_vad(vad: VadFilter) -> str:
+    return (
+        f"silero (faster-whisper), threshold {vad.threshold:g}, min silence "
+        f"{vad.min_silence_seconds:g} s, pad {vad.pad_seconds:g} s"
+    )
