@@ -93,6 +93,8 @@ class WordAligner:
         (default: the window's start). openai-whisper then moves each segment's bounds to
         its words': words[0].start and words[-1].end.
         """
+        if encoded.dim() != 3 or encoded.shape[0] != 1:
+            raise ValueError(f"one window's encoder output [1, frames, d], not {encoded.shape}")
         sot = tuple(sot_sequence) if sot_sequence is not None else self._default_sot()
         eot = self.special.eot
         texts = [[t for t in tokens if t < eot] for tokens in segment_tokens]
@@ -161,7 +163,7 @@ class WordAligner:
         special = self.special
         ids = [*sot, special.no_timestamps, *text_tokens, special.eot]
         cross = CrossAttentionStore(CrossSpec(), 1)
-        cross.fill(encoded[:1].to(self.dtype), self.decoder_module)
+        cross.fill(encoded.to(self.dtype), self.decoder_module)
         cache = PolicyCache(tuple(LayerSpec() for _ in range(self.n_layers)))
         layers = {layer for layer, _ in self.heads}
         tokens = torch.tensor([ids], device=self.device)
