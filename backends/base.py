@@ -53,7 +53,7 @@ class DecodeRequest:
     batch_size: int | None = None
     word_timestamps: bool = False  # fill Segment.words
     condition_on_previous_text: bool | None = None  # None: the profile's setting
-    fallback: Fallback = Fallback()
+    fallback: Fallback = field(default_factory=Fallback)
     vad: VadFilter | None = None  # only reaches backends whose capabilities say vad_filter
 
 
