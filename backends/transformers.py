@@ -23,6 +23,7 @@ from kvscribe.audio import SAMPLE_RATE
 from kvscribe.errors import BackendUnavailableError, UsageError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
 from kvscribe.provenance import MEASURED, make_provenance
+from kvscribe.types import Segment
 
 _SETTINGS = {
     "beam_size": int,
@@ -114,8 +115,21 @@ class TransformersBackend(Backend):
             return "int8"
         return str(self.dtype).removeprefix("torch.")
 
-    def _conditioned(self) -> bool:
+    def _conditioned(self, request: DecodeRequest | None = None) -> bool:
+        """The request's choice when it makes one, else the profile's."""
+        if request is not None and request.condition_on_previous_text is not None:
+            return request.condition_on_previous_text
         return bool(self.settings.get("condition_on_previous_text", True))
+
+    def _request_settings(self, request: DecodeRequest, beams: int) -> dict[str, str]:
+        from kvscribe.backends.hf.fallback import describe
+
+        return {
+            **self.describe_settings(),
+            "beam size": str(beams),
+            "previous-text prompt": "on" if self._conditioned(request) else "off",
+            "temperature fallback": describe(request.fallback),
+        }
 
     def transcribe(self, audio: np.ndarray, request: DecodeRequest) -> Transcription:
         import torch
@@ -129,14 +143,25 @@ class TransformersBackend(Backend):
             return self._transcribe_batched(audio, request, beams, batch)
         with torch.inference_mode():
             mel = log_mel(torch.from_numpy(audio).to(self.device), self.network.config.num_mel_bins)
-        language = request.language or self._detect_language(mel)
-        plan = self._plan(language, request.task, beams)
+        language, probability = self._language(request, mel)
+        plan = self._plan(language, request.task, beams, request)
         report = DecoderReport(
             kv_provenance=make_provenance(MEASURED),  # read from the cache's own tensors
-            settings={**self.describe_settings(), "beam size": str(beams)},
+            settings=self._request_settings(request, beams),
         )
+        self._note_words(report, plan, request)
         prompt = self._prompt_tokens(request)
-        return Transcription(language, None, self._stream(plan, mel, report, prompt), report)
+        stream = self._stream(plan, mel, report, prompt)
+        return Transcription(language, probability, stream, report)
+
+    def _language(self, request: DecodeRequest, mel) -> tuple[str, float | None]:
+        """The request's language (no probability), else the one detected on `mel`'s first
+        window; English-only models are English with no probability to report."""
+        if request.language is not None:
+            return request.language, None
+        if not self.special.is_multilingual:
+            return "en", None
+        return self._detect_language(mel)
 
     def _prompt_tokens(self, request: DecodeRequest) -> list[int]:
         if not request.prompt:
@@ -149,25 +174,31 @@ class TransformersBackend(Backend):
         from kvscribe.chunking import speech_chunks
 
         chunks = speech_chunks(audio)
-        language = request.language or "en"
+        language, probability = request.language or "en", None
         if request.language is None and self.special.is_multilingual and chunks:
-            language = self._detect_language(
-                self._chunk_mel(audio[chunks[0].start : chunks[0].end])
-            )
-        plan = self._plan(language, request.task, beams)
+            first = self._chunk_mel(audio[chunks[0].start : chunks[0].end])
+            language, probability = self._detect_language(first)
+        plan = self._plan(language, request.task, beams, request)
         batch, budget_note = self._fit_budget(plan, batch)
         report = DecoderReport(
             kv_provenance=make_provenance(MEASURED),
             settings={
-                **self.describe_settings(),
-                "beam size": str(beams),
+                **self._request_settings(request, beams),
                 "batch size": str(batch) + budget_note,
                 "previous-text prompt": "off (batched)",
             },
             batch_size=batch,
         )
+        self._note_words(report, plan, request)
         stream = self._stream_batched(plan, audio, chunks, batch, report, request)
-        return Transcription(language, None, stream, report)
+        return Transcription(language, probability, stream, report)
+
+    @staticmethod
+    def _note_words(report: DecoderReport, plan, request: DecodeRequest) -> None:
+        if request.word_timestamps and plan.align_words is None:
+            report.not_applicable.append(
+                "word timestamps: no aligner in this install (backends/hf/alignment.py)"
+            )
 
     def _fit_budget(self, plan, wanted: int) -> tuple[int, str]:
         """The batch that fits the profile's `kv_budget_mb`, and how it was chosen."""
@@ -200,21 +231,35 @@ class TransformersBackend(Backend):
     def _stream_batched(self, plan, audio, chunks, batch, report, request: DecodeRequest):
         from kvscribe.backends.hf import batched, longform
 
-        from kvscribe.chunking import chunk_segments, decode_chunks
+        from kvscribe.chunking import decode_chunks
+        from kvscribe.mel import HOP
 
         stats = longform.WindowStats()
         prompt = batched.full_prompt(plan, self._prompt_tokens(request))
 
         def decode_group(group):
             mels = [self._chunk_mel(audio[chunk.start : chunk.end]) for chunk in group]
-            return batched.decode_batch(plan, mels, prompt, stats)
+            return batched.decode_with_fallback(plan, group, mels, prompt, stats, self._text)
 
-        special = (self.special.eot, self.special.timestamp_begin)
         next_id = 0
-        for index, chunk, result in decode_chunks(chunks, batch, decode_group, special[1]):
-            for segment in chunk_segments(chunk, index, result, special, self._text, next_id):
+        decoded = decode_chunks(chunks, batch, decode_group, self.special.timestamp_begin)
+        for index, chunk, result in decoded:
+            for piece in result.pieces:
+                yield Segment(
+                    next_id,
+                    chunk.start_seconds + piece.start,
+                    chunk.start_seconds + piece.end,
+                    piece.text,
+                    piece.tokens,
+                    result.avg_logprob,
+                    result.no_speech_prob,
+                    index,
+                    seek=chunk.start // HOP,
+                    temperature=result.temperature,
+                    compression_ratio=result.compression_ratio,
+                    words=piece.words,
+                )
                 next_id += 1
-                yield segment
         self._fill_report(report, stats)
 
     def _stream(self, plan, mel, report: DecoderReport, prompt: list[int]):
@@ -235,11 +280,15 @@ class TransformersBackend(Backend):
         report.recompute_macs = stats.recompute_macs
         report.first_token_seconds = stats.first_token_seconds
         report.kv_trace = stats.kv_trace
+        report.settings["fallback re-decodes"] = str(stats.fallback_attempts)
 
     def _text(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=False)
 
-    def _plan(self, language: str, task: str, beams: int):
+    def _plan(self, language: str, task: str, beams: int, request: DecodeRequest | None = None):
+        """The decoding plan for one input; `request` adds its fallback, conditioning and
+        word timestamps (None: the defaults, for callers that decode chunks themselves)."""
+        request = request or DecodeRequest(task=task)
         import torch
         from kvscribe.backends.hf.decoder import PolicyDecoder
         from kvscribe.backends.hf.longform import WindowPlan
@@ -272,10 +321,21 @@ class TransformersBackend(Backend):
             self_specs=self.self_specs,
             cross_spec=self.cross_spec,
             beams=beams,
-            condition=self._conditioned(),
+            condition=self._conditioned(request),
             text_ctx=config.max_target_positions,
             kv_bytes_per_position=bytes_per_position,
+            fallback=request.fallback,
+            align_words=self._aligner() if request.word_timestamps else None,
         )
+
+    def _aligner(self):
+        """Word times from the alignment heads' cross-attention (None where the module is
+        not in this install)."""
+        try:
+            from kvscribe.backends.hf.alignment import WordAligner
+        except ImportError:
+            return None
+        return WordAligner(self.network, self.special, self._text, self.device, self.dtype)
 
     def _encode(self, window_mel):
         """[n_mels, 3000] (one window) or [chunks, n_mels, 3000] -> [chunks, 1500, d]."""
@@ -286,16 +346,15 @@ class TransformersBackend(Backend):
             features = batched.to(self.dtype)
             return self.network.model.encoder(features).last_hidden_state
 
-    def _detect_language(self, mel) -> str:
-        """Most likely language token after <|startoftranscript|> on the first window."""
+    def _detect_language(self, mel) -> tuple[str, float]:
+        """Most likely language token after <|startoftranscript|> on the first window, and its
+        probability among the language tokens (openai-whisper's detect_language)."""
         import torch
         from kvscribe.backends.hf.decoder import PolicyDecoder
 
         from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
         from kvscribe.mel import FRAMES_PER_WINDOW
 
-        if not self.special.is_multilingual:
-            return "en"
         cross = CrossAttentionStore(self.cross_spec, 1)
         cross.fill(self._encode(mel[:, :FRAMES_PER_WINDOW]), self.network.model.decoder)
         start = torch.tensor([[self.special.sot]], device=self.device)
@@ -304,7 +363,9 @@ class TransformersBackend(Backend):
         ]
         codes = list(self.special.languages)
         ids = torch.tensor([self.special.languages[c] for c in codes], device=self.device)
-        return codes[int(logits[ids].argmax())]
+        probabilities = torch.softmax(logits[ids].float(), dim=-1)
+        best = int(probabilities.argmax())
+        return codes[best], float(probabilities[best])
 
 
 def _relayout_vocab_projection(network) -> None:

@@ -1,7 +1,9 @@
 """Batched decoding: several speech chunks x beams as the rows of one decoder batch.
 
-Every chunk decodes once, from the same prompt (no previous text: the chunks are
-decoded side by side), with the window's cache policy applied to every row. The
+Every chunk decodes from the same prompt (no previous text: the chunks are decoded
+side by side), with the window's cache policy applied to every row. Temperature
+fallback works per chunk: the chunks whose decode failed the rule are decoded again
+together at the next temperature (`best_of` sampled rows each). The
 cross-attention store keeps one copy per chunk when its policy is shared (beams
 fold into the query axis) and one per beam otherwise. A chunk whose search ends
 leaves the batch at once: its rows are dropped from the self-attention cache and
@@ -10,16 +12,42 @@ its cross-attention copy from the store, so it stops costing compute and memory.
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from kvscribe.chunking import ChunkResult
+from kvscribe.chunking import Chunk, ChunkResult, chunk_pieces
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
+from kvscribe.mel import FRAMES_PER_WINDOW, HOP
+from kvscribe.types import Word
 
+from . import fallback
 from .longform import PROMPT_MAX, WindowPlan, WindowStats
-from .search import expand
+from .search import expand, no_speech_probs, sample, select_rows
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One segment of a chunk: seconds from the chunk's start, tokens, text and words."""
+
+    start: float
+    end: float
+    tokens: tuple[int, ...]
+    text: str
+    words: tuple[Word, ...] = ()
+
+
+@dataclass(frozen=True)
+class ChunkDecode(ChunkResult):
+    """A chunk's kept attempt: what chunking reads (its tokens are empty when the chunk is
+    silence, so nothing of it is decoded again), and its segments' pieces."""
+
+    temperature: float = 0.0
+    compression_ratio: float = 0.0
+    pieces: tuple[Piece, ...] = ()
 
 
 @dataclass
@@ -41,6 +69,133 @@ class _Search:
 
 
 @torch.inference_mode()
+def decode_with_fallback(
+    plan: WindowPlan,
+    chunks: list[Chunk],
+    mels: list[torch.Tensor],
+    prompt: list[int],
+    stats: WindowStats,
+    decode_text: Callable[[list[int]], str],
+) -> list[ChunkDecode]:
+    """Decode `chunks` (their 30 s log-mels `mels`) together under the plan's fallback rule:
+    each temperature in turn for the chunks still failing, then each chunk's kept attempt
+    cut into pieces (with words when asked for, from the encoder output already computed)."""
+    encoded = _encode(plan, mels, stats)
+    stats.windows += len(chunks)
+    frames = [chunk.start // HOP for chunk in chunks]
+    attempts: list[list[fallback.Attempt]] = [[] for _ in chunks]
+    pending = list(range(len(chunks)))
+    for index, temperature in enumerate(fallback.temperatures(plan.fallback)):
+        if not pending:
+            break
+        stats.fallback_attempts += len(pending) if index else 0
+        generators = [fallback.generator(plan.setup.device, frames[c], index) for c in pending]
+        selected = encoded[pending] if len(pending) < len(chunks) else encoded
+        results = _decode_at(plan, selected, prompt, stats, temperature, generators)
+        for chunk, result in zip(pending, results, strict=True):
+            text = decode_text([t for t in result.tokens if t < plan.special.eot])
+            attempts[chunk].append(
+                fallback.attempt_of(
+                    result.tokens, result.avg_logprob, result.no_speech_prob, temperature, text
+                )
+            )
+        pending = [c for c in pending if not fallback.is_final(attempts[c][-1], plan.fallback)]
+    return [
+        _chunk_decode(
+            plan,
+            chunk,
+            encoded[i : i + 1],
+            fallback.decided(attempts[i], plan.fallback),
+            decode_text,
+        )
+        for i, chunk in enumerate(chunks)
+    ]
+
+
+def _decode_at(
+    plan: WindowPlan,
+    encoded: torch.Tensor,
+    prompt: list[int],
+    stats: WindowStats,
+    temperature: float,
+    generators: list[torch.Generator],
+) -> list:
+    """One attempt for every chunk of `encoded`: beam search at temperature 0, else
+    sampling (results with tokens, avg_logprob and no_speech_prob either way)."""
+    if temperature == 0:
+        return _beam_batch(plan, encoded, prompt, stats)
+    cross = CrossAttentionStore(plan.cross_spec, plan.fallback.best_of)
+    cross.fill(encoded, plan.decoder_module)
+    stats.cross_bytes = max(stats.cross_bytes, cross.held_bytes)
+    cache = PolicyCache(plan.self_specs)
+    sot_index = len(prompt) - len(plan.sot_sequence)
+    max_new = min(plan.text_ctx // 2, plan.text_ctx - len(prompt))
+
+    def note(rows: int) -> None:
+        _note_step(stats, plan, cache, rows)
+
+    results = sample(
+        plan.setup, prompt, sot_index, cache, cross, temperature, generators, max_new, note
+    )
+    stats.step_seconds.extend(max((r.step_seconds for r in results), key=len))
+    stats.tokens += sum(len(r.step_seconds) for r in results)
+    stats.self_peak_bytes = max(stats.self_peak_bytes, cache.peak_bytes)
+    stats.recompute_macs += cache.recompute_macs
+    return results
+
+
+def _chunk_decode(
+    plan: WindowPlan,
+    chunk: Chunk,
+    encoded: torch.Tensor,
+    kept: fallback.Attempt,
+    decode_text: Callable[[list[int]], str],
+) -> ChunkDecode:
+    """The kept attempt as chunking and the segments need it; silence has no tokens."""
+    silent = plan.fallback.is_silence(kept.no_speech_prob, kept.avg_logprob)
+    tokens = [] if silent else kept.tokens
+    pieces = []
+    for start, end, piece in chunk_pieces(tokens, plan.special.timestamp_begin, chunk.seconds):
+        text = decode_text([t for t in piece if t < plan.special.eot])
+        if text.strip():
+            pieces.append(Piece(start, end, tuple(piece), text))
+    if plan.align_words is not None and pieces:
+        pieces = _with_words(plan, chunk, encoded, pieces)
+    return ChunkDecode(
+        tokens,
+        kept.avg_logprob,
+        kept.no_speech_prob,
+        kept.temperature,
+        kept.compression_ratio,
+        tuple(pieces),
+    )
+
+
+def _with_words(
+    plan: WindowPlan, chunk: Chunk, encoded: torch.Tensor, pieces: list[Piece]
+) -> list[Piece]:
+    """The pieces with their words timed from the chunk's encoder output [1, frames, d],
+    each piece spanning its words (as openai-whisper's segments do)."""
+    offset = chunk.start_seconds
+    said = plan.align_words(
+        encoded,
+        [list(piece.tokens) for piece in pieces],
+        min((chunk.end - chunk.start) // HOP, FRAMES_PER_WINDOW),
+        offset,
+        sot_sequence=plan.sot_sequence,
+        bounds=[(offset + piece.start, offset + piece.end) for piece in pieces],
+    )
+    timed = []
+    for piece, words in zip(pieces, said, strict=True):
+        if words:
+            piece = dataclasses.replace(
+                piece, start=words[0].start - offset, end=words[-1].end - offset, words=words
+            )
+        timed.append(piece)
+    return timed
+
+
+@torch.inference_mode()
 def decode_batch(
     plan: WindowPlan,
     mels: list[torch.Tensor],
@@ -48,37 +203,55 @@ def decode_batch(
     stats: WindowStats,
     compact: bool = True,
 ) -> list[ChunkResult]:
-    """Decode the chunks whose 30 s log-mels are `mels` ([n_mels, 3000] each) together.
+    """Decode the chunks whose 30 s log-mels are `mels` ([n_mels, 3000] each) together, at
+    temperature 0 only (no fallback).
 
     `compact`: a chunk whose search ends leaves the batch (kvscribe's way). False keeps its
     rows in the batch, fed end-of-text and ignored, as a masked batch would: only
     benchmarks/batched_compaction.py asks for that, to measure the difference."""
-    setup = plan.setup
+    encoded = _encode(plan, mels, stats)
+    stats.windows += len(mels)
+    return _beam_batch(plan, encoded, prompt, stats, compact)
+
+
+def _encode(plan: WindowPlan, mels: list[torch.Tensor], stats: WindowStats) -> torch.Tensor:
     started = time.perf_counter()
     encoded = plan.encode(torch.stack(mels))
     stats.encoder_seconds += time.perf_counter() - started
+    return encoded
+
+
+def _beam_batch(
+    plan: WindowPlan,
+    encoded: torch.Tensor,
+    prompt: list[int],
+    stats: WindowStats,
+    compact: bool = True,
+) -> list[ChunkResult]:
+    """Beam search (greedy at beam 1) for every chunk of `encoded` [chunks, frames, d]."""
+    setup = plan.setup
     cross = CrossAttentionStore(plan.cross_spec, plan.beams)
     cross.fill(encoded, plan.decoder_module)
     stats.cross_bytes = max(stats.cross_bytes, cross.held_bytes)
     cache = PolicyCache(plan.self_specs)
-    chunks = len(mels)
+    chunks = encoded.shape[0]
     sot_index = len(prompt) - len(plan.sot_sequence)
     max_new = min(plan.text_ctx // 2, plan.text_ctx - len(prompt))
 
     step_started = time.perf_counter()
     tokens = torch.tensor([prompt] * chunks, device=setup.device)
     logits = setup.decoder.logits(tokens, cache, cross, positions=(sot_index, -1))
-    no_speech = _no_speech(logits[:, 0], setup.no_speech)
+    no_speech = no_speech_probs(logits[:, 0], setup.no_speech)
     searches = [_Search([[] for _ in range(plan.beams)], [0.0] * plan.beams, p) for p in no_speech]
     fan_out = torch.arange(chunks, device=setup.device).repeat_interleave(plan.beams)
-    _select_rows(cache, fan_out)
+    select_rows(cache, fan_out)
     logits = logits[:, -1].repeat_interleave(plan.beams, dim=0)
 
     in_batch = list(range(chunks))  # chunk numbers with rows in the batch, in row order
     for _ in range(max_new):
         stats.step_seconds.append(time.perf_counter() - step_started)
         step_started = time.perf_counter()
-        _note_step(stats, plan, cache, len(in_batch))
+        _note_step(stats, plan, cache, len(in_batch) * plan.beams)
         rows = [seq for chunk in in_batch for seq in searches[chunk].sequences]
         logprobs = setup.rules.logprobs(logits.float(), rows)
         sources = _advance(searches, in_batch, logprobs, plan.beams, setup.eot)
@@ -90,7 +263,7 @@ def decode_batch(
             cross.select_chunks(torch.tensor(kept, device=setup.device))
             sources = [sources[position] for position in kept]
             in_batch = still
-        _select_rows(
+        select_rows(
             cache, torch.tensor([r for block in sources for r in block], device=setup.device)
         )
         last = [
@@ -102,7 +275,6 @@ def decode_batch(
     stats.self_peak_bytes = max(stats.self_peak_bytes, cache.peak_bytes)
     stats.recompute_macs += cache.recompute_macs
     results = [search.result() for search in searches]
-    stats.windows += chunks
     stats.tokens += sum(len(r.tokens) + 1 for r in results)
     return results
 
@@ -136,20 +308,9 @@ def _advance(searches, in_batch, logprobs, beams, eot) -> list[list[int]]:
     return sources
 
 
-def _select_rows(cache: PolicyCache, rows: torch.Tensor) -> None:
-    for layer in cache.policy_layers:
-        layer.reorder_cache(rows)
-
-
-def _no_speech(logits: torch.Tensor, no_speech: int) -> list[float]:
-    if no_speech < 0:
-        return [0.0] * logits.shape[0]
-    return torch.softmax(logits.float(), dim=-1)[:, no_speech].tolist()
-
-
-def _note_step(stats: WindowStats, plan: WindowPlan, cache: PolicyCache, chunks: int) -> None:
+def _note_step(stats: WindowStats, plan: WindowPlan, cache: PolicyCache, rows: int) -> None:
     """The full cache's size for the rows alive now, to compare the policy's peak with."""
-    full = cache.get_seq_length() * chunks * plan.beams * plan.kv_bytes_per_position
+    full = cache.get_seq_length() * rows * plan.kv_bytes_per_position
     stats.self_full_bytes = max(stats.self_full_bytes, full)
 
 

@@ -1,5 +1,6 @@
-"""Long-form transcription: 30 s windows, a fresh decoder cache per window, previous-text
-prompts, and openai-whisper's rules for cutting segments at timestamp tokens and seeking."""
+"""Long-form transcription: 30 s windows, a fresh decoder cache per window (and per
+fallback attempt), previous-text prompts, temperature fallback (backends/hf/fallback.py),
+and openai-whisper's rules for cutting segments at timestamp tokens and seeking."""
 
 from __future__ import annotations
 
@@ -9,20 +10,25 @@ from dataclasses import dataclass, field
 
 import torch
 
+from kvscribe.decoding import Fallback
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
 from kvscribe.kvcache.spec import CrossSpec, LayerSpec
 from kvscribe.mel import FRAMES_PER_WINDOW
 from kvscribe.models.vocab import SpecialTokens
-from kvscribe.types import Segment
+from kvscribe.types import Segment, Word
 
-from .search import SearchSetup, WindowResult, search
+from . import fallback
+from .search import SearchSetup, WindowResult, sample, search
 
 SECONDS_PER_FRAME = 0.01
 SECONDS_PER_TIMESTAMP = 0.02
 FRAMES_PER_TIMESTAMP = 2
 PROMPT_MAX = 223  # n_text_ctx // 2 - 1 previous tokens
-NO_SPEECH_THRESHOLD = 0.6
-LOGPROB_THRESHOLD = -1.0
+
+# backends/hf/alignment.py's WordAligner: (encoded window [1, frames, d], each segment's
+# tokens, window frames, offset s, *, sot_sequence, bounds, last_speech) -> one tuple of
+# Words per segment, on the input's clock.
+AlignWords = Callable[..., list[tuple[Word, ...]]]
 
 
 @dataclass(frozen=True)
@@ -40,12 +46,15 @@ class WindowPlan:
     condition: bool
     text_ctx: int
     kv_bytes_per_position: int  # K+V of one position in every layer, one beam
+    fallback: Fallback = field(default_factory=Fallback)
+    align_words: AlignWords | None = None  # set when word timestamps are asked for
 
 
 @dataclass
 class WindowStats:
     windows: int = 0
-    tokens: int = 0
+    tokens: int = 0  # decoder steps of every attempt (a re-decoded window counts again)
+    fallback_attempts: int = 0  # windows (or chunks) decoded again at a higher temperature
     encoder_seconds: float = 0.0
     step_seconds: list[float] = field(default_factory=list)
     self_peak_bytes: int = 0
@@ -65,63 +74,150 @@ def transcribe(
     prompt: list[int] | None = None,
 ) -> Iterator[Segment]:
     """Yield segments of `mel` [n_mels, frames incl. 30 s padding] as each window is decoded.
-    `prompt`: tokens of text said before this audio (the first window always sees them)."""
+
+    `prompt`: tokens of text said before this audio (openai-whisper's initial prompt): the
+    first decoded window sees them, later ones only while conditioning on previous text,
+    until a window needed a high temperature (the prompt resets, as openai-whisper's does).
+    """
     content_frames = mel.shape[-1] - FRAMES_PER_WINDOW
     seek, history, next_id = 0, list(prompt or ()), 0
+    last_speech = None  # where the last word ended (openai-whisper's last_speech_timestamp)
     while seek < content_frames:
         window_frames = min(FRAMES_PER_WINDOW, content_frames - seek)
-        context = history if plan.condition or seek == 0 else []
-        result = _decode_window(plan, mel[:, seek : seek + FRAMES_PER_WINDOW], context, stats)
-        if result.no_speech_prob > NO_SPEECH_THRESHOLD and result.avg_logprob < LOGPROB_THRESHOLD:
+        encoded = _encode(plan, mel[:, seek : seek + FRAMES_PER_WINDOW], stats)
+        window = stats.windows
+        stats.windows += 1
+        attempts = _decode_with_fallback(plan, encoded, history, stats, decode_text, seek)
+        kept = fallback.decided(attempts, plan.fallback)
+        if plan.fallback.is_silence(kept.no_speech_prob, kept.avg_logprob):
             seek += window_frames  # silence: nothing to say here
             continue
-        pieces, advance = split_segments(result.tokens, plan.special.timestamp_begin, window_frames)
-        for start, end, tokens in pieces:
-            text = decode_text([t for t in tokens if t < plan.special.eot])
-            if not text.strip():
-                continue
-            offset = seek * SECONDS_PER_FRAME
+        pieces, advance = split_segments(kept.tokens, plan.special.timestamp_begin, window_frames)
+        texts = [decode_text([t for t in tokens if t < plan.special.eot]) for *_, tokens in pieces]
+        spoken = [(piece, text) for piece, text in zip(pieces, texts, strict=True) if text.strip()]
+        offset = seek * SECONDS_PER_FRAME
+        bounds = [(offset + start, offset + end) for (start, end, _), _ in spoken]
+        tokens_of = [tokens for (*_, tokens), _ in spoken]
+        words = _words(plan, encoded, tokens_of, window_frames, offset, bounds, last_speech)
+        for ((_, _, tokens), text), (start, end), said in zip(spoken, bounds, words, strict=True):
+            if said:  # openai-whisper: a segment spans its words when they are timed
+                start, end = said[0].start, said[-1].end
+                last_speech = end
             yield Segment(
                 next_id,
-                offset + start,
-                offset + end,
+                start,
+                end,
                 text,
                 tuple(tokens),
-                result.avg_logprob,
-                result.no_speech_prob,
-                stats.windows - 1,
+                kept.avg_logprob,
+                kept.no_speech_prob,
+                window,
+                seek=seek,
+                temperature=kept.temperature,
+                compression_ratio=kept.compression_ratio,
+                words=said,
             )
             next_id += 1
             history.extend(tokens)
+        if not plan.condition or fallback.resets_prompt(attempts):
+            history = []
         seek += advance
 
 
-def _decode_window(
-    plan: WindowPlan, window_mel: torch.Tensor, history: list[int], stats: WindowStats
-) -> WindowResult:
+def _words(
+    plan: WindowPlan,
+    encoded: torch.Tensor,
+    segment_tokens: list[list[int]],
+    window_frames: int,
+    offset: float,
+    bounds: list[tuple[float, float]],
+    last_speech: float | None,
+) -> list[tuple[Word, ...]]:
+    """Each segment's words when they were asked for (else none), from the window's own
+    encoder output (the encoder does not run again); `bounds`: the segments' (start, end)
+    on the input's clock."""
+    if plan.align_words is None or not segment_tokens:
+        return [() for _ in segment_tokens]
+    return plan.align_words(
+        encoded,
+        segment_tokens,
+        window_frames,
+        offset,
+        sot_sequence=plan.sot_sequence,
+        bounds=bounds,
+        last_speech=last_speech,
+    )
+
+
+def _encode(plan: WindowPlan, window_mel: torch.Tensor, stats: WindowStats) -> torch.Tensor:
     started = time.perf_counter()
     encoded = plan.encode(window_mel)
     stats.encoder_seconds += time.perf_counter() - started
-    cross = CrossAttentionStore(plan.cross_spec, plan.beams)
+    return encoded
+
+
+def _decode_with_fallback(
+    plan: WindowPlan,
+    encoded: torch.Tensor,
+    history: list[int],
+    stats: WindowStats,
+    decode_text: Callable[[list[int]], str],
+    seek: int,
+) -> list[fallback.Attempt]:
+    """Decode the window at each temperature in turn until an attempt is final; all of
+    them, in order (the last one final, or every temperature tried)."""
+    prompt = [plan.special.sot_prev, *history[-PROMPT_MAX:]] if history else []
+    prompt += plan.sot_sequence
+    attempts: list[fallback.Attempt] = []
+    for index, temperature in enumerate(fallback.temperatures(plan.fallback)):
+        stats.fallback_attempts += 1 if index else 0
+        generator = fallback.generator(plan.setup.device, seek, index)
+        result = _decode_window(plan, encoded, prompt, stats, temperature, generator)
+        text = decode_text([t for t in result.tokens if t < plan.special.eot])
+        attempts.append(
+            fallback.attempt_of(
+                result.tokens, result.avg_logprob, result.no_speech_prob, temperature, text
+            )
+        )
+        if fallback.is_final(attempts[-1], plan.fallback):
+            break
+    return attempts
+
+
+def _decode_window(
+    plan: WindowPlan,
+    encoded: torch.Tensor,
+    prompt: list[int],
+    stats: WindowStats,
+    temperature: float,
+    generator: torch.Generator,
+) -> WindowResult:
+    """One attempt: beam search (or greedy) at temperature 0, else `best_of` samples; a
+    fresh cache under the plan's policies either way."""
+    rows = plan.beams if temperature == 0 else plan.fallback.best_of
+    cross = CrossAttentionStore(plan.cross_spec, rows)
     cross.fill(encoded, plan.decoder_module)
     cache = PolicyCache(plan.self_specs)
-    prompt = []
-    if history:
-        prompt = [plan.special.sot_prev, *history[-PROMPT_MAX:]]
-    prompt += plan.sot_sequence
     sot_index = len(prompt) - len(plan.sot_sequence)
     max_new = min(plan.text_ctx // 2, plan.text_ctx - len(prompt))
     search_started = time.perf_counter()
-    result = search(plan.setup, prompt, sot_index, cache, cross, plan.beams, max_new)
-    if stats.first_token_seconds is None and result.step_seconds:
-        stats.first_token_seconds = search_started + result.step_seconds[0] - stats.started
-    positions = cache.get_seq_length()  # every position fed, for the longest-lived beam
-    stats.windows += 1
-    stats.tokens += len(result.tokens) + 1
-    stats.step_seconds.extend(result.step_seconds)
+    if temperature == 0:
+        result = search(plan.setup, prompt, sot_index, cache, cross, plan.beams, max_new)
+        steps, decoded = result.step_seconds, len(result.tokens) + 1
+    else:
+        (result,) = sample(
+            plan.setup, prompt, sot_index, cache, cross, temperature, [generator], max_new
+        )
+        steps = result.step_seconds
+        decoded = len(steps)  # every step fed all candidates: counted as beams are
+    if stats.first_token_seconds is None and steps:
+        stats.first_token_seconds = search_started + steps[0] - stats.started
+    positions = cache.get_seq_length()  # every position fed, for the longest-lived row
+    stats.tokens += decoded
+    stats.step_seconds.extend(steps)
     stats.self_peak_bytes = max(stats.self_peak_bytes, cache.peak_bytes)
     stats.self_full_bytes = max(
-        stats.self_full_bytes, positions * plan.beams * plan.kv_bytes_per_position
+        stats.self_full_bytes, positions * rows * plan.kv_bytes_per_position
     )
     stats.cross_bytes = max(stats.cross_bytes, cross.held_bytes)
     stats.recompute_macs += cache.recompute_macs

@@ -1,8 +1,10 @@
-"""Greedy and beam search over one 30 s window, timing every decoder step."""
+"""Greedy and beam search over one 30 s window, and sampling at a temperature (the
+fallback's later attempts) over one or several, timing every decoder step."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -49,14 +51,10 @@ def search(
     # The prompt is the same for every beam: run it once, then give each beam a copy.
     prompt_batch = torch.tensor([prompt], device=setup.device)
     logits = setup.decoder.logits(prompt_batch, cache, cross, positions=(sot_index, -1))
-    no_speech = 0.0
-    if setup.no_speech >= 0:
-        no_speech = float(torch.softmax(logits[0, 0].float(), dim=-1)[setup.no_speech])
+    no_speech = no_speech_probs(logits[:, 0], setup.no_speech)[0]
     first = logits[:, -1].repeat(beams, 1)
     if beams > 1:
-        fan_out = torch.zeros(beams, dtype=torch.long, device=setup.device)
-        for layer in cache.policy_layers:
-            layer.reorder_cache(fan_out)
+        select_rows(cache, torch.zeros(beams, dtype=torch.long, device=setup.device))
     run = _greedy if beams == 1 else _beam
     tokens, score = run(setup, first, cache, cross, beams, max_new, clock)
     return WindowResult(tokens, score, no_speech, clock.steps)
@@ -90,9 +88,7 @@ def _beam(setup, logits, cache, cross, beams, max_new, clock):
             break
         sequences = [list(seq) for seq, _, _ in kept]
         scores = [score for _, score, _ in kept]
-        sources = torch.tensor([source for _, _, source in kept], device=setup.device)
-        for layer in cache.policy_layers:
-            layer.reorder_cache(sources)
+        select_rows(cache, torch.tensor([source for _, _, source in kept], device=setup.device))
         step = torch.tensor([[seq[-1]] for seq in sequences], device=setup.device)
         logits = setup.decoder.logits(step, cache, cross)[:, -1]
     if not finished:
@@ -123,6 +119,122 @@ def expand(logprobs, sequences, scores, finished, beams, eot):
         if len(kept) == beams:
             break
     return kept
+
+
+@dataclass
+class _Draws:
+    """One chunk's `best_of` candidates drawn at a temperature: openai-whisper's sampling
+    (softmax of the rule-masked logits / T) and its pick (sum logprob / length)."""
+
+    sequences: list[list[int]]
+    sums: list[float]
+    done: list[bool]
+    steps: int = 0  # draws made: the decoder steps this chunk took part in
+
+    @classmethod
+    def empty(cls, best_of: int) -> _Draws:
+        return cls([[] for _ in range(best_of)], [0.0] * best_of, [False] * best_of)
+
+    @property
+    def ended(self) -> bool:
+        return all(self.done)
+
+    def draw(self, logprobs: torch.Tensor, temperature: float, generator, eot: int) -> None:
+        """Sample the next token of every unfinished candidate from `logprobs` [best_of, vocab]
+        (renormalised log-probabilities: the same distribution as the masked logits)."""
+        self.steps += 1
+        live = [row for row, done in enumerate(self.done) if not done]
+        probabilities = torch.softmax(logprobs[live] / temperature, dim=-1)
+        tokens = torch.multinomial(probabilities, 1, generator=generator).flatten()
+        picked = logprobs[live].gather(1, tokens[:, None]).flatten()
+        for row, token, logprob in zip(live, tokens.tolist(), picked.tolist(), strict=True):
+            self.sums[row] += logprob  # the untempered log-probability, as openai-whisper sums
+            if token == eot:
+                self.done[row] = True
+            else:
+                self.sequences[row].append(token)
+
+    def best(self, no_speech_prob: float, step_seconds: list[float]) -> WindowResult:
+        row = max(
+            range(len(self.sequences)),
+            key=lambda r: self.sums[r] / max(1, len(self.sequences[r])),
+        )
+        steps = step_seconds[: self.steps]
+        return WindowResult(list(self.sequences[row]), self.sums[row], no_speech_prob, steps)
+
+
+@torch.inference_mode()
+def sample(
+    setup: SearchSetup,
+    prompt: list[int],
+    sot_index: int,
+    cache: PolicyCache,
+    cross: CrossAttentionStore,
+    temperature: float,
+    generators: list[torch.Generator],
+    max_new: int,
+    on_step: Callable[[int], None] | None = None,
+) -> list[WindowResult]:
+    """Draw candidates at `temperature` for each of `len(generators)` chunks after the same
+    `prompt`, keeping each chunk's likeliest (by mean logprob); each result's step times
+    are those of the steps its chunk took part in (the longest: every step of the batch).
+
+    `cross` holds the chunks' encoder outputs filled with `beams` = candidates per chunk
+    (rows chunk-major). A chunk leaves the batch when all its candidates have ended; a
+    finished candidate of a chunk still decoding is fed end-of-text and ignored.
+    `on_step(rows)`: called with the rows alive at each step."""
+    clock = _Clock()
+    chunks, best_of = len(generators), cross.beams
+    logits = setup.decoder.logits(
+        torch.tensor([prompt] * chunks, device=setup.device),
+        cache,
+        cross,
+        positions=(sot_index, -1),
+    )
+    no_speech = no_speech_probs(logits[:, 0], setup.no_speech)
+    select_rows(cache, torch.arange(chunks, device=setup.device).repeat_interleave(best_of))
+    logits = logits[:, -1].repeat_interleave(best_of, dim=0)
+    draws = [_Draws.empty(best_of) for _ in range(chunks)]
+    in_batch = list(range(chunks))
+    for _ in range(max_new):
+        if on_step is not None:
+            on_step(len(in_batch) * best_of)
+        rows = [seq for chunk in in_batch for seq in draws[chunk].sequences]
+        logprobs = setup.rules.logprobs(logits.float(), rows)
+        for position, chunk in enumerate(in_batch):
+            block = logprobs[position * best_of : (position + 1) * best_of]
+            draws[chunk].draw(block, temperature, generators[chunk], setup.eot)
+        clock.tick()
+        still = [chunk for chunk in in_batch if not draws[chunk].ended]
+        if not still:
+            break
+        if len(still) < len(in_batch):
+            kept = [in_batch.index(chunk) for chunk in still]
+            cross.select_chunks(torch.tensor(kept, device=setup.device))
+            rows_kept = [p * best_of + r for p in kept for r in range(best_of)]
+            select_rows(cache, torch.tensor(rows_kept, device=setup.device))
+            in_batch = still
+        last = [
+            [setup.eot if done else seq[-1]]
+            for chunk in in_batch
+            for seq, done in zip(draws[chunk].sequences, draws[chunk].done, strict=True)
+        ]
+        logits = setup.decoder.logits(torch.tensor(last, device=setup.device), cache, cross)
+        logits = logits[:, -1]
+    return [draws[c].best(no_speech[c], clock.steps) for c in range(chunks)]
+
+
+def select_rows(cache: PolicyCache, rows: torch.Tensor) -> None:
+    """Make the cache's rows `rows` of what it holds (beams kept, candidates fanned out)."""
+    for layer in cache.policy_layers:
+        layer.reorder_cache(rows)
+
+
+def no_speech_probs(logits: torch.Tensor, no_speech: int) -> list[float]:
+    """P(<|nospeech|>) at the <|startoftranscript|> position, per row of `logits` [rows, vocab]."""
+    if no_speech < 0:
+        return [0.0] * logits.shape[0]
+    return torch.softmax(logits.float(), dim=-1)[:, no_speech].tolist()
 
 
 class _Clock:

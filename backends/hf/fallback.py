@@ -1,0 +1,114 @@
+"""Temperature fallback for kvscribe's own decoder: which attempt of a window is kept.
+
+The rule is faster-whisper's generate_with_fallback (openai-whisper's, plus its pick when
+every temperature fails): decode at each temperature in turn until a decode passes the
+quality tests (kvscribe.decoding.Fallback.needs_retry) or is silence; when all fail, keep
+the likeliest decode among those that are not repetitive. The sequential and the batched
+paths both decide with `decided`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from kvscribe.decoding import Fallback, compression_ratio
+
+# openai-whisper / faster-whisper: a window decoded above this temperature is not used as
+# the next window's prompt (faster-whisper's prompt_reset_on_temperature).
+PROMPT_RESET_TEMPERATURE = 0.5
+SAMPLING_SEED = 14  # sampling is seeded per window and attempt, so runs are reproducible
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One decode of a window at one temperature and the scores the rule reads."""
+
+    tokens: list[int]  # sampled tokens, timestamps included, end-of-text excluded
+    avg_logprob: float
+    no_speech_prob: float
+    temperature: float
+    compression_ratio: float
+
+
+def attempt_of(
+    tokens: list[int],
+    avg_logprob: float,
+    no_speech_prob: float,
+    temperature: float,
+    text: str,
+) -> Attempt:
+    """An attempt, its compression ratio measured on its text as faster-whisper does
+    (text tokens only, stripped)."""
+    ratio = compression_ratio(text.strip())
+    return Attempt(tokens, avg_logprob, no_speech_prob, temperature, ratio)
+
+
+def is_final(attempt: Attempt, fallback: Fallback) -> bool:
+    """No retry: silence (checked first: a silent window is never retried) or a pass."""
+    if fallback.is_silence(attempt.no_speech_prob, attempt.avg_logprob):
+        return True
+    return not fallback.needs_retry(attempt.compression_ratio, attempt.avg_logprob)
+
+
+def decided(attempts: Sequence[Attempt], fallback: Fallback) -> Attempt:
+    """The attempt kept: the last one when it is final, else (every temperature failed) the
+    likeliest of those under the compression threshold, or of all (faster-whisper)."""
+    last = attempts[-1]
+    if is_final(last, fallback):
+        return last
+    threshold = fallback.compression_ratio_threshold
+    readable = [a for a in attempts if threshold is None or a.compression_ratio <= threshold]
+    return max(readable or attempts, key=lambda a: a.avg_logprob)
+
+
+def temperatures(fallback: Fallback) -> tuple[float, ...]:
+    return fallback.temperatures or (0.0,)
+
+
+def resets_prompt(attempts: Sequence[Attempt]) -> bool:
+    """The next window starts without previous text: the last temperature tried was high
+    (faster-whisper passes the last one tried on, even when an earlier decode is kept)."""
+    return attempts[-1].temperature > PROMPT_RESET_TEMPERATURE
+
+
+def generator(device: torch.device, window_frame: int, attempt: int) -> torch.Generator:
+    """A generator seeded by where the window starts and which attempt this is: the same
+    input samples the same candidates whatever else is in the batch."""
+    seeded = torch.Generator(device=device)
+    seeded.manual_seed(SAMPLING_SEED + 1_000_003 * attempt + window_frame)
+    return seeded
+
+
+def describe(fallback: Fallback) -> str:
+    """The rule in force, for the report's settings."""
+    temps = temperatures(fallback)
+    compression = fallback.compression_ratio_threshold
+    logprob = fallback.logprob_threshold
+    no_speech = fallback.no_speech_threshold
+    silence = "no silence rule"
+    if no_speech is not None:
+        silence = f"no speech > {_number(no_speech)}"
+        silence += f" with logprob < {_number(logprob)}" if logprob is not None else ""
+    if len(temps) == 1:
+        return f"off (temperature {_number(temps[0])} only), silence: {silence}"
+    steps = {round(b - a, 6) for a, b in itertools.pairwise(temps)}
+    spread = " ".join(map(_number, temps))
+    if len(steps) == 1:
+        spread = f"{_number(temps[0])}-{_number(temps[-1])} step {_number(steps.pop())}"
+    tests = [f"{spread}, best of {fallback.best_of}"]
+    if compression is not None:
+        tests.append(f"compression > {_number(compression)}")
+    if logprob is not None:
+        tests.append(f"logprob < {_number(logprob)}")
+    if no_speech is not None:
+        tests.append(f"no speech > {_number(no_speech)}")
+    return ", ".join(tests)
+
+
+def _number(value: float) -> str:
+    """0.0, 0.2, 2.4, -1.0 as openai-whisper's flags write them; 0.25 kept whole."""
+    return f"{value:.1f}" if round(value, 1) == value else f"{value:g}"

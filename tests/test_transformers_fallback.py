@@ -1,0 +1,201 @@
+"""Temperature fallback and the other issue-14 request fields in the transformers backend,
+on the real model and real audio: a window that loops at temperature 0 is rescued, the
+rule's choices, reproducible sampling, conditioning, the report."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from kvscribe.backends.base import DecodeRequest
+from kvscribe.backends.hf import fallback
+
+from kvscribe.audio import SAMPLE_RATE, load_audio
+from kvscribe.decoding import Fallback
+from kvscribe.options import TranscribeOptions
+from kvscribe.runner import load_backend
+from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, wer
+
+LIBRIVOX = sorted(EVAL_DIR.glob("ps_librivox_*.wav"))
+needs_eval = pytest.mark.skipif(not LIBRIVOX, reason="needs ../shared/eval clips")
+NO_FALLBACK = Fallback(temperatures=(0.0,))
+
+
+@pytest.fixture(scope="module")
+def backend():
+    loaded, _ = load_backend(
+        TranscribeOptions(inputs=(SAMPLE,), backend="transformers", profile="cpu-laptop")
+    )
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def looping_audio() -> np.ndarray:
+    """29 s of the librivox clips under white noise at a quarter of their peak: tiny.en
+    decodes it at temperature 0 into one phrase repeated to the end of the window."""
+    speech = np.concatenate([load_audio(p) for p in LIBRIVOX])[: 29 * SAMPLE_RATE]
+    noise = np.random.default_rng(0).standard_normal(speech.size).astype(np.float32)
+    return (speech + 0.25 * np.abs(speech).max() * noise).astype(np.float32)
+
+
+def _decode(backend, audio, **request):
+    run = backend.transcribe(audio, DecodeRequest(**request))
+    return list(run.segments), run
+
+
+def _most_repeated_phrase(text: str, words: int = 4) -> int:
+    tokens = re.findall(r"[a-z']+", text.lower())
+    grams = Counter(tuple(tokens[i : i + words]) for i in range(len(tokens) - words + 1))
+    return max(grams.values(), default=0)
+
+
+# -- a looping window rescued ---------------------------------------------------------------
+
+
+@needs_eval
+def test_a_window_that_loops_at_temperature_0_is_rescued_by_fallback(backend, looping_audio):
+    looped, plain = _decode(backend, looping_audio, beam_size=1, batch_size=1, fallback=NO_FALLBACK)
+    looped_text = "".join(s.text for s in looped)
+    assert max(s.compression_ratio for s in looped) > 2.4, looped_text
+    assert _most_repeated_phrase(looped_text) >= 5, looped_text
+    assert plain.report.settings["fallback re-decodes"] == "0"
+
+    rescued, run = _decode(backend, looping_audio, beam_size=1, batch_size=1)
+    text = "".join(s.text for s in rescued)
+    assert rescued, "the rescued window still says something"
+    assert all(s.compression_ratio <= 2.4 for s in rescued), text
+    assert all(s.temperature > 0 for s in rescued if s.seek == 0)
+    assert _most_repeated_phrase(text) < 5, text
+    redecoded = int(run.report.settings["fallback re-decodes"])
+    assert redecoded >= 1
+    # Every attempt's steps are counted: greedy and sampling feed one position per step.
+    assert run.report.tokens == len(run.report.step_seconds)
+    assert run.report.tokens > plain.report.tokens
+    assert "0.0-1.0 step 0.2" in run.report.settings["temperature fallback"]
+
+
+def test_a_clean_clip_is_kept_at_temperature_0_with_its_scores(backend):
+    segments, run = _decode(backend, load_audio(SAMPLE), batch_size=1)
+    assert run.report.settings["fallback re-decodes"] == "0"
+    assert wer(SAMPLE_TEXT, "".join(s.text for s in segments)) <= 0.1
+    for segment in segments:
+        assert segment.temperature == 0.0 and segment.seek == 0
+        assert 0.5 < segment.compression_ratio < 2.4
+    assert run.language == "en" and run.language_probability is None  # English-only model
+
+
+def test_sampling_is_seeded_so_a_run_repeats_exactly(backend):
+    audio = load_audio(SAMPLE)
+    sampled = Fallback(temperatures=(1.0,))
+    first, _ = _decode(backend, audio, batch_size=1, fallback=sampled)
+    again, _ = _decode(backend, audio, batch_size=1, fallback=sampled)
+    assert [s.tokens for s in first] == [s.tokens for s in again]
+    assert all(s.temperature == 1.0 for s in first)
+    assert wer(SAMPLE_TEXT, "".join(s.text for s in first)) <= 0.3  # best of 5 at T=1.0
+
+
+# -- the rule's choices (real Attempt records, no decoding) ---------------------------------
+
+
+def _attempt(temperature, ratio, logprob, no_speech=0.1):
+    return fallback.Attempt([1, 2], logprob, no_speech, temperature, ratio)
+
+
+def test_silence_is_final_before_the_quality_tests():
+    rule = Fallback()
+    silent_and_repetitive = _attempt(0.0, 5.0, -1.5, no_speech=0.9)
+    assert fallback.is_final(silent_and_repetitive, rule)
+    assert not fallback.is_final(_attempt(0.0, 5.0, -0.2), rule)
+    assert not fallback.is_final(_attempt(0.0, 1.5, -1.2), rule)
+    assert fallback.is_final(_attempt(0.0, 1.5, -0.2), rule)
+
+
+def test_when_every_temperature_fails_the_likeliest_readable_attempt_is_kept():
+    rule = Fallback()
+    attempts = [
+        _attempt(0.0, 6.0, -0.1),  # likeliest, but a loop
+        _attempt(0.2, 1.8, -1.6),
+        _attempt(0.4, 1.7, -1.3),  # kept: the likeliest under the compression threshold
+        _attempt(1.0, 1.6, -2.5),
+    ]
+    assert fallback.decided(attempts, rule).temperature == 0.4
+    loops = [_attempt(0.0, 6.0, -0.1), _attempt(0.2, 5.0, -0.3)]
+    assert fallback.decided(loops, rule).temperature == 0.0  # none readable: likeliest
+    assert fallback.resets_prompt(attempts)  # the last temperature tried was over 0.5
+    assert not fallback.resets_prompt(attempts[:3])
+
+
+def test_the_report_describes_the_rule_in_force():
+    assert fallback.describe(Fallback()) == (
+        "0.0-1.0 step 0.2, best of 5, compression > 2.4, logprob < -1.0, no speech > 0.6"
+    )
+    assert fallback.describe(NO_FALLBACK).startswith("off (temperature 0.0 only)")
+
+
+# -- conditioning and the initial prompt -----------------------------------------------------
+
+
+@needs_eval
+def test_the_request_overrides_the_profiles_conditioning_and_the_prompt_opens_only(backend):
+    """cpu-laptop conditions on previous text; a request that says no wins, and then the
+    initial prompt reaches the first window only (openai-whisper's rule)."""
+    chatty = "so um like we were uh talking about the thing you know"
+    request = {"beam_size": 1, "batch_size": 1, "fallback": NO_FALLBACK}
+    jfk = load_audio(SAMPLE)
+    alone, _ = _decode(backend, jfk, prompt=chatty, **request)
+    unprompted, _ = _decode(backend, jfk, **request)
+    assert [s.tokens for s in alone] != [s.tokens for s in unprompted]  # the prompt matters
+    # The librivox clips padded to one whole window, then the JFK sample as a second one.
+    speech = np.concatenate([load_audio(p) for p in LIBRIVOX])
+    first = np.concatenate([speech, np.zeros(30 * SAMPLE_RATE - speech.size, np.float32)])
+    audio = np.concatenate([first, jfk])
+    prompted, run = _decode(
+        backend, audio, prompt=chatty, condition_on_previous_text=False, **request
+    )
+    plain, _ = _decode(backend, audio, condition_on_previous_text=False, **request)
+    assert run.report.settings["previous-text prompt"] == "off"
+    second = [s.tokens for s in prompted if s.seek == 3000]
+    assert second and second == [s.tokens for s in plain if s.seek == 3000]
+    _, run = _decode(backend, jfk, condition_on_previous_text=True, **request)
+    assert run.report.settings["previous-text prompt"] == "on"
+
+
+# -- the batched path ------------------------------------------------------------------------
+
+
+@needs_eval
+def test_batched_chunks_fall_back_on_their_own(backend, looping_audio):
+    """A clean chunk and the looping one decoded as one batch: only the looping one is
+    decoded again, and its segments carry the chunk's start and their temperature."""
+    clean = load_audio(SAMPLE)
+    pause = np.zeros(3 * SAMPLE_RATE, dtype=np.float32)
+    audio = np.concatenate([clean, pause, looping_audio])
+    segments, run = _decode(backend, audio, beam_size=1, batch_size=8)
+    assert run.report.batch_size == 8
+    first = [s for s in segments if s.end <= clean.size / SAMPLE_RATE + 0.5]
+    rest = [s for s in segments if s not in first]
+    assert first and rest
+    assert all(s.temperature == 0.0 for s in first)
+    assert wer(SAMPLE_TEXT, "".join(s.text for s in first)) <= 0.1
+    assert all(s.compression_ratio <= 2.4 for s in segments)
+    assert any(s.temperature > 0 for s in rest)
+    assert 1 <= int(run.report.settings["fallback re-decodes"]) <= len({s.seek for s in rest}) * 5
+    start_frame = (clean.size + pause.size) // 160
+    assert min(s.seek for s in rest) >= start_frame - 100  # the VAD pads chunks by < 1 s
+
+
+def test_the_silence_rule_comes_from_the_request(backend):
+    noise = np.random.default_rng(1).standard_normal(10 * SAMPLE_RATE).astype(np.float32)
+    quiet = 0.001 * noise
+    kept, _ = _decode(backend, quiet, batch_size=1, fallback=NO_FALLBACK)
+    assert kept == []  # openai-whisper's default: no speech, low logprob
+    anything = dataclasses.replace(NO_FALLBACK, no_speech_threshold=None)
+    said, _ = _decode(backend, quiet, batch_size=1, fallback=anything)
+    assert said, "with no silence rule, the window's text is kept"
