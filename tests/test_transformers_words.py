@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 from kvscribe.backends.base import DecodeRequest  # noqa: E402
 
 from kvscribe import models  # noqa: E402
-from kvscribe.audio import load_audio  # noqa: E402
+from kvscribe.audio import SAMPLE_RATE, load_audio  # noqa: E402
 from kvscribe.words import (  # noqa: E402
     Durations,
     SegmentWords,
@@ -344,3 +344,60 @@ def test_the_converted_tiny_en_carries_alignment_heads():
     heads = alignment_heads(models.resolve(None, ("transformers",)).path)
     layers = _backend().network.config.decoder_layers
     assert heads and all(0 <= layer < layers for layer, _ in heads)
+
+
+# ---------------------------------------------------------------- through backend.transcribe
+
+LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"  # 182 s: seven windows, offsets from seek
+TRANSCRIBED = [*CLIPS, *([LONG_FORM] if LONG_FORM.exists() else [])]
+
+
+@functools.cache
+def _transcribed(clip: Path, word_timestamps: bool = True, batch_size: int = 1):
+    request = DecodeRequest(beam_size=BEAMS, word_timestamps=word_timestamps, batch_size=batch_size)
+    return list(_backend().transcribe(load_audio(clip), request).segments)
+
+
+@pytest.mark.parametrize("clip", TRANSCRIBED, ids=lambda c: c.stem)
+def test_transcribe_gives_each_segment_its_words_in_order(clip):
+    segments = _transcribed(clip)
+    flat = [w for s in segments for w in s.words]
+    assert flat and all(s.words for s in segments)
+    for segment in segments:
+        assert "".join(w.word for w in segment.words).split() == segment.text.split()
+        # openai-whisper's rule: a segment with timed words spans them
+        assert segment.start == segment.words[0].start and segment.end == segment.words[-1].end
+        assert all(segment.start <= w.start <= w.end <= segment.end for w in segment.words)
+        assert all(0.0 <= w.probability <= 1.0 for w in segment.words)
+    starts = [w.start for w in flat]
+    assert starts == sorted(starts)
+    assert flat[-1].end <= load_audio(clip).size / SAMPLE_RATE + 0.02
+
+
+@pytest.mark.parametrize("clip", TRANSCRIBED, ids=lambda c: c.stem)
+def test_transcribed_word_starts_agree_with_faster_whisper(clip):
+    ours = [w for s in _transcribed(clip) for w in s.words]
+    theirs = _faster_whisper_words(clip)
+    differences = _start_differences(ours, theirs)
+    assert len(differences) >= 0.8 * max(len(ours), len(theirs))
+    assert np.median(differences) <= MEDIAN_START_TOLERANCE
+
+
+def test_words_only_when_asked_and_the_text_does_not_change():
+    plain = _transcribed(SAMPLE, word_timestamps=False)
+    timed = _transcribed(SAMPLE)
+    assert all(s.words == () for s in plain)
+    assert [s.text for s in plain] == [s.text for s in timed]
+    assert [s.tokens for s in plain] == [s.tokens for s in timed]
+
+
+@pytest.mark.skipif(not LONG_FORM.exists(), reason="needs the eval clips")
+def test_batched_chunks_time_their_words_on_the_input_s_clock():
+    segments = _transcribed(LONG_FORM, batch_size=4)
+    assert len({s.window for s in segments}) > 1  # several chunks, each with its own offset
+    assert all(s.words and s.start == s.words[0].start for s in segments)
+    ours = [w for s in segments for w in s.words]
+    assert [w.start for w in ours] == sorted(w.start for w in ours)
+    differences = _start_differences(ours, _faster_whisper_words(LONG_FORM))
+    assert len(differences) >= 0.8 * len(ours)
+    assert np.median(differences) <= MEDIAN_START_TOLERANCE
