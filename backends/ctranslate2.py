@@ -116,8 +116,10 @@ class CTranslate2Backend(Backend):
         )
         if clock is not None:
             raw = map(clock.restore, raw)
-        # faster-whisper says 1 for a language it was given; kvscribe says "not measured".
-        probability = None if request.language else float(info.language_probability)
+        # faster-whisper says 1 for a language it was given or an English-only model's;
+        # kvscribe says "not measured", as the other backends do.
+        detected = request.language is None and self.dims.is_multilingual
+        probability = float(info.language_probability) if detected else None
         return Transcription(
             info.language,
             probability,
@@ -192,14 +194,10 @@ class CTranslate2Backend(Backend):
         return language, float(probability)
 
     def _language_without_audio(self, request: DecodeRequest) -> tuple[str, float | None]:
-        """A given language (probability not measured), or English for an English-only model
-        (probability 1, as faster-whisper reports it), or English unmeasured when there is
-        no speech to detect a language from."""
-        if request.language is not None:
-            return request.language, None
-        if not self.dims.is_multilingual:
-            return "en", 1.0
-        return "en", None
+        """A given language, or English for an English-only model or when there is no speech
+        to detect a language from; never detected, so no probability (faster-whisper says 1
+        for an English-only model; the other backends and openai-whisper report none)."""
+        return request.language or "en", None
 
     # -- internals -------------------------------------------------------------------------
 

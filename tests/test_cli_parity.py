@@ -170,3 +170,17 @@ def test_vad_time_map_puts_every_instant_back_exactly():
     assert time_map.original(2.0) == 33.0  # a start on the join belongs to the later region
     assert time_map.original(2.0, is_end=True) == 3.0  # an end, to the earlier one
     assert time_map.original(4.5) == 35.5
+
+
+def test_a_multilingual_model_prints_the_detected_language_and_its_probability(tmp_path):
+    out = tmp_path / "out"
+    result = run_cli(SAMPLE, "--model", "base", "-f", "json", "-o", out)
+    assert result.code == 0, result.stderr
+    line = next(x for x in result.stderr.splitlines() if "detected language" in x)
+    probability = float(line.split("p = ")[1].rstrip(")"))
+    assert "detected language: en" in line and 0.5 < probability <= 1.0
+    document = json.loads((out / "jfk.json").read_text())
+    assert document["language"] == "en"
+    assert document["kvscribe"]["language_probability"] == pytest.approx(probability, abs=0.01)
+    english_only = run_cli(SAMPLE, "-f", "txt")
+    assert english_only.code == 0 and "detected language" not in english_only.stderr

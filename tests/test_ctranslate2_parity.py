@@ -271,12 +271,12 @@ def test_batched_fallback_keeps_the_likeliest_when_every_decode_fails(ct2_backen
 
 @needs_eval
 def test_language_of_an_english_only_model(ct2_backend):
-    """As faster-whisper reports it for .en models: English, probability 1; a language the
-    user gave is not measured (None)."""
+    """English, and no probability: an English-only model detects nothing (faster-whisper
+    says 1; kvscribe reports None, as for its other backends), nor does a given language."""
     long_audio = load_audio(LONG_FORM)[: 40 * SAMPLE_RATE]
     jfk = load_audio(SAMPLE)
     for audio, batch in ((jfk, 1), (long_audio, 4)):
         run = ct2_backend.transcribe(audio, DecodeRequest(batch_size=batch))
-        assert (run.language, run.language_probability) == ("en", 1.0)
+        assert (run.language, run.language_probability) == ("en", None)
         given = ct2_backend.transcribe(audio, DecodeRequest(batch_size=batch, language="en"))
         assert (given.language, given.language_probability) == ("en", None)

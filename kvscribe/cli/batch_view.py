@@ -80,10 +80,25 @@ class BatchView:
         seconds = round(result.stats.decode_seconds, 3) if result.stats else 0.0
         if result.error is None:
             self.audio_seconds += result.stats.audio_seconds if result.stats else 0.0
-            self._event("done", path, outputs=result.outputs, seconds=seconds)
+            stats = result.stats
+            language = stats.language if stats else None
+            probability = stats.language_probability if stats else None
+            self._event(
+                "done",
+                path,
+                outputs=result.outputs,
+                seconds=seconds,
+                language=language,
+                language_probability=probability,
+            )
             if not self.quiet and self._progress is None:
+                line = f"[{self.completed}/{self.total}] {path}"
+                if probability is not None:
+                    line += f" (detected language: {language}, p = {probability:.2f})"
                 self.console.print(
-                    escape(f"[{self.completed}/{self.total}] {path}"), style="dim", soft_wrap=True
+                    escape(line),
+                    style="dim",
+                    soft_wrap=True,
                 )
         else:
             self.failures += 1
