@@ -37,6 +37,8 @@ class Capabilities:
     # Filters silence out itself for DecodeRequest.vad (faster-whisper's vad_filter); for
     # backends without, the runner cuts the audio with kvscribe's VAD and maps times back.
     vad_filter: bool = False
+    # Leaves long runs of digital silence undecoded itself (else the runner cuts them out).
+    skips_digital_silence: bool = False
 
 
 @dataclass(frozen=True)

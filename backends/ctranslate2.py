@@ -49,6 +49,7 @@ class CTranslate2Backend(Backend):
         kv_controls=("compute_type", "beam_size", "previous-text prompt"),
         batched=True,
         vad_filter=True,
+        skips_digital_silence=True,
     )
 
     requires = ("ctranslate2", "faster_whisper")

@@ -212,19 +212,37 @@ class Runner:
         return file_stats, transcript, written
 
     def _transcribe(self, samples, request: DecodeRequest) -> Transcription:
-        """The backend's transcription, with --vad-filter done here when its engine has none."""
+        """The backend's transcription, with --vad-filter done here when its engine has none,
+        and long digital silence cut out when the backend does not do it itself."""
         assert self.backend is not None
-        if request.vad is None or self.backend.capabilities.vad_filter:
-            return self.backend.transcribe(samples, request)
-        from kvscribe.vadfilter import speech_only
+        capabilities = self.backend.capabilities
+        if request.vad is not None and not capabilities.vad_filter:
+            from kvscribe.vadfilter import speech_only
 
-        speech, time_map = speech_only(samples, request.vad)
-        kept = f"{speech.size / SAMPLE_RATE:.1f} of {samples.size / SAMPLE_RATE:.1f} s kept"
-        if speech.size == 0:  # nothing to decode: no text, and no engine call on empty audio
-            report = DecoderReport(settings={"vad filter": kept + " (kvscribe's silero VAD)"})
+            speech, time_map = speech_only(samples, request.vad)
+            note = f"{_seconds(speech)} of {_seconds(samples)} s kept (kvscribe's silero VAD)"
+            return self._on_kept_audio(speech, time_map, request, ("vad filter", note))
+        if request.vad is None and not capabilities.skips_digital_silence:
+            from kvscribe.vadfilter import without_digital_silence
+
+            cut = without_digital_silence(samples)
+            if cut is not None:
+                note = f"{_seconds(samples) - _seconds(cut[0]):.1f} s not decoded"
+                return self._on_kept_audio(*cut, request, ("digital silence", note))
+        return self.backend.transcribe(samples, request)
+
+    def _on_kept_audio(self, kept, time_map, request: DecodeRequest, note: tuple[str, str]):
+        """Decode only `kept` (audio cut out of the input), times mapped back to the input."""
+        assert self.backend is not None
+        if kept.size == 0:  # nothing to decode: no text, and no engine call on empty audio
+            report = DecoderReport(settings=dict([note]))
             return Transcription(request.language or "en", None, iter(()), report)
-        run = self.backend.transcribe(speech, dataclasses.replace(request, vad=None))
-        run.report.settings["vad filter"] = kept + " (kvscribe's silero VAD)"
+        run = self.backend.transcribe(kept, dataclasses.replace(request, vad=None))
+        run.report.settings[note[0]] = note[1]
         return Transcription(
             run.language, run.language_probability, time_map.segments(run.segments), run.report
         )
+
+
+def _seconds(samples) -> float:
+    return round(samples.size / SAMPLE_RATE, 1)

@@ -1,5 +1,6 @@
 """`--vad-filter` for backends whose engine has no VAD of its own: cut the silence out
-of a file before decoding, then put every time back on the original clock.
+of a file before decoding, then put every time back on the original clock. Long runs of
+digital silence are cut out the same way on every run (Whisper reads them as "You").
 
 The speech regions come from the silero VAD that live mode and batched decoding use
 (the same hysteresis, with faster-whisper's defaults). The regions are joined into
@@ -100,3 +101,39 @@ def _merged(regions: list[tuple[int, int]]) -> list[tuple[int, int]]:
         elif end > begin:
             merged.append((begin, end))
     return merged
+
+
+# Samples within 2 steps of 16-bit zero hold nothing to hear (about -84 dBFS).
+DIGITAL_SILENCE_PEAK = 2 / 32768
+# Runs at least this long are not decoded: Whisper reads a window of nothing as "You"
+# (tiny.en, 20 s of zeros: no-speech probability 0.94, but mean log-probability -0.78
+# passes openai-whisper's -1.0 test, so its silence rule keeps the text).
+MIN_DIGITAL_SILENCE = 1.0
+_FRAME = SAMPLE_RATE // 100  # 10 ms
+
+
+def without_digital_silence(audio: np.ndarray) -> tuple[np.ndarray, TimeMap] | None:
+    """`audio` without its runs of digital silence of MIN_DIGITAL_SILENCE or more, and the
+    time map back; None when there are none (the audio decodes as it is)."""
+    frames = -(-audio.size // _FRAME)
+    padded = np.zeros(frames * _FRAME, dtype=np.float32)
+    padded[: audio.size] = np.abs(audio)
+    silent = padded.reshape(frames, _FRAME).max(axis=1) <= DIGITAL_SILENCE_PEAK
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], silent.astype(np.int8), [0]))))
+    runs = [
+        (int(a) * _FRAME, min(int(b) * _FRAME, audio.size))
+        for a, b in zip(edges[::2], edges[1::2], strict=True)
+        if b - a >= MIN_DIGITAL_SILENCE * 100
+    ]
+    if not runs:
+        return None
+    regions, at = [], 0
+    for begin, end in runs:
+        if begin > at:
+            regions.append((at, begin))
+        at = end
+    if at < audio.size:
+        regions.append((at, audio.size))
+    kept = [audio[begin:end] for begin, end in regions]
+    joined = np.concatenate(kept) if kept else np.zeros(0, dtype=np.float32)
+    return joined, TimeMap(tuple(regions))

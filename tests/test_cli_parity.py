@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import wave
 from pathlib import Path
@@ -154,11 +155,27 @@ def test_vad_filter_keeps_the_silence_empty_and_the_clock_true(backend, with_pau
     silence = (PAUSE_AT + 0.5, PAUSE_AT + INSERTED - 0.5)
     inside = [w for w in paused if w["end"] > silence[0] and w["start"] < silence[1]]
     assert not inside, f"text in the inserted silence: {inside}"
-    after = [w for w in paused if w["start"] >= PAUSE_AT + INSERTED]
-    before = [w for w in plain if w["start"] >= PAUSE_AT]
-    assert [w["word"] for w in after] == [w["word"] for w in before]
-    shifts = [a["start"] - b["start"] for a, b in zip(after, before, strict=True)]
+    pairs = _paired(paused, plain)
+    assert len(pairs) >= 0.8 * len(plain), (paused, plain)
+    # Words after the inserted silence start exactly INSERTED later than without it.
+    shifts = [a["start"] - b["start"] for a, b in pairs if a["start"] > silence[1]]
+    assert len(shifts) >= 5, pairs
     assert np.median(shifts) == pytest.approx(INSERTED, abs=0.1), shifts
+
+
+def _paired(a: list[dict], b: list[dict]) -> list[tuple[dict, dict]]:
+    """Words of two transcripts of the same speech, paired by their text in order."""
+    import difflib
+
+    def normal(words):
+        return [re.sub(r"[^\w']", "", w["word"].casefold()) for w in words]
+
+    matcher = difflib.SequenceMatcher(a=normal(a), b=normal(b), autojunk=False)
+    return [
+        (a[block.a + i], b[block.b + i])
+        for block in matcher.get_matching_blocks()
+        for i in range(block.size)
+    ]
 
 
 def test_vad_time_map_puts_every_instant_back_exactly():
@@ -184,3 +201,34 @@ def test_a_multilingual_model_prints_the_detected_language_and_its_probability(t
     assert document["kvscribe"]["language_probability"] == pytest.approx(probability, abs=0.01)
     english_only = run_cli(SAMPLE, "-f", "txt")
     assert english_only.code == 0 and "detected language" not in english_only.stderr
+
+
+@pytest.fixture(scope="module")
+def quiet_files(tmp_path_factory) -> dict[str, Path]:
+    """20 s of digital silence and 20 s of low white noise (about -50 dBFS), seeded."""
+    folder = tmp_path_factory.mktemp("quiet")
+    noise = np.random.default_rng(0).normal(0.0, 0.003, 20 * SAMPLE_RATE).astype(np.float32)
+    return {
+        "silence": _write_wav(folder / "silence.wav", np.zeros(20 * SAMPLE_RATE, np.float32)),
+        "noise": _write_wav(folder / "noise.wav", noise),
+    }
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("kind", ["silence", "noise"])
+def test_silence_and_low_noise_give_an_empty_transcript(backend, kind, quiet_files):
+    """Not "You": by default, with no --vad-filter."""
+    result = run_cli(quiet_files[kind], "-b", backend, "-f", "txt", "-q")
+    assert result.code == 0, result.stderr
+    assert result.stdout.strip() == "", f"{backend} read {kind} as {result.stdout!r}"
+
+
+def test_digital_silence_is_cut_out_and_the_clock_kept():
+    from kvscribe.vadfilter import without_digital_silence
+
+    speech = load_audio(SAMPLE)[SAMPLE_RATE : 3 * SAMPLE_RATE]  # JFK opens on digital zeros
+    audio = np.concatenate([speech, np.zeros(5 * SAMPLE_RATE, np.float32), speech])
+    kept, time_map = without_digital_silence(audio)
+    assert kept.size == 2 * speech.size
+    assert time_map.original(2.5) == pytest.approx(7.5)
+    assert without_digital_silence(speech) is None  # nothing long enough to cut
