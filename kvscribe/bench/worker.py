@@ -217,12 +217,15 @@ class _WhisperCli:
 
     def __init__(self, cell: Cell, device: str):
         from kvscribe.backends.base import DecodeRequest
+        from kvscribe.decoding import Fallback
 
         mirror = _Kvscribe(dataclasses.replace(cell, kind="kvscribe"), device)
         self.backend = mirror.backend
         self.device = device  # whisper-cli runs with -ng: the CPU
-        self.request = DecodeRequest()
         self.beams = int(self.backend.settings.get("beam_size", 5))
+        # best_of = the beams: a fallback retry then allocates what beam search does, so the
+        # derived self-cache figure (beams + 2 decoders) holds for every window.
+        self.request = DecodeRequest(fallback=Fallback(best_of=self.beams))
         self.work = Path(tempfile.mkdtemp(prefix="kvscribe-bench-"))
         self.settings = {"beam size": str(self.beams)}
 
