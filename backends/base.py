@@ -12,8 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import numpy as np
-
+from kvscribe.audio_stream import Samples
 from kvscribe.decoding import Fallback, VadFilter
 from kvscribe.errors import UsageError
 from kvscribe.models import ModelRef
@@ -39,6 +38,9 @@ class Capabilities:
     vad_filter: bool = False
     # Leaves long runs of digital silence undecoded itself (else the runner cuts them out).
     skips_digital_silence: bool = False
+    # Reads a file's audio in slices (a StreamedAudio), so memory stays flat in its length;
+    # a backend without this (a plugin written for arrays) gets the whole file as an array.
+    streams_audio: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,8 +135,13 @@ class Backend(abc.ABC):
         """Load the model; raise BackendUnavailableError or ModelNotFoundError."""
 
     @abc.abstractmethod
-    def transcribe(self, audio: np.ndarray, request: DecodeRequest) -> Transcription:
-        """Start decoding `audio` (mono 16 kHz float32); segments stream lazily."""
+    def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
+        """Start decoding `audio` (mono 16 kHz float32); segments stream lazily.
+
+        `audio` is a numpy array (live mode, tests) or, for files when the backend's
+        capabilities say `streams_audio`, a StreamedAudio (or a Joined part of one): read
+        it in slices (`audio[a:b]`, `audio.size`), never whole, so memory stays flat in the
+        file's length (kvscribe.audio_stream)."""
 
     @classmethod
     def threads_setting(cls) -> str | None:

@@ -78,7 +78,7 @@ def load_audio(path: Path) -> np.ndarray:
     for anything that is not complete, decodable audio.
     """
     check_readable(path)
-    info, chunks = _open_stream(path)
+    info, chunks = open_stream(path)
     audio = _collect(chunks, size_hint=info.declared_seconds)
     if audio.size == 0:
         raise AudioDecodeError(
@@ -86,10 +86,10 @@ def load_audio(path: Path) -> np.ndarray:
             subject=str(path),
             hint="the recording is empty; re-export it",
         )
-    _check_complete(path, info, audio.size / SAMPLE_RATE)
+    check_complete(path, info, audio.size / SAMPLE_RATE)
     non_finite = _count_non_finite(audio)
     if non_finite:
-        raise _non_finite_error(path, f"{non_finite} non-finite samples (NaN/inf)")
+        raise non_finite_error(path, f"{non_finite} non-finite samples (NaN/inf)")
     return audio
 
 
@@ -97,13 +97,13 @@ def stream_audio(path: Path) -> Iterator[np.ndarray]:
     """Decode `path` lazily: mono 16 kHz float32 pieces of the decoder's frame sizes, so a long
     file replays in flat memory. Raises as load_audio does (decode errors when reached)."""
     check_readable(path)
-    _, chunks = _open_stream(path)
+    _, chunks = open_stream(path)
     decoded = 0  # samples before this chunk
     for chunk in chunks:
         bad = np.flatnonzero(~np.isfinite(chunk))
         if bad.size:  # the whole count would need the whole file: name where it starts
             at = (decoded + int(bad[0])) / SAMPLE_RATE
-            raise _non_finite_error(path, f"non-finite samples (NaN/inf) from {at:.2f} s")
+            raise non_finite_error(path, f"non-finite samples (NaN/inf) from {at:.2f} s")
         decoded += chunk.size
         yield chunk
 
@@ -116,13 +116,13 @@ def _count_non_finite(samples: np.ndarray, block: int = 1 << 20) -> int:
     )
 
 
-def _non_finite_error(path: Path, what: str) -> AudioDecodeError:
+def non_finite_error(path: Path, what: str) -> AudioDecodeError:
     """A float file can hold NaN/inf, which no recording does: every engine turns them into
     garbage text without an error, so they are corrupt audio, not silence."""
     return AudioDecodeError(f"{what}: the file is corrupt", subject=str(path), hint="re-export it")
 
 
-def _open_stream(path: Path) -> tuple[AudioInfo, Iterator[np.ndarray]]:
+def open_stream(path: Path) -> tuple[AudioInfo, Iterator[np.ndarray]]:
     import av  # deferred: PyAV loads the FFmpeg libraries
 
     # FFmpeg logs decoder complaints straight to stderr; keep them off the
@@ -215,7 +215,7 @@ def _riff_data_seconds(path: Path) -> float | None:
     return data_bytes / byte_rate
 
 
-def _check_complete(path: Path, info: AudioInfo, decoded_seconds: float) -> None:
+def check_complete(path: Path, info: AudioInfo, decoded_seconds: float) -> None:
     declared = info.declared_seconds
     if declared is None:
         return

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvscribe.audio import SAMPLE_RATE
+from kvscribe.audio_stream import Samples, blocks
 from kvscribe.live.vad import WINDOW, SileroVad, VadSettings, VoiceDetector
 from kvscribe.types import Segment
 
@@ -56,14 +57,24 @@ class ChunkRules:
     vad: VadSettings = FILE_VAD
 
 
-def speech_chunks(audio: np.ndarray, rules: ChunkRules = ChunkRules()) -> list[Chunk]:
-    """The chunks of `audio` (mono 16 kHz float32) that hold speech, in time order."""
+def speech_chunks(audio: Samples, rules: ChunkRules = ChunkRules()) -> list[Chunk]:
+    """The chunks of `audio` (mono 16 kHz float32, an array or streamed) that hold speech,
+    in time order."""
+    probabilities = speech_probabilities(audio)
+    regions = speech_regions(probabilities, rules.vad, audio.size)
+    return join_regions(regions, probabilities, rules, audio.size)
+
+
+def speech_probabilities(audio: Samples) -> np.ndarray:
+    """Silero's speech probability of every 32 ms window of `audio`, fed 30 s at a time: the
+    same values as feeding it whole (the VAD keeps its state), in memory that does not grow
+    with the file (whole, an hour would make a 260 MB batch of windows)."""
     from kvscribe.capacity import usable_cores
 
     # Nothing decodes while the file is scanned, so the scan may use every core.
-    probabilities = SileroVad(threads=min(4, usable_cores())).probabilities(audio)
-    regions = speech_regions(probabilities, rules.vad, audio.size)
-    return join_regions(regions, probabilities, rules, audio.size)
+    vad = SileroVad(threads=min(4, usable_cores()))
+    found = [vad.probabilities(block) for block in blocks(audio)]
+    return np.concatenate(found) if found else np.zeros(0, dtype=np.float32)
 
 
 def unfinished(chunk: Chunk, result: ChunkResult, timestamp_begin: int) -> Chunk | None:

@@ -11,10 +11,12 @@ from typing import Protocol
 from kvscribe import audio, hardware, models, registry
 from kvscribe import profile as profiles
 from kvscribe.audio import SAMPLE_RATE
+from kvscribe.audio_stream import Samples, open_streamed
 from kvscribe.backends.base import Backend, DecodeRequest, DecoderReport, Transcription
 from kvscribe.devices import device_for
 from kvscribe.errors import KvscribeError, UsageError
 from kvscribe.inputs import Input
+from kvscribe.memtrace import MemoryTrace
 from kvscribe.options import TranscribeOptions
 from kvscribe.stats import FileStats, RunStats
 from kvscribe.types import Segment, Transcript
@@ -175,14 +177,17 @@ class Runner:
         self, path: Path, listener: Listener, base: Path | None
     ) -> tuple[FileStats, Transcript, list[Path]]:
         """Decode, transcribe and (with `base`, the output path minus extension) write one
-        input. Raises KvscribeError naming the file."""
+        input. Raises KvscribeError naming the file. The audio streams: the backend reads it
+        a window at a time, so memory does not grow with the file's length."""
         assert self.backend is not None and self.stats is not None, "call prepare() first"
         opts = self.options
-        samples = audio.load_audio(path)
+        memory = MemoryTrace()
+        memory.sample(0.0)
+        samples = open_streamed(path)  # scanned whole; decoded as the backend reads it
         duration = samples.size / audio.SAMPLE_RATE
         listener.file_started(path, duration)
         request = decode_request(opts)
-        file_stats = FileStats(str(path), audio_seconds=duration)
+        file_stats = FileStats(str(path), audio_seconds=duration, memory=memory)
         started = time.perf_counter()
         try:
             run = self._transcribe(samples, request)
@@ -191,9 +196,12 @@ class Runner:
             for segment in run.segments:
                 if file_stats.first_segment_seconds is None:
                     file_stats.first_segment_seconds = time.perf_counter() - started
+                    memory.warmed_up(segment.end)
+                memory.sample(segment.end)
                 segments.append(segment)
                 listener.segment(path, segment)
             file_stats.decode_seconds = time.perf_counter() - started
+            memory.sample(duration, force=True)
             transcript = Transcript(
                 str(path), run.language, duration, segments, run.language_probability
             )
@@ -206,16 +214,20 @@ class Runner:
             if exc.subject is None:  # an engine failure that could not name the file itself
                 exc.subject = str(path)
             raise
+        finally:
+            samples.close()
         file_stats.language, file_stats.report = run.language, run.report
         file_stats.language_probability = run.language_probability
         self.stats.settings.update(run.report.settings)
         return file_stats, transcript, written
 
-    def _transcribe(self, samples, request: DecodeRequest) -> Transcription:
+    def _transcribe(self, samples: Samples, request: DecodeRequest) -> Transcription:
         """The backend's transcription, with --vad-filter done here when its engine has none,
         and long digital silence cut out when the backend does not do it itself."""
         assert self.backend is not None
         capabilities = self.backend.capabilities
+        if not capabilities.streams_audio:  # a backend written for arrays: the whole file
+            samples = samples[0 : samples.size]
         if request.vad is not None and not capabilities.vad_filter:
             from kvscribe.vadfilter import speech_only
 

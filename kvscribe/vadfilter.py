@@ -20,6 +20,7 @@ from functools import cached_property
 import numpy as np
 
 from kvscribe.audio import SAMPLE_RATE
+from kvscribe.audio_stream import PEAK_FRAME, Joined, Samples, frame_peaks
 from kvscribe.decoding import VadFilter
 from kvscribe.types import Segment
 
@@ -72,11 +73,11 @@ class TimeMap:
             yield self.segment(segment)
 
 
-def speech_only(audio: np.ndarray, settings: VadFilter) -> tuple[np.ndarray, TimeMap]:
-    """The speech in `audio` (mono 16 kHz float32) joined end to end, and its time map."""
-    from kvscribe.capacity import usable_cores
-    from kvscribe.chunking import speech_regions
-    from kvscribe.live.vad import SileroVad, VadSettings
+def speech_only(audio: Samples, settings: VadFilter) -> tuple[Joined, TimeMap]:
+    """The speech in `audio` (mono 16 kHz float32, an array or streamed) joined end to end
+    (lazily: nothing is copied until it is read), and its time map."""
+    from kvscribe.chunking import speech_probabilities, speech_regions
+    from kvscribe.live.vad import VadSettings
 
     hysteresis = VadSettings(
         threshold=settings.threshold,
@@ -85,11 +86,9 @@ def speech_only(audio: np.ndarray, settings: VadFilter) -> tuple[np.ndarray, Tim
         pad=settings.pad_seconds,
         min_utterance=0.0,  # a file has no listener waiting: no joining of short utterances
     )
-    probabilities = SileroVad(threads=min(4, usable_cores())).probabilities(audio)
+    probabilities = speech_probabilities(audio)
     regions = _merged(speech_regions(probabilities, hysteresis, audio.size))
-    kept = [audio[begin:end] for begin, end in regions]
-    joined = np.concatenate(kept) if kept else np.zeros(0, dtype=np.float32)
-    return joined, TimeMap(tuple(regions))
+    return Joined(audio, regions), TimeMap(tuple(regions))
 
 
 def _merged(regions: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -109,16 +108,14 @@ DIGITAL_SILENCE_PEAK = 2 / 32768
 # (tiny.en, 20 s of zeros: no-speech probability 0.94, but mean log-probability -0.78
 # passes openai-whisper's -1.0 test, so its silence rule keeps the text).
 MIN_DIGITAL_SILENCE = 1.0
-_FRAME = SAMPLE_RATE // 100  # 10 ms
+_FRAME = PEAK_FRAME  # 10 ms
 
 
-def without_digital_silence(audio: np.ndarray) -> tuple[np.ndarray, TimeMap] | None:
-    """`audio` without its runs of digital silence of MIN_DIGITAL_SILENCE or more, and the
-    time map back; None when there are none (the audio decodes as it is)."""
-    frames = -(-audio.size // _FRAME)
-    padded = np.zeros(frames * _FRAME, dtype=np.float32)
-    padded[: audio.size] = np.abs(audio)
-    silent = padded.reshape(frames, _FRAME).max(axis=1) <= DIGITAL_SILENCE_PEAK
+def without_digital_silence(audio: Samples) -> tuple[Joined, TimeMap] | None:
+    """`audio` without its runs of digital silence of MIN_DIGITAL_SILENCE or more (joined
+    lazily), and the time map back; None when there are none (the audio decodes as it is).
+    Found from the 10 ms peak envelope, which a streamed file has from its scan."""
+    silent = frame_peaks(audio) <= DIGITAL_SILENCE_PEAK
     edges = np.flatnonzero(np.diff(np.concatenate(([0], silent.astype(np.int8), [0]))))
     runs = [
         (int(a) * _FRAME, min(int(b) * _FRAME, audio.size))
@@ -134,6 +131,4 @@ def without_digital_silence(audio: np.ndarray) -> tuple[np.ndarray, TimeMap] | N
         at = end
     if at < audio.size:
         regions.append((at, audio.size))
-    kept = [audio[begin:end] for begin, end in regions]
-    joined = np.concatenate(kept) if kept else np.zeros(0, dtype=np.float32)
-    return joined, TimeMap(tuple(regions))
+    return Joined(audio, regions), TimeMap(tuple(regions))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
+from kvscribe.audio_stream import open_streamed
 from kvscribe.errors import AudioDecodeError, ExitCode, InputNotFoundError
 from tests.conftest import SAMPLE
 
@@ -64,18 +65,21 @@ def test_stereo_is_downmixed_not_one_channel_dropped(derived):
         ("zero_samples", AudioDecodeError, "no audio samples"),
     ],
 )
-def test_broken_files_raise_one_line_errors_naming_the_file(derived, kind, error, words):
+@pytest.mark.parametrize("loader", [load_audio, open_streamed], ids=["whole", "streamed"])
+def test_broken_files_raise_one_line_errors_naming_the_file(derived, kind, error, words, loader):
+    """The streamed path finds every fault in its scan, before any sample is decoded."""
     with pytest.raises(error) as caught:
-        load_audio(derived[kind])
+        loader(derived[kind])
     line = caught.value.one_line()
     assert str(derived[kind]) in line and words in line and "\n" not in line
     assert caught.value.exit_code == ExitCode.AUDIO_UNDECODABLE
 
 
-def test_missing_file_and_directory_are_input_errors(tmp_path):
+@pytest.mark.parametrize("loader", [load_audio, open_streamed], ids=["whole", "streamed"])
+def test_missing_file_and_directory_are_input_errors(tmp_path, loader):
     for path, words in [(tmp_path / "nope.wav", "no such file"), (tmp_path, "is a directory")]:
         with pytest.raises(InputNotFoundError, match=words) as caught:
-            load_audio(path)
+            loader(path)
         assert caught.value.exit_code == ExitCode.INPUT_NOT_FOUND
 
 

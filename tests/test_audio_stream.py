@@ -1,0 +1,118 @@
+"""Streamed audio and features equal the whole-file ones, in memory bounded by a window."""
+
+from __future__ import annotations
+
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvscribe.audio import SAMPLE_RATE, load_audio
+from kvscribe.audio_stream import Joined, frame_peaks, open_streamed
+from kvscribe.chunking import speech_probabilities
+from kvscribe.errors import AudioDecodeError
+from tests.conftest import SAMPLE
+
+LONG_FORM = Path(__file__).resolve().parents[2] / "shared/eval/clips/espeak_longform_en.wav"
+
+
+def _write_wav(path: Path, samples: np.ndarray) -> Path:
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(SAMPLE_RATE)
+        out.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
+    return path
+
+
+@pytest.fixture(scope="module")
+def six_minutes(tmp_path_factory) -> Path:
+    """JFK, repeated to 6 minutes with digital silence between (a file, decoded for real)."""
+    jfk = load_audio(SAMPLE)
+    gap = np.zeros(2 * SAMPLE_RATE, dtype=np.float32)
+    repeats = int(360 * SAMPLE_RATE // (jfk.size + gap.size)) + 1
+    audio = np.concatenate([np.concatenate([jfk, gap])] * repeats)[: 360 * SAMPLE_RATE]
+    return _write_wav(tmp_path_factory.mktemp("long") / "six.wav", audio)
+
+
+def test_slices_equal_the_whole_file_reading_forwards_and_back(six_minutes):
+    whole = load_audio(six_minutes)
+    streamed = open_streamed(six_minutes)
+    assert streamed.size == whole.size and streamed.peaks.size == -(-whole.size // 160)
+    window = 30 * SAMPLE_RATE
+    for start in range(0, whole.size, window // 2):  # overlapping forward reads
+        assert np.array_equal(streamed[start : start + window], whole[start : start + window])
+    assert streamed.restarts == 0
+    assert np.array_equal(streamed[5:1000], whole[5:1000])  # far behind: decoded again
+    assert streamed.restarts == 1
+    assert np.array_equal(streamed[whole.size - 10 : whole.size + 99], whole[-10:])
+    assert streamed[7:7].size == 0
+
+
+def test_memory_held_is_the_history_plus_the_read_not_the_file(six_minutes):
+    streamed = open_streamed(six_minutes)
+    window = 30 * SAMPLE_RATE
+    held = []
+    for start in range(0, streamed.size, window):
+        streamed[start : start + window]
+        held.append(streamed._buffer.size)
+    assert max(held) <= streamed.history + 2 * window  # + one decoder frame of slack
+    assert max(held) < streamed.size // 2
+    with pytest.raises(TypeError):
+        np.asarray(streamed)  # never materialised by accident
+
+
+def test_a_file_that_shrinks_after_its_scan_is_a_one_line_error(tmp_path):
+    path = _write_wav(tmp_path / "a.wav", load_audio(SAMPLE))
+    streamed = open_streamed(path)
+    _write_wav(path, load_audio(SAMPLE)[:SAMPLE_RATE])
+    with pytest.raises(AudioDecodeError, match="changed while") as caught:
+        streamed[0 : streamed.size]
+    assert str(path) in caught.value.one_line()
+
+
+def test_joined_regions_read_like_their_concatenation():
+    audio = np.arange(100_000, dtype=np.float32)
+    regions = [(10, 500), (700, 40_000), (40_000, 40_010), (90_000, 100_000)]
+    joined = Joined(audio, regions)
+    expected = np.concatenate([audio[a:b] for a, b in regions])
+    assert joined.size == expected.size
+    for start, stop in [(0, 10), (0, expected.size), (480, 520), (39_770, 39_800), (5, 5)]:
+        assert np.array_equal(joined[start:stop], expected[start:stop])
+
+
+def test_peaks_and_vad_probabilities_streamed_equal_whole(six_minutes):
+    whole, streamed = load_audio(six_minutes), open_streamed(six_minutes)
+    assert np.array_equal(frame_peaks(streamed), frame_peaks(whole))
+    from kvscribe.live.vad import SileroVad
+
+    fed_whole = SileroVad(threads=2).probabilities(whole[: 90 * SAMPLE_RATE])
+    fed_blocks = speech_probabilities(streamed[0 : 90 * SAMPLE_RATE])
+    assert np.array_equal(fed_blocks, fed_whole)
+
+
+@pytest.mark.parametrize("front", ["numpy", "torch"])
+@pytest.mark.parametrize("clip", [SAMPLE, LONG_FORM], ids=["jfk", "long_form"])
+def test_streamed_mel_equals_the_whole_file_features(front, clip):
+    from kvscribe.streamed_mel import NumpyFrontEnd, StreamedMel, TorchFrontEnd
+
+    whole_audio = load_audio(clip)
+    if front == "numpy":
+        from faster_whisper.feature_extractor import FeatureExtractor
+
+        extractor = FeatureExtractor()
+        whole, end = extractor(whole_audio), NumpyFrontEnd(extractor)
+    else:
+        torch = pytest.importorskip("torch")
+        from kvscribe.mel import log_mel
+
+        whole, end = log_mel(torch.from_numpy(whole_audio), 80).numpy(), TorchFrontEnd(80)
+    mel = StreamedMel(open_streamed(clip), end)
+    assert mel.shape == whole.shape
+    pieces = [np.asarray(mel[:, a : a + 3000]) for a in range(0, mel.shape[1], 3000)]
+    assert np.array_equal(np.concatenate(pieces, axis=1), whole)
+    at = whole.shape[1] // 3
+    view = mel[..., at:]  # an open slice stays lazy and keeps the same frames
+    assert view.shape == (80, whole.shape[1] - at)
+    assert np.array_equal(np.asarray(view[..., :3000]), whole[:, at : at + 3000])
