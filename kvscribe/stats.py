@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscribe.backends.base import DecoderReport
+from kvscribe.memtrace import MemoryTrace
 from kvscribe.provenance import ESTIMATED, MEASURED, make_provenance, weakest_provenance
 
 
@@ -82,6 +83,7 @@ class FileStats:
     language_probability: float | None = None  # None: given, or not detected
     report: DecoderReport | None = None
     error: str | None = None
+    memory: MemoryTrace | None = None  # RSS as the file's audio was decoded
 
 
 @dataclass
@@ -143,6 +145,7 @@ class RunStats:
             **KvTally.of(reports).to_dict(),
             "notes": list(self.notes),
             "peak_rss_bytes": max(peak_rss_bytes() or 0, self.worker_peak_rss or 0) or None,
+            **_rss_over_time(done),
             **_engine_figures(reports),
             "files": [_file_dict(f) for f in self.files],
         }
@@ -187,6 +190,19 @@ def _percentile_ms(ordered: list[float], fraction: float) -> float | None:
     return round(1000 * ordered[index], 2)
 
 
+def _rss_over_time(done: list[FileStats]) -> dict[str, Any]:
+    """RSS at the first file's start and warm-up and at the last file's end, as the process
+    that decoded them saw it (with --jobs N, a worker's; each file's entry has its own)."""
+    traces = [f.memory.to_dict() for f in done if f.memory is not None and f.memory.samples]
+    if not traces:
+        return {}
+    return {
+        "rss_start_bytes": traces[0]["rss_start_bytes"],
+        "rss_after_warmup_bytes": traces[0]["rss_after_warmup_bytes"],
+        "rss_end_bytes": traces[-1]["rss_end_bytes"],
+    }
+
+
 def _file_dict(f: FileStats) -> dict[str, Any]:
     entry: dict[str, Any] = {"source": f.source, "audio_seconds": round(f.audio_seconds, 3)}
     if f.error is not None:
@@ -205,4 +221,6 @@ def _file_dict(f: FileStats) -> dict[str, Any]:
         windows=f.report.windows if f.report else 0,
         batch_size=f.report.batch_size if f.report else 1,
     )
+    if f.memory is not None and f.memory.samples:
+        entry.update(f.memory.to_dict())
     return entry

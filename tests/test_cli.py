@@ -83,6 +83,12 @@ def test_stats_json_matches_the_run(tmp_path):
     assert stats["real_time_factor"] == pytest.approx(stats["wall_seconds"] / 11.0, rel=1e-3)
     assert stats["tokens_decoded"] > 20 and stats["peak_rss_bytes"] > 50e6
     assert stats["kv_estimated"] is True and stats["kv_cross_bytes"] > stats["kv_self_peak_bytes"]
+    # RSS over the run: start (before the scan), after the first window, end; never above
+    # the peak, and the engine's buffers arrive with the first window.
+    start, warm, end = (stats[f"rss_{k}_bytes"] for k in ("start", "after_warmup", "end"))
+    assert 0 < start < warm and max(start, warm, end) <= stats["peak_rss_bytes"]
+    samples = stats["files"][0]["memory_samples"]
+    assert samples[0] == [0.0, start] and samples[-1] == [11.0, end]
 
 
 @pytest.fixture()

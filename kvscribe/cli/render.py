@@ -122,6 +122,15 @@ def _measured_decoder_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def _rss_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """RSS over the run (start, after the first window, end): flat in a long file's length."""
+    keys = ("rss_start_bytes", "rss_after_warmup_bytes", "rss_end_bytes")
+    if report.get(keys[0]) is None:
+        return []
+    values = [human_bytes(report[k]) if report.get(k) is not None else "-" for k in keys]
+    return [("RSS start / warmed up / end", " / ".join(values))]
+
+
 def _engine_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     """The engine's own figures (whisper.cpp), when it reported any."""
     rows = []
@@ -194,6 +203,7 @@ def stats_table(report: dict[str, Any]) -> Table:
         *_measured_decoder_rows(report),
         *kv_rows(report),
         ("peak RSS", human_bytes(report["peak_rss_bytes"])),
+        *_rss_rows(report),
     ]
     rows += _engine_rows(report)
     rows += policy_rows(report.get("notes", []), report["not_applicable"])

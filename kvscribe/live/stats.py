@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvscribe.backends.base import DecoderReport
+from kvscribe.memtrace import MAX_SAMPLES as _MAX_SAMPLES
+from kvscribe.memtrace import current_rss_bytes
 from kvscribe.stats import KvTally, peak_rss_bytes
-
-_MAX_SAMPLES = 720  # memory samples kept; past this, every other one goes (the span stays)
-
-
-def current_rss_bytes() -> int | None:
-    """This process's resident set size now (Linux /proc; elsewhere the peak stands in)."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as statm:
-            pages = int(statm.read().split()[1])
-    except (OSError, ValueError, IndexError):
-        return peak_rss_bytes()
-    return pages * os.sysconf("SC_PAGE_SIZE")
 
 
 def percentile(values: list[float], fraction: float) -> float | None:
