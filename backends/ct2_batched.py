@@ -6,6 +6,11 @@ Not faster-whisper's `BatchedInferencePipeline`: that drops the text after a chu
 timestamp pair (it seeks as a sequential window would, but a chunk is never revisited),
 decodes at one temperature only, and this path shares kvscribe's chunker and segment rules
 with the transformers backend.
+
+Each chunk's samples are sliced from the input (a StreamedAudio for files: decoded as it
+is read) and its features computed alone, so nothing the size of the file is ever held;
+the backend asks the stream to keep a group's span behind its reads, for the tails that
+are decoded again after the group (kvscribe.chunking.unfinished).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from kvscribe.audio import SAMPLE_RATE
+from kvscribe.audio_stream import Samples
 from kvscribe.chunking import Chunk, ChunkResult, chunk_pieces, chunk_segments
 from kvscribe.decoding import Fallback, compression_ratio
 from kvscribe.types import Segment, Word
@@ -76,14 +82,14 @@ def setup(
     return plan, tokenizer
 
 
-def chunk_features(engine, audio: np.ndarray, chunk: Chunk) -> np.ndarray:
+def chunk_features(engine, audio: Samples, chunk: Chunk) -> np.ndarray:
     """The chunk's log-mel, padded (in the feature domain, as faster-whisper does) to 30 s."""
     from faster_whisper.audio import pad_or_trim
 
     return pad_or_trim(engine.feature_extractor(audio[chunk.start : chunk.end])[..., :-1])
 
 
-def decode_group(plan: BatchSetup, audio: np.ndarray, group: list[Chunk]) -> list[DecodedChunk]:
+def decode_group(plan: BatchSetup, audio: Samples, group: list[Chunk]) -> list[DecodedChunk]:
     """Encode and decode `group` (at most `plan.batch` chunks) in one batch; chunks whose
     decode fails the fallback rule are decoded again, together, at the next temperature."""
     features = np.stack([chunk_features(plan.engine, audio, chunk) for chunk in group])
@@ -241,7 +247,7 @@ def segments_of(
     """The chunk's segments on the original clock (kvscribe.chunking's rules), with the
     request's silence rule, the decode's temperature and compression ratio, its window start
     as `seek` and, when asked for, its words."""
-    from kvscribe.backends.ctranslate2 import unspoken
+    from kvscribe.backends.ct2_silence import unspoken
 
     if plan.fallback.is_silence(result.no_speech_prob, result.avg_logprob):
         return []

@@ -1,5 +1,10 @@
 """CTranslate2 backend: faster-whisper's WhisperModel, int8 on CPU by default.
 
+Files stream: the audio is read in slices and features computed a window at a time
+(sequential: backends/ct2_stream.py; batched: per speech chunk, backends/ct2_batched.py),
+digital silence found from the scan's peak envelope and the VAD filter fed in blocks
+(backends/ct2_silence.py, ct2_vad.py), so memory does not grow with the file's length.
+
 CTranslate2 keeps every decoded position's K/V and one cross-attention copy per
 beam; of a cache policy it can express the compute type, the beam count and the
 previous-text prompt. Everything else in a profile's policy is reported as not
@@ -10,9 +15,9 @@ dimensions (the engine does not expose its cache).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-import numpy as np
+from kvscribe.backends import ct2_stream
 from kvscribe.backends.base import (
     Backend,
     Capabilities,
@@ -20,9 +25,23 @@ from kvscribe.backends.base import (
     DecoderReport,
     Transcription,
 )
+from kvscribe.backends.ct2_silence import (
+    SpeechClock,
+    clips_without_digital_silence,
+    describe_vad,
+    to_decode,
+    unspoken,
+)
 
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.chunking import FILE_VAD, ChunkRules, decode_chunks, speech_chunks
+from kvscribe.audio_stream import Samples, hold_history
+from kvscribe.chunking import (
+    FILE_VAD,
+    MAX_SECONDS,
+    ChunkRules,
+    decode_chunks,
+    speech_chunks,
+)
 from kvscribe.decoding import Fallback, VadFilter
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.kvcache import estimate
@@ -50,6 +69,7 @@ class CTranslate2Backend(Backend):
         batched=True,
         vad_filter=True,
         skips_digital_silence=True,
+        streams_audio=True,
     )
 
     requires = ("ctranslate2", "faster_whisper")
@@ -81,7 +101,7 @@ class CTranslate2Backend(Backend):
             "previous-text prompt": "on" if self._conditioned() else "off",
         }
 
-    def transcribe(self, audio: np.ndarray, request: DecodeRequest) -> Transcription:
+    def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
         self.check_language(request, self.dims.is_multilingual, self.engine.supported_languages)
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
         batch = self.batch_size_for(request, audio.size / SAMPLE_RATE)
@@ -91,7 +111,7 @@ class CTranslate2Backend(Backend):
         fallback = request.fallback
         report = self._base_report(beams, request)
         report.settings["previous-text prompt"] = "on" if conditioned else "off"
-        clips = _clips_without_digital_silence(audio) if request.vad is None else "0"
+        clips = clips_without_digital_silence(audio) if request.vad is None else "0"
         clock = SpeechClock.of(audio, request.vad) if request.vad is not None else None
         if not clips or (clock is not None and clock.speech.size == 0):
             # nothing but silence: nothing to decode, nothing to say
@@ -99,8 +119,9 @@ class CTranslate2Backend(Backend):
             return Transcription(language, probability, iter(()), report)
         if clips != "0":
             report.settings["digital silence"] = "skipped"
-        raw, info = self.engine.transcribe(
-            audio if clock is None else clock.speech,
+        raw, info = ct2_stream.transcribe(
+            self.engine,
+            to_decode(audio, clock),
             language=request.language,
             task=request.task,
             beam_size=beams,
@@ -113,7 +134,7 @@ class CTranslate2Backend(Backend):
             initial_prompt=request.prompt or None,
             word_timestamps=request.word_timestamps,
             clip_timestamps=clips,
-            vad_filter=False,  # done above, by the same functions, to restore times better
+            vad_filter=False,  # done above (its functions, block-fed), to restore times better
         )
         if clock is not None:
             raw = map(clock.restore, raw)
@@ -129,11 +150,13 @@ class CTranslate2Backend(Backend):
         )
 
     def _transcribe_batched(
-        self, audio: np.ndarray, request: DecodeRequest, beams: int, batch: int
+        self, audio: Samples, request: DecodeRequest, beams: int, batch: int
     ) -> Transcription:
         from kvscribe.backends import ct2_batched
 
         chunks = speech_chunks(audio, _chunk_rules(request.vad))
+        # A group's unfinished tails are decoded after the group: keep its span readable.
+        hold_history(audio, batch * MAX_SECONDS + MAX_SECONDS)
         language, probability = self._language_of(audio, chunks, request)
         plan, tokenizer = ct2_batched.setup(
             self.engine,
@@ -327,119 +350,7 @@ def _not_applicable(kv_self: str, kv_cross: str, beams: int) -> list[str]:
 
 # -- request fields to faster-whisper's arguments ----------------------------------------
 
-# Samples within 2 steps of 16-bit zero hold nothing to hear (about -84 dBFS).
-DIGITAL_SILENCE_PEAK = 2 / 32768
-# Runs of digital silence at least this long are not decoded: Whisper reads a window of
-# nothing as "You" (no-speech probability 0.94, but mean log-probability -0.78 passes the
-# -1.0 test, so faster-whisper's silence rule keeps it; tiny.en, 20 s of zeros).
-MIN_SKIPPED_SILENCE = 1.0
-_FRAME = SAMPLE_RATE // 100  # one mel frame: clip bounds fall on frames, as seek does
-
-
-def _clips_without_digital_silence(audio: np.ndarray) -> str | list[float]:
-    """faster-whisper's `clip_timestamps` for the audio outside long runs of digital
-    silence: "0" (all of it) when there are none, [] when there is nothing else."""
-    frames = -(-audio.size // _FRAME)
-    padded = np.zeros(frames * _FRAME, dtype=np.float32)
-    padded[: audio.size] = np.abs(audio)
-    silent = padded.reshape(frames, _FRAME).max(axis=1) <= DIGITAL_SILENCE_PEAK
-    runs = _runs(silent, int(MIN_SKIPPED_SILENCE * 100))
-    if not runs:
-        return "0"
-    bounds, at = [], 0
-    for start, end in runs:
-        if start > at:
-            bounds += [at / 100, start / 100]
-        at = end
-    if at < frames:
-        bounds += [at / 100, frames / 100]
-    return bounds
-
-
-def _runs(flags: np.ndarray, min_length: int) -> list[tuple[int, int]]:
-    """(start, end) of each run of True at least `min_length` long."""
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], flags.astype(np.int8), [0]))))
-    return [
-        (int(start), int(end))
-        for start, end in zip(edges[::2], edges[1::2], strict=True)
-        if end - start >= min_length
-    ]
-
-
-def unspoken(fallback: Fallback, no_speech_prob: float, temperature: float, text: str) -> bool:
-    """Text from a window the model itself judges silent, that openai-whisper's silence rule
-    lets through: the beam search failed (repetition) and a sample was kept, or the text
-    holds no word. Low noise does this (tiny.en, 20 s at amplitude 0.003: beam search says
-    " . . . ." at no-speech 0.97, a sample at 0.4-0.6 then passes with " ." at logprob -0.6;
-    3 runs in 9), so without this rule silence would read as text by chance."""
-    if fallback.no_speech_threshold is None or no_speech_prob <= fallback.no_speech_threshold:
-        return False
-    return temperature > 0 or not any(ch.isalnum() for ch in text)
-
-
-@dataclass(frozen=True)
-class SpeechClock:
-    """faster-whisper's VAD filter, run with its own functions (`vad_filter=True` does the
-    same steps): the speech it keeps, joined, and the way back to the original clock.
-
-    faster-whisper maps a segment's start and end each on their own, so a segment whose
-    start timestamp sits in the padding before a removed silence and whose text follows
-    it spans the whole silence (measured: JFK with 30 s inserted, " ask what you can do"
-    at 8.0-40.86 s). `restore` starts such a segment where the speech after the silence
-    starts, and ends one that only reaches into the next chunk's padding before it."""
-
-    speech: np.ndarray
-    clock: object  # faster_whisper.vad.SpeechTimestampsMap over the chunks kept
-    pad_seconds: float
-
-    @classmethod
-    def of(cls, audio: np.ndarray, vad: VadFilter) -> SpeechClock:
-        from faster_whisper.vad import (
-            SpeechTimestampsMap,
-            VadOptions,
-            collect_chunks,
-            get_speech_timestamps,
-        )
-
-        options = VadOptions(
-            threshold=vad.threshold,
-            min_speech_duration_ms=round(vad.min_speech_seconds * 1000),
-            min_silence_duration_ms=round(vad.min_silence_seconds * 1000),
-            speech_pad_ms=round(vad.pad_seconds * 1000),
-        )
-        chunks = get_speech_timestamps(audio, options)
-        if not chunks:
-            return cls(np.zeros(0, dtype=np.float32), None, vad.pad_seconds)
-        pieces, _ = collect_chunks(audio, chunks)
-        clock = SpeechTimestampsMap(chunks, SAMPLE_RATE)
-        return cls(np.concatenate(pieces), clock, vad.pad_seconds)
-
-    def restore(self, segment):
-        """A faster-whisper segment (times on the joined speech) on the original clock."""
-        clock = self.clock
-        if segment.words:  # each word within one chunk, by its middle (faster-whisper's rule)
-            for word in segment.words:
-                chunk = clock.get_chunk_index((word.start + word.end) / 2)
-                word.start = clock.get_original_time(word.start, chunk)
-                word.end = clock.get_original_time(word.end, chunk)
-            start, end = segment.words[0].start, segment.words[-1].end
-        else:
-            start, end = self._segment_span(clock, segment.start, segment.end)
-        seek = clock.get_original_time(segment.seek / 100) * 100
-        return replace(segment, start=start, end=end, seek=round(seek))
-
-    def _segment_span(self, clock, start: float, end: float) -> tuple[float, float]:
-        first = clock.get_chunk_index(start)
-        last = clock.get_chunk_index(end, is_end=True)
-        if first < last:  # the segment crosses removed audio
-            boundary = clock.chunk_end_sample[first] / SAMPLE_RATE
-            if boundary - start <= self.pad_seconds:  # starts in padding before the cut
-                first, start = first + 1, boundary
-            else:
-                previous_end = clock.chunk_end_sample[last - 1] / SAMPLE_RATE
-                if end - previous_end <= self.pad_seconds:  # ends in padding after the cut
-                    last, end = last - 1, previous_end
-        return clock.get_original_time(start, first), clock.get_original_time(end, last)
+_clips_without_digital_silence = clips_without_digital_silence  # its name before ct2_silence
 
 
 def _chunk_rules(vad: VadFilter | None) -> ChunkRules:
@@ -471,10 +382,3 @@ def describe_fallback(fallback: Fallback) -> str:
     if fallback.no_speech_threshold is not None:
         parts.append(f"no speech > {fallback.no_speech_threshold:g}")
     return ", ".join(parts)
-
-
-def describe_vad(vad: VadFilter) -> str:
-    return (
-        f"silero (faster-whisper), threshold {vad.threshold:g}, min silence "
-        f"{vad.min_silence_seconds:g} s, pad {vad.pad_seconds:g} s"
-    )

