@@ -4,13 +4,17 @@ The weights are a transformers WhisperForConditionalGeneration (converted once
 from the embedded CTranslate2 model when needed). The encoder is the model's
 own; decoding runs the decoder's modules through kvscribe's per-layer cache
 (backends/hf/decoder.py says why not through generate()).
+
+The audio is read in slices, never whole (a file arrives as a StreamedAudio): the
+sequential path's log-mel is a StreamedMel, computed one 30 s window at a time and equal
+to the whole-file features; the batched path computes each speech chunk's own, and keeps
+a group of chunks' audio decoded while their unfinished tails are decoded again.
 """
 
 from __future__ import annotations
 
 import json
 
-import numpy as np
 from kvscribe.backends.base import (
     Backend,
     Capabilities,
@@ -20,6 +24,7 @@ from kvscribe.backends.base import (
 )
 
 from kvscribe.audio import SAMPLE_RATE
+from kvscribe.audio_stream import Samples, hold_history
 from kvscribe.errors import BackendUnavailableError, UsageError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
 from kvscribe.provenance import MEASURED, make_provenance
@@ -45,6 +50,7 @@ class TransformersBackend(Backend):
         devices=("cpu", "cuda", "mps"),
         kv_controls=("window", "sink", "half", "q8_0", "q4_0", "cross shared/q8_0", "beam size"),
         batched=True,
+        streams_audio=True,
     )
 
     requires = ("torch", "transformers")
@@ -53,6 +59,7 @@ class TransformersBackend(Backend):
 
     def load(self) -> None:
         import torch
+        from kvscribe.backends.hf import weights
         from tokenizers import Tokenizer
         from transformers import WhisperForConditionalGeneration
         from transformers.utils import logging as hf_logging
@@ -76,10 +83,10 @@ class TransformersBackend(Backend):
             .eval()
         )
         if self.device == "cpu":
-            _relayout_vocab_projection(self.network)
+            weights.relayout_vocab_projection(self.network)
         self.compute_type = self._compute_type()
         if self.compute_type == "int8":
-            _int8_linear_layers(self.network)
+            weights.int8_linear_layers(self.network)
         self.tokenizer = Tokenizer.from_file(str(self.model.path / "tokenizer.json"))
         self._load_vocab()
         layers = self.network.config.decoder_layers
@@ -131,18 +138,16 @@ class TransformersBackend(Backend):
             "temperature fallback": describe(request.fallback),
         }
 
-    def transcribe(self, audio: np.ndarray, request: DecodeRequest) -> Transcription:
-        import torch
-
-        from kvscribe.mel import log_mel
+    def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
+        from kvscribe.streamed_mel import StreamedMel, TorchFrontEnd
 
         self.check_language(request, self.special.is_multilingual, list(self.special.languages))
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
         batch = self.batch_size_for(request, audio.size / SAMPLE_RATE)
         if batch > 1:
             return self._transcribe_batched(audio, request, beams, batch)
-        with torch.inference_mode():
-            mel = log_mel(torch.from_numpy(audio).to(self.device), self.network.config.num_mel_bins)
+        # The whole input's features, computed a window at a time as the decoder reads them.
+        mel = StreamedMel(audio, TorchFrontEnd(self.network.config.num_mel_bins, self.device))
         language, probability = self._language(request, mel)
         plan = self._plan(language, request.task, beams, request)
         report = DecoderReport(
@@ -169,7 +174,7 @@ class TransformersBackend(Backend):
         return self.tokenizer.encode(" " + request.prompt.strip(), add_special_tokens=False).ids
 
     def _transcribe_batched(
-        self, audio: np.ndarray, request: DecodeRequest, beams: int, batch: int
+        self, audio: Samples, request: DecodeRequest, beams: int, batch: int
     ) -> Transcription:
         from kvscribe.chunking import speech_chunks
 
@@ -180,6 +185,8 @@ class TransformersBackend(Backend):
             language, probability = self._detect_language(first)
         plan = self._plan(language, request.task, beams, request)
         batch, budget_note = self._fit_budget(plan, batch)
+        # A group's unfinished tails are read again after its last chunk: keep them decoded.
+        hold_history(audio, batch * 30 + 30)
         report = DecoderReport(
             kv_provenance=make_provenance(MEASURED),
             settings={
@@ -217,7 +224,8 @@ class TransformersBackend(Backend):
         batch = fit_batch(wanted, budget_mb * 1_000_000, per_chunk)
         return batch, f" (KV budget {budget_mb} MB / {per_chunk / 1e6:.1f} MB per chunk, measured)"
 
-    def _chunk_mel(self, samples: np.ndarray):
+    def _chunk_mel(self, samples):
+        """The first 30 s window of `samples` (one speech chunk, a numpy array)."""
         import torch
 
         from kvscribe.mel import FRAMES_PER_WINDOW, log_mel
@@ -338,13 +346,20 @@ class TransformersBackend(Backend):
         return WordAligner(self.network, self.special, self._text, self.device, self.dtype)
 
     def _encode(self, window_mel):
-        """[n_mels, 3000] (one window) or [chunks, n_mels, 3000] -> [chunks, 1500, d]."""
+        """[n_mels, 3000] (one window) or [chunks, n_mels, 3000] -> [chunks, 1500, d].
+
+        On the CPU a batch is encoded a chunk at a time: the same values bit for bit, no
+        slower, and the activations of one window (tiny: 64 MB) instead of a batch's
+        (16 chunks: 400 MB), so memory does not depend on how many chunks a file fills."""
         import torch
 
         with torch.inference_mode():
             batched = window_mel if window_mel.dim() == 3 else window_mel[None]
             features = batched.to(self.dtype)
-            return self.network.model.encoder(features).last_hidden_state
+            encoder = self.network.model.encoder
+            if self.device != "cpu":
+                return encoder(features).last_hidden_state
+            return torch.cat([encoder(one[None]).last_hidden_state for one in features])
 
     def _detect_language(self, mel) -> tuple[str, float]:
         """Most likely language token after <|startoftranscript|> on the first window, and its
@@ -366,38 +381,3 @@ class TransformersBackend(Backend):
         probabilities = torch.softmax(logits[ids].float(), dim=-1)
         best = int(probabilities.argmax())
         return codes[best], float(probabilities[best])
-
-
-def _relayout_vocab_projection(network) -> None:
-    """Store the (tied) vocabulary projection transposed in memory, same values, same bytes.
-
-    CPU BLAS multiplies by a [vocab, d] weight's transpose 2.3x slower than by a
-    [d, vocab] one (measured: 19 vs 8 ms per beam-5 step on tiny.en); a transposed
-    view of a contiguous transpose gives linear() the fast layout, and embedding
-    lookups (a few rows per step) do not care.
-    """
-    import torch
-
-    weight = network.proj_out.weight
-    relaid = torch.nn.Parameter(weight.detach().T.contiguous().T, requires_grad=False)
-    if network.model.decoder.embed_tokens.weight is weight:
-        network.model.decoder.embed_tokens.weight = relaid
-    network.proj_out.weight = relaid
-
-
-def _int8_linear_layers(network) -> None:
-    """Every nn.Linear to int8 weights (one scale per output row) with activations quantised
-    per call, in place. Faster on CPU, less accurate: benchmarks/results/batched_longform.md
-    (speed table) has both. torch.ao's eager API is deprecated in favour of torchao, which
-    is not a dependency; its warning says so and nothing else.
-    """
-    import warnings
-
-    import torch
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        quantize_dynamic(
-            network, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8, inplace=True
-        )

@@ -1,0 +1,180 @@
+"""The transformers backend on streamed files: the same transcripts as on the whole array.
+
+Real model (the embedded tiny.en, and base where installed, for language detection), real
+files decoded by PyAV. A streamed file (kvscribe.audio_stream.open_streamed) must give
+segments, times, tokens and words identical to the decoded array of the same file, on the
+sequential path (its log-mel a StreamedMel, computed a window at a time) and the batched
+one (speech chunks, tails decoded again from the held history), and through the runner's
+VAD (a Joined of the streamed file) too.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from kvscribe.backends.base import DecodeRequest  # noqa: E402
+
+from kvscribe import models, profile, registry  # noqa: E402
+from kvscribe.audio import SAMPLE_RATE, load_audio  # noqa: E402
+from kvscribe.audio_stream import open_streamed  # noqa: E402
+from kvscribe.decoding import VadFilter  # noqa: E402
+from kvscribe.mel import FRAMES_PER_WINDOW, HOP, N_FFT  # noqa: E402
+from kvscribe.models.embedded import EMBEDDED  # noqa: E402
+from tests.conftest import EVAL_DIR, SAMPLE  # noqa: E402
+from tests.media import paused_clip  # noqa: E402
+
+LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"  # 182 s: more than the 60 s history
+SHORT_CLIPS = sorted(EVAL_DIR.glob("ps_*.wav"))  # 34 s of speech in 10 clips
+
+
+@functools.cache
+def _backend(profile_name: str = "tiny-vram", model: str | None = None):
+    backend_cls = registry.get("transformers")
+    backend = backend_cls(
+        models.resolve(model, ("transformers",)), profile.load(profile_name), "cpu"
+    )
+    backend.load()
+    return backend
+
+
+def _segments(backend, audio, request: DecodeRequest):
+    """Everything a writer reads of each segment, and the run's language and report."""
+    run = backend.transcribe(audio, request)
+    segments = [
+        (
+            s.start,
+            s.end,
+            s.text,
+            tuple(s.tokens),
+            s.seek,
+            s.temperature,
+            s.avg_logprob,
+            tuple((w.start, w.end, w.word, w.probability) for w in s.words),
+        )
+        for s in run.segments
+    ]
+    return segments, (run.language, run.language_probability), run.report
+
+
+def _whole_file_reference(backend, audio: np.ndarray, request: DecodeRequest):
+    """The sequential path as it was before streaming: the whole file's log-mel at once."""
+    from kvscribe.backends.hf import longform
+
+    from kvscribe.mel import log_mel
+
+    mel = log_mel(torch.from_numpy(audio), backend.network.config.num_mel_bins)
+    beams = request.beam_size or int(backend.settings.get("beam_size", 5))
+    plan = backend._plan("en", request.task, beams, request)
+    prompt = backend._prompt_tokens(request)
+    stats = longform.WindowStats()
+    return [
+        (s.start, s.end, s.text, tuple(s.tokens))
+        for s in longform.transcribe(plan, mel, backend._text, stats, prompt)
+    ]
+
+
+@pytest.mark.skipif(not LONG_FORM.exists(), reason="needs the eval clips")
+@pytest.mark.parametrize("words", [False, True])
+def test_sequential_path_on_a_streamed_file_equals_the_whole_file(words):
+    backend = _backend()
+    request = DecodeRequest(batch_size=1, word_timestamps=words)
+    streamed = open_streamed(LONG_FORM)
+    got, language, _ = _segments(backend, streamed, request)
+    want, want_language, _ = _segments(backend, load_audio(LONG_FORM), request)
+    assert got == want and language == want_language
+    assert len(got) > 10  # the whole 3 minutes were transcribed
+    # Scanned once for the maximum, then read forwards: one restart, at the first window.
+    assert streamed.restarts == 1
+    if not words:
+        reference = _whole_file_reference(backend, load_audio(LONG_FORM), request)
+        assert [s[:4] for s in got] == reference
+
+
+def test_beam_search_and_forced_fallback_on_a_streamed_file(tmp_path):
+    """Beam 5 (cpu-laptop) and a logprob rule every window fails, so each is decoded again
+    at every temperature by seeded sampling: the same attempt kept either way."""
+    from kvscribe.decoding import Fallback
+
+    path = tmp_path / "paused.wav"
+    paused_clip([SAMPLE, *SHORT_CLIPS[:2]], 1.5, path)
+    backend = _backend("cpu-laptop")
+    strict = Fallback(temperatures=(0.0, 0.5, 1.0), logprob_threshold=-0.05, best_of=2)
+    request = DecodeRequest(batch_size=1, word_timestamps=True, fallback=strict)
+    got, _, report = _segments(backend, open_streamed(path), request)
+    want, _, _ = _segments(backend, load_audio(path), request)
+    assert got == want and got
+    assert int(report.settings["fallback re-decodes"]) >= 2  # both higher temperatures
+
+
+@pytest.mark.skipif(not LONG_FORM.exists(), reason="needs the eval clips")
+@pytest.mark.parametrize("profile_name", ["tiny-vram", "cpu-laptop"])
+def test_batched_path_on_a_streamed_file_equals_the_array(profile_name):
+    backend = _backend(profile_name)
+    request = DecodeRequest(word_timestamps=True)
+    streamed = open_streamed(LONG_FORM)
+    got, _, report = _segments(backend, streamed, request)
+    want, _, _ = _segments(backend, load_audio(LONG_FORM), request)
+    assert report.batch_size and report.batch_size > 1  # the batched path ran
+    assert got == want and len(got) > 10
+    # The VAD's pass ends at the file's end, so the first chunk restarts the decode; after
+    # that, every group's unfinished tails are read from the history it holds.
+    assert streamed.restarts == 1
+
+
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_vad_kept_speech_of_a_streamed_file_equals_it_as_an_array(tmp_path, batch_size):
+    """The runner hands a backend without its own VAD the speech joined lazily (a Joined
+    of the streamed file): the transcript equals that of the same regions as an array."""
+    from kvscribe.vadfilter import speech_only
+
+    path = tmp_path / "paused.wav"
+    paused_clip(SHORT_CLIPS, 4.0, path)
+    joined, _ = speech_only(open_streamed(path), VadFilter())
+    whole = load_audio(path)
+    array = np.concatenate([whole[begin:end] for begin, end in joined.regions])
+    assert 30 * SAMPLE_RATE < joined.size < whole.size  # silence was cut; still batched
+    request = DecodeRequest(batch_size=batch_size, word_timestamps=True)
+    got, _, _ = _segments(_backend(), joined, request)
+    want, _, _ = _segments(_backend(), array, request)
+    assert got == want and got
+
+
+@pytest.mark.skipif(not LONG_FORM.exists(), reason="needs the eval clips")
+def test_features_are_computed_a_window_at_a_time(monkeypatch):
+    """No call of the front end sees more than one 30 s window of samples, and the stream
+    is never turned into one array (StreamedAudio refuses np.asarray)."""
+    from kvscribe.streamed_mel import TorchFrontEnd
+
+    real, sizes = TorchFrontEnd.log10_mel, []
+
+    def measured(self, framed):
+        sizes.append(framed.size)
+        return real(self, framed)
+
+    monkeypatch.setattr(TorchFrontEnd, "log10_mel", measured)
+    streamed = open_streamed(LONG_FORM)
+    segments, _, _ = _segments(_backend(), streamed, DecodeRequest(batch_size=1))
+    assert segments
+    assert max(sizes) <= (FRAMES_PER_WINDOW - 1) * HOP + N_FFT
+    assert sum(sizes) > 2 * streamed.size  # the scan for the maximum, then the windows
+    with pytest.raises(TypeError):
+        np.asarray(streamed)
+
+
+@pytest.mark.skipif(not EMBEDDED["base"].installed(), reason="needs the base model")
+@pytest.mark.parametrize("batch_size", [1, 4])
+def test_language_detected_on_a_streamed_file_equals_the_array(tmp_path, batch_size):
+    path = tmp_path / "paused.wav"
+    paused_clip(SHORT_CLIPS, 1.0, path)  # 45 s: batched when asked
+    backend = _backend("tiny-vram", "base")
+    request = DecodeRequest(batch_size=batch_size)
+    got, language, _ = _segments(backend, open_streamed(path), request)
+    want, want_language, _ = _segments(backend, load_audio(path), request)
+    assert language == want_language and language[0] == "en" and language[1] > 0.5
+    assert got == want and got
