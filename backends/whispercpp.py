@@ -8,17 +8,23 @@ a policy's q8_0 / q4_0 (self) and `--kv-cross ...,q8_0|q4_0` become `-kvs` / `-k
 (kvscribe/whispercpp/kvtypes.py); everything else is reported as not applicable.
 `compute_type` q8_0 / q5_0 / q4_0 runs on weights quantized by whisper-quantize.
 Memory and timings are whisper.cpp's own figures from its stderr; peak RSS is
-the child's, from wait4.
+the child's, from wait4 (the largest of the runs when an input ran as pieces).
 
-Segments come from whisper-cli's full JSON (-ojf, written when it finishes, so transcribe()
-runs it to the end): text token ids, mean token log-probability, the window (seek), and
+The audio streams: it is read a block at a time into a float WAV, never whole, and an
+input longer than 4 minutes runs as pieces of at most that length cut at quiet points,
+one whisper-cli run each, since whisper-cli holds its whole input and its log-mel
+(kvscribe/whispercpp/pieces.py, session.py: the language detected on the first piece and
+the text so far are passed on). Shorter inputs, and live mode's, run once as before.
+
+Segments come from whisper-cli's full JSON (-ojf, written when it finishes, so each run
+goes to its end): text token ids, mean token log-probability, the window (seek), and
 with word timestamps words from whisper.cpp's DTW token times (kvscribe/whispercpp/words.py;
 -dtw needs flash attention off, so a profile's quantized caches run F16 then). Fallback
 thresholds, best-of and previous-text conditioning become -tp/-tpi/-nf, -et, -lpt, -nth,
 -bo and -mc (kvscribe/whispercpp/flags.py, with what whisper.cpp does differently).
 
-A batch size over 1 on audio over 30 s becomes whisper-cli's `-p N`: the audio cut into
-N equal parts at fixed points, each decoded by its own whisper state in its own thread,
+A batch size over 1 on audio over 30 s becomes whisper-cli's `-p N` (per piece): the audio
+cut into N equal parts at fixed points, each decoded by its own whisper state in its own thread,
 the threads shared out among them; at most one part per thread and per 30 s of audio.
 Measured on 2 cores, tiny.en (benchmarks/results/whispercpp_processors.md): on the 182 s
 clip `-p 2 -t 1` took 0.83x the time of `-p 1 -t 2` at beam 5 and greedy alike, WER
@@ -31,14 +37,10 @@ vs 0.048 greedy). Off unless asked for: --batch-size, or [whispercpp] batch_size
 
 from __future__ import annotations
 
-import logging
-import os
-import re
-import tempfile
-from dataclasses import dataclass, field
+import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 from kvscribe.backends.base import (
     Backend,
     Capabilities,
@@ -47,24 +49,29 @@ from kvscribe.backends.base import (
     Transcription,
 )
 
+from kvscribe.audio_stream import Samples
 from kvscribe.chunking import MAX_SECONDS
 from kvscribe.errors import BackendUnavailableError, UsageError
 from kvscribe.models import ggml
-from kvscribe.provenance import DERIVED, MEASURED, make_provenance
+from kvscribe.provenance import MEASURED, make_provenance
 from kvscribe.types import Segment
 from kvscribe.whispercpp import binary, fulljson, kvtypes, quantize
-from kvscribe.whispercpp.flags import Flags, check_decoders, context_flags, fallback_flags
-from kvscribe.whispercpp.languages import LANGUAGES
-from kvscribe.whispercpp.process import (
-    SAMPLE_RATE,
-    Outcome,
-    WhisperProcess,
-    check_outcome,
-    write_wav_f32,
+from kvscribe.whispercpp.engine_report import (
+    fill_report,
+    peak_decoders,
+    self_cache_bytes,
+    self_cache_factor,
 )
-from kvscribe.whispercpp.report import EngineFigures, parse_segment_line, parse_stderr
-from kvscribe.whispercpp.segments import to_segments, without_annotations
-from kvscribe.whispercpp.words import DtwChoice, dtw_preset
+from kvscribe.whispercpp.flags import check_decoders, context_flags, fallback_flags
+from kvscribe.whispercpp.languages import LANGUAGES
+from kvscribe.whispercpp.pieces import piece_limit
+from kvscribe.whispercpp.plan import Plan, Run, argv, describe_processors, no_speech_notes
+from kvscribe.whispercpp.process import SAMPLE_RATE, check_outcome
+from kvscribe.whispercpp.report import EngineFigures, merged
+from kvscribe.whispercpp.session import Job, Session
+from kvscribe.whispercpp.words import dtw_preset
+
+__all__ = ["WhisperCppBackend", "self_cache_bytes", "self_cache_factor"]
 
 _SETTINGS = {
     "beam_size": int,
@@ -74,24 +81,6 @@ _SETTINGS = {
     "batch_size": int,  # > 1: whisper-cli's -p on audio over 30 s (processors_for)
     "compute_type": str,  # weights: default (the file's) or q8_0 / q5_0 / q4_0 (quantize.py)
 }
-TIMEOUT_ENV = "KVSCRIBE_WHISPER_TIMEOUT"
-_RETRIES = re.compile(r"fallbacks = *(\d+) p")  # whisper_print_timings: decodes redone
-logger = logging.getLogger(__name__)
-
-
-@dataclass
-class _Plan:
-    """How one request runs: the flags that depend on it, and for the report the settings
-    in force and what could not be honoured."""
-
-    beams: int
-    max_context: int
-    flash_attn: bool
-    cache_types: kvtypes.CacheTypes
-    fallback: Flags
-    dtw: DtwChoice | None = None  # None: no word timestamps asked for
-    settings: dict[str, str] = field(default_factory=dict)
-    not_applicable: list[str] = field(default_factory=list)
 
 
 class WhisperCppBackend(Backend):
@@ -107,6 +96,7 @@ class WhisperCppBackend(Backend):
             "self/cross cache type f16, q8_0, q4_0 (-kvs/-kvc, kvscribe's build)",
         ),
         batched=True,
+        streams_audio=True,
     )
     settings_schema = _SETTINGS
     install_hint = binary.SETUP_HINT
@@ -145,9 +135,11 @@ class WhisperCppBackend(Backend):
             settings["weights"] = f"{self.weights} ({self.model_file}, by whisper-quantize)"
         return settings
 
-    def transcribe(self, audio: np.ndarray, request: DecodeRequest) -> Transcription:
-        """Run whisper-cli to the end, then hand over its segments: they are read from its
-        full JSON (token ids, probabilities, DTW times), which it writes only when done."""
+    def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
+        """Run whisper-cli on the audio, a piece at a time when it is long (see
+        kvscribe/whispercpp/pieces.py); each piece's segments are read from its full JSON
+        (token ids, probabilities, DTW times), which whisper-cli writes when done. The first
+        piece (a short input's only one) runs here, the others as the segments are read."""
         self.check_language(request, self.multilingual, list(LANGUAGES))
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
         if beams < 1:
@@ -159,7 +151,9 @@ class WhisperCppBackend(Backend):
         report.settings.update(plan.settings)
         seconds = audio.size / SAMPLE_RATE
         report.not_applicable = list(plan.not_applicable)
-        report.not_applicable += self._no_speech_notes(request, plan.max_context, seconds)
+        report.not_applicable += no_speech_notes(
+            request, self.multilingual, plan.max_context, seconds
+        )
         if self.weights_note:
             report.not_applicable.append(self.weights_note)
         batch = self.batch_size_for(request, seconds)
@@ -167,16 +161,14 @@ class WhisperCppBackend(Backend):
             raise UsageError(
                 f"batch size must be at least 1, got {batch}", subject=self.profile.source
             )
-        processors = self.processors_for(batch, seconds)
-        report.batch_size = processors
         if batch > 1:
             report.settings["batch size"] = str(batch)
-            report.settings["processors (-p)"] = _describe_processors(
-                processors, self._threads_per_processor(processors), batch
-            )
+        limit = piece_limit()
         language = request.language or ("en" if not self.multilingual else "")
         run = Transcription(language, None, iter(()), report)
-        run.segments = iter(self._run(audio, request, plan, processors, run))
+        pieces = self._pieces(audio, limit, Session(self._job(request, plan, batch), run))
+        first = next(pieces)
+        run.segments = itertools.chain(first, itertools.chain.from_iterable(pieces))
         return run
 
     def processors_for(self, batch: int, seconds: float) -> int:
@@ -188,11 +180,15 @@ class WhisperCppBackend(Backend):
     def argv_for(
         self, wav: Path, out: Path, request: DecodeRequest, beams: int, processors: int = 1
     ) -> list[str]:
-        return self._argv(wav, out, request, self._plan(request, beams), processors)
+        """whisper-cli's argv for `wav` whole (benchmarks run it directly)."""
+        threads = self._threads_per_processor(processors)
+        language = request.language or ("auto" if self.multilingual else "en")
+        run = Run(wav, out, threads, processors, language, request.prompt)
+        return argv(self._base_argv(), self._plan(request, beams), run, request, self.cli.kv_types)
 
     # -- internals -------------------------------------------------------------------------
 
-    def _plan(self, request: DecodeRequest, beams: int) -> _Plan:
+    def _plan(self, request: DecodeRequest, beams: int) -> Plan:
         """The request's flags and what they stand for: fallback, previous text, and what
         word timestamps need (DTW, so flash attention off and F16 caches)."""
         check_decoders(beams, "--beam-size")
@@ -200,7 +196,7 @@ class WhisperCppBackend(Backend):
         max_context, context_notes = context_flags(
             request.condition_on_previous_text, request.prompt, self._max_context()
         )
-        plan = _Plan(beams, max_context, self._flash_attn(), self.cache_types, fallback)
+        plan = Plan(beams, max_context, self._flash_attn(), self.cache_types, fallback)
         if request.word_timestamps:
             self._plan_words(plan)
         plan.settings["beam size"] = str(beams)
@@ -210,7 +206,7 @@ class WhisperCppBackend(Backend):
         plan.not_applicable += fallback.not_applicable + context_notes
         return plan
 
-    def _plan_words(self, plan: _Plan) -> None:
+    def _plan_words(self, plan: Plan) -> None:
         """DTW where a preset fits the model. whisper.cpp runs DTW only without flash
         attention, which a quantized cache needs: a profile's quantized cache falls back to
         F16, one asked for on the command line is an error."""
@@ -237,105 +233,56 @@ class WhisperCppBackend(Backend):
         plan.settings["flash attention"] = "off (word timestamps: whisper.cpp's DTW needs it off)"
         plan.settings["kv cache types"] = plan.cache_types.describe()
 
-    def _no_speech_notes(
-        self, request: DecodeRequest, max_context: int, seconds: float
-    ) -> list[str]:
-        """whisper.cpp 1.8.5 reads the no-speech probability from the first row of the
-        prompt's logits but computes only the last row: right only when the prompt is the
-        start token alone (English-only model, no previous text and no --prompt)."""
-        if request.fallback.no_speech_threshold is None:
-            return []
-        after_text = max_context != 0 and seconds > MAX_SECONDS
-        if not self.multilingual and not after_text and not request.prompt:
-            return []
-        where = (
-            "on this multilingual model"
-            if self.multilingual
-            else "in windows decoded after previous text or a prompt"
+    def _base_argv(self) -> list[str]:
+        return [str(self.cli.path), "-m", str(self.model_file)]
+
+    def _job(self, request: DecodeRequest, plan: Plan, batch: int) -> Job:
+        return Job(
+            base=self._base_argv(),
+            plan=plan,
+            request=request,
+            kv_types=self.cli.kv_types,
+            threads=self._threads(),
+            batch=batch,
+            processors_for=self.processors_for,
+            check=lambda outcome: check_outcome(outcome, str(self.cli.path), self.model_file),
+            vocab=self.vocab,
+            multilingual=self.multilingual,
         )
-        return [
-            "no-speech test: whisper.cpp 1.8.5 reads the no-speech probability from a logits "
-            f"row it does not compute {where}, so silence there is not skipped "
-            "(--vad-filter removes it before decoding)"
-        ]
 
-    def _argv(
-        self, wav: Path, out: Path, request: DecodeRequest, plan: _Plan, processors: int
-    ) -> list[str]:
-        argv = [str(self.cli.path), "-m", str(self.model_file), "-f", str(wav)]
-        argv += ["-of", str(out), "-ojf", "-t", str(self._threads_per_processor(processors))]
-        if processors > 1:
-            argv += ["-p", str(processors)]
-        argv += ["-bs", str(plan.beams), *plan.fallback.argv, "-mc", str(plan.max_context)]
-        argv += ["-fa" if plan.flash_attn else "-nfa"]
-        if self.cli.kv_types:
-            argv += ["-kvs", plan.cache_types.self_type, "-kvc", plan.cache_types.cross_type]
-        if plan.dtw is not None and plan.dtw.preset is not None:
-            argv += ["-dtw", plan.dtw.preset]
-        argv += ["-ng"]  # the backend runs on CPU even if this whisper-cli was built with a GPU
-        argv += ["-l", request.language or ("auto" if self.multilingual else "en")]
-        if request.task == "translate":
-            argv.append("-tr")
-        if request.prompt:
-            argv += ["--prompt", request.prompt]
-        return argv
+    def _pieces(self, audio: Samples, limit: int, session: Session) -> Iterator[list[Segment]]:
+        """Each piece's segments; the report is filled before the last piece's are handed
+        over, so it is complete when the segments are exhausted."""
+        for segments in session.segments(audio, limit):
+            if session.done:
+                self._fill(session)
+            yield segments
 
-    def _run(
-        self,
-        audio: np.ndarray,
-        request: DecodeRequest,
-        plan: _Plan,
-        processors: int,
-        run: Transcription,
-    ) -> list[Segment]:
-        with tempfile.TemporaryDirectory(prefix="kvscribe-whispercpp-") as work:
-            wav, out = Path(work) / "audio.wav", Path(work) / "result"
-            write_wav_f32(wav, audio)
-            argv = self._argv(wav, out, request, plan, processors)
-            outcome, printed = _execute(
-                argv, Path(work) / "stderr.txt", _timeout(audio.size / SAMPLE_RATE)
+    def _fill(self, session: Session) -> None:
+        """The report from every piece's figures: caches and memory as the largest piece
+        held them (peak RSS: the largest of the runs), timings and windows added up."""
+        report, plan = session.run.report, session.job.plan
+        figures = merged(session.figures)
+        decoders = peak_decoders(plan.beams, session.job.request, session.retried)
+        fill_report(report, figures, session.peak_rss, decoders)
+        report.engine_f16_bytes = self._f16_equivalents(figures)
+        report.batch_size = session.processors
+        if session.job.batch > 1:
+            report.settings["processors (-p)"] = describe_processors(
+                session.processors,
+                self._threads_per_processor(session.processors),
+                session.job.batch,
             )
-            logger.debug("%s\n%s", " ".join(argv), outcome.stderr)
-            check_outcome(outcome, str(self.cli.path), self.model_file)
-            segments = self._segments(out.with_suffix(".json"), printed, request, plan, run)
-            self._language_probability(request, outcome.stderr, run)
-        figures = parse_stderr(outcome.stderr)
-        decoders = _peak_decoders(plan, request, _retries(outcome.stderr))
-        _fill_report(run.report, figures, outcome.peak_rss_bytes, decoders)
-        run.report.engine_kv_types = dict(figures.kv_types)
-        run.report.engine_f16_bytes = self._f16_equivalents(figures)
-        return segments
-
-    def _segments(
-        self,
-        result: Path,
-        printed: list[str],
-        request: DecodeRequest,
-        plan: _Plan,
-        run: Transcription,
-    ) -> list[Segment]:
-        """Segments from the full JSON; from stdout's lines (text and times only) in case
-        whisper-cli wrote none."""
-        if not result.is_file():
-            lines = [parsed for line in printed if (parsed := parse_segment_line(line))]
-            return [Segment(i, start, end, text) for i, (start, end, text) in enumerate(lines)]
-        full = fulljson.read(result)
-        run.language = full.language or run.language
-        run.report.tokens = full.decoded_tokens
-        built = to_segments(full.segments, self.vocab, run.language, plan.dtw is not None)
-        segments, dropped = without_annotations(built)
-        run.report.settings["non-speech annotations"] = (
-            f"{dropped} segment(s) that were only one ([BLANK_AUDIO], (wind), music) dropped"
+        report.settings["non-speech annotations"] = (
+            f"{session.maker.dropped} segment(s) that were only one ([BLANK_AUDIO], (wind), "
+            "music) dropped"
         )
-        return segments
-
-    def _language_probability(self, request: DecodeRequest, stderr: str, run: Transcription):
-        """The detected language's probability, printed by whisper.cpp when it detected one
-        (a multilingual model and no --language)."""
-        detected = fulljson.detected_language(stderr)
-        if self.multilingual and request.language is None and detected is not None:
-            run.language = detected[0]
-            run.language_probability = detected[1]
+        if session.pieces > 1:
+            carried = "; the text so far carried as --prompt" if plan.conditions else ""
+            report.settings["pieces"] = (
+                f"{session.pieces} whisper-cli runs of at most {session.limit_seconds:g} s, "
+                f"cut at the quietest point before each end{carried}"
+            )
 
     def _weights_file(self, file_type: int) -> Path:
         """The model file with the weights asked for. A profile's weight type is a preference:
@@ -416,104 +363,3 @@ class WhisperCppBackend(Backend):
 
     def _flash_attn(self) -> bool:
         return bool(self.settings.get("flash_attn", True))
-
-
-def self_cache_factor(decoders: int) -> int:
-    """How many single-decoder self-attention caches whisper.cpp holds for `decoders`.
-
-    whisper.cpp prints the size it allocates at start (one decoder), then for beam
-    search silently re-allocates it (n + 2)-fold "to work around fragmentation"
-    (whisper_full_with_state in 1.8.5, logged at debug level only).
-    """
-    return decoders + 2 if decoders > 1 else 1
-
-
-def self_cache_bytes(printed_bytes: int, decoders: int) -> tuple[int, str]:
-    """The self-attention bytes whisper.cpp holds for `decoders`, and their provenance: its
-    own printed figure (MEASURED) at one decoder, else that figure times self_cache_factor(),
-    kvscribe's reading of whisper.cpp's source (DERIVED: whisper.cpp never prints it)."""
-    factor = self_cache_factor(decoders)
-    return printed_bytes * factor, MEASURED if factor == 1 else DERIVED
-
-
-def _execute(argv: list[str], stderr: Path, timeout: float | None) -> tuple[Outcome, list[str]]:
-    """Run whisper-cli to its end: how it ended, and the lines it printed."""
-    proc = WhisperProcess(argv, stderr, timeout)
-    finished = False
-    try:
-        printed = list(proc.stdout_lines())
-        outcome = proc.finish()
-        finished = True
-    finally:
-        if not finished:
-            proc.abandon()
-    return outcome, printed
-
-
-def _retries(stderr: str) -> int:
-    match = _RETRIES.search(stderr)
-    return int(match[1]) if match else 0
-
-
-def _peak_decoders(plan: _Plan, request: DecodeRequest, retries: int) -> int:
-    """The most decoders whisper.cpp ran at once: the beams at temperature 0, best-of
-    samples above it (the first temperature, or any retry)."""
-    temperatures = request.fallback.temperatures
-    best_of = request.fallback.best_of
-    first = plan.beams if temperatures[0] == 0 else best_of
-    return max(first, best_of) if retries and len(temperatures) > 1 else first
-
-
-def _fill_report(
-    report: DecoderReport, figures: EngineFigures, peak_rss: int | None, decoders: int
-) -> None:
-    # Every whisper state (one per processor, -p) prints and holds its own caches: the
-    # figures are summed over them.
-    states = max(1, figures.states)
-    one_state, self_provenance = self_cache_bytes(figures.kv_self_bytes, decoders)
-    report.kv_self_peak_bytes = one_state * states
-    report.kv_self_full_bytes = report.kv_self_peak_bytes  # whisper.cpp always allocates it whole
-    # one cross cache per state, as printed
-    report.kv_provenance = make_provenance(self_provenance, MEASURED)
-    factor = self_cache_factor(decoders)
-    if factor > 1:
-        report.settings["kv self allocation"] = (
-            f"{figures.kv_self_bytes / 1e6:.2f} MB x {factor} ({decoders} decoders + 2, "
-            "re-allocated; derived from whisper.cpp's source)"
-        )
-    if states > 1:
-        report.settings["kv self allocation"] = (
-            report.settings.get("kv self allocation", f"{figures.kv_self_bytes / 1e6:.2f} MB")
-            + f", x {states} whisper states (-p)"
-        )
-    report.kv_cross_bytes = figures.kv_cross_bytes * states
-    report.windows = figures.runs.get("encode", 0)
-    if "encode" in figures.timings_ms:
-        report.encoder_seconds = figures.timings_ms["encode"] / 1000
-    report.engine_memory_bytes = dict(figures.memory)
-    report.engine_timings_ms = dict(figures.timings_ms)
-    report.engine_runs = dict(figures.runs)
-    report.engine_peak_rss_bytes = peak_rss
-
-
-def _timeout(audio_seconds: float) -> float | None:
-    """A deadline generous for slow machines; KVSCRIBE_WHISPER_TIMEOUT overrides (0: none)."""
-    value = os.environ.get(TIMEOUT_ENV)
-    if value is None:
-        return 300 + 20 * audio_seconds
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise UsageError(
-            f"{TIMEOUT_ENV}={value!r} is not a number", hint="give seconds, or 0 for no limit"
-        ) from None
-    return seconds or None
-
-
-def _describe_processors(processors: int, threads: int, batch: int) -> str:
-    text = f"{processors} x {threads} threads"
-    if processors > 1:
-        text += " (the audio cut into equal parts at fixed points, one whisper state each)"
-    if batch > processors:
-        text += f"; batch size {batch}: at most one part per thread and per 30 s of audio"
-    return text

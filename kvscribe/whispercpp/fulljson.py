@@ -9,6 +9,7 @@ entry with the first token's id, so such a character keeps one id only.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -70,6 +71,14 @@ class JsonToken:
     def logprob(self) -> float:
         return math.log(max(self.p, _LOWEST_P))
 
+    def shifted(self, cs: int) -> JsonToken:
+        return dataclasses.replace(
+            self,
+            start_cs=_plus(self.start_cs, cs),
+            end_cs=_plus(self.end_cs, cs),
+            dtw_cs=_plus(self.dtw_cs, cs),
+        )
+
 
 @dataclass(frozen=True)
 class JsonSegment:
@@ -77,6 +86,14 @@ class JsonSegment:
     end_cs: int
     text: str
     tokens: tuple[JsonToken, ...] = ()
+
+    def shifted(self, cs: int) -> JsonSegment:
+        """The segment `cs` centiseconds later, its tokens' times too (a piece's segments
+        moved onto the input's clock)."""
+        if cs == 0:
+            return self
+        tokens = tuple(token.shifted(cs) for token in self.tokens)
+        return JsonSegment(self.start_cs + cs, self.end_cs + cs, self.text, tokens)
 
 
 @dataclass
@@ -127,6 +144,10 @@ def _token(item: dict) -> JsonToken:
         end_cs=_centiseconds(offsets["to"]) if offsets else None,
         dtw_cs=dtw if dtw >= 0 else None,
     )
+
+
+def _plus(value: int | None, cs: int) -> int | None:
+    return None if value is None else value + cs
 
 
 def _centiseconds(milliseconds: int | float) -> int:

@@ -1,5 +1,6 @@
 """Run whisper-cli as a child process: argv only (never a shell string), segments read
 from stdout as they are printed, the child's peak RSS from wait4, a deadline enforced.
+Its input is a float WAV written a block at a time, so no whole-file copy is made here.
 
 whisper-cli's quirks are turned into kvscribe errors here: it exits 0 after an
 unknown flag (and after audio it cannot read), 2 when the input is missing,
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kvscribe.audio_stream import Samples
 from kvscribe.errors import (
     AudioDecodeError,
     BackendUnavailableError,
@@ -32,6 +34,8 @@ from kvscribe.errors import (
 from kvscribe.stats import maxrss_bytes
 
 SAMPLE_RATE = 16_000
+WAV_BLOCK = 30 * SAMPLE_RATE  # samples converted and written at a time
+TIMEOUT_ENV = "KVSCRIBE_WHISPER_TIMEOUT"
 
 
 @dataclass
@@ -45,15 +49,71 @@ class Outcome:
     timed_out: bool = False
 
 
-def write_wav_f32(path: Path, samples: np.ndarray) -> None:
-    """Mono 16 kHz IEEE-float WAV: whisper-cli reads it without a lossy int16 round trip."""
-    data = np.ascontiguousarray(samples, dtype="<f4").tobytes()
-    header = b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVE"
+def write_wav_f32(path: Path, samples: Samples) -> None:
+    """Mono 16 kHz IEEE-float WAV: whisper-cli reads it without a lossy int16 round trip.
+    Written a block at a time from any Samples (an array, a StreamedAudio, a Joined)."""
+    with WavWriter(path) as wav:
+        for start in range(0, samples.size, WAV_BLOCK):
+            wav.write(samples[start : start + WAV_BLOCK])
+
+
+class WavWriter:
+    """A float WAV written block by block; the header gets the final size on close."""
+
+    def __init__(self, path: Path):
+        self._handle = open(path, "wb")  # noqa: SIM115  # closed by close() / __exit__
+        self._handle.write(_wav_header(0))
+        self.samples = 0
+
+    def write(self, samples: np.ndarray) -> None:
+        self._handle.write(np.ascontiguousarray(samples, dtype="<f4").tobytes())
+        self.samples += samples.size
+
+    def close(self) -> None:
+        self._handle.seek(0)
+        self._handle.write(_wav_header(self.samples))
+        self._handle.close()
+
+    def __enter__(self) -> WavWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _wav_header(samples: int) -> bytes:
+    size = samples * 4
+    header = b"RIFF" + struct.pack("<I", 36 + size) + b"WAVE"
     header += b"fmt " + struct.pack("<IHHIIHH", 16, 3, 1, SAMPLE_RATE, SAMPLE_RATE * 4, 4, 32)
-    header += b"data" + struct.pack("<I", len(data))
-    with open(path, "wb") as handle:
-        handle.write(header)
-        handle.write(data)
+    return header + b"data" + struct.pack("<I", size)
+
+
+def execute(argv: list[str], stderr: Path, timeout: float | None) -> tuple[Outcome, list[str]]:
+    """Run whisper-cli to its end: how it ended, and the lines it printed."""
+    proc = WhisperProcess(argv, stderr, timeout)
+    finished = False
+    try:
+        printed = list(proc.stdout_lines())
+        outcome = proc.finish()
+        finished = True
+    finally:
+        if not finished:
+            proc.abandon()
+    return outcome, printed
+
+
+def timeout_for(audio_seconds: float) -> float | None:
+    """A deadline generous for slow machines; KVSCRIBE_WHISPER_TIMEOUT overrides (0: none)."""
+    value = os.environ.get(TIMEOUT_ENV)
+    if value is None:
+        return 300 + 20 * audio_seconds
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise UsageError(
+            f"{TIMEOUT_ENV}={value!r} is not a number", hint="give seconds, or 0 for no limit"
+        ) from None
+    return seconds or None
 
 
 class WhisperProcess:

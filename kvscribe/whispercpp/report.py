@@ -90,3 +90,21 @@ def parse_json(path: Path) -> JsonResult:
     data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
     decoded = sum(len(item.get("tokens", [])) for item in data.get("transcription", []))
     return JsonResult(data.get("result", {}).get("language", ""), decoded)
+
+
+def merged(pieces: list[EngineFigures]) -> EngineFigures:
+    """One input's figures from those of the pieces it ran as, one whisper-cli each: memory
+    is each figure's largest (every piece allocates its own, one after another), timings
+    and runs add up, and the states are the most any piece had at once."""
+    total = EngineFigures()
+    for figures in pieces:
+        for what, nbytes in figures.memory.items():
+            total.memory[what] = max(total.memory.get(what, 0), nbytes)
+        total.kv_types.update(figures.kv_types)
+        for what, ms in figures.timings_ms.items():
+            total.timings_ms[what] = total.timings_ms.get(what, 0.0) + ms
+        for what, runs in figures.runs.items():
+            total.runs[what] = total.runs.get(what, 0) + runs
+        total.fallbacks += figures.fallbacks
+        total.states = max(total.states, figures.states)
+    return total

@@ -1,5 +1,6 @@
 """kvscribe Segments from whisper-cli's full JSON: text token ids, mean token log-probability,
-compression ratio, the window each was decoded in, and words when asked for.
+compression ratio, the window each was decoded in, and words when asked for; an input run
+as pieces (kvscribe/whispercpp/pieces.py) is read a piece at a time as one run.
 
 whisper-cli names no windows, so they are recovered from the timestamp tokens: a window's
 first segment opens with one (<|k|>, k steps of 20 ms from the window's start) and a
@@ -38,17 +39,41 @@ class Window:
     segments: list[JsonSegment] = field(default_factory=list)
 
 
-def to_segments(
-    segments: Sequence[JsonSegment], vocab: Vocabulary, language: str, words: bool
-) -> list[Segment]:
-    """Every JSON segment as a Segment, numbered from 0, with words if `words`."""
-    result: list[Segment] = []
-    last_speech = 0.0
-    for index, window in enumerate(windows(segments, vocab)):
+class SegmentMaker:
+    """kvscribe Segments from the JSON segments of one input, given a piece at a time:
+    numbered from 0 across pieces, windows counted on, and words placed after the speech
+    that came before (kvscribe.words' `last_speech`), as if whisper-cli had run once."""
+
+    def __init__(self, vocab: Vocabulary, words: bool):
+        self.vocab = vocab
+        self.words = words
+        self.made = 0  # segments kept so far
+        self.windows = 0  # windows seen so far
+        self.dropped = 0  # annotation-only segments left out (without_annotations)
+        self._last_speech = 0.0
+
+    def add(self, segments: Sequence[JsonSegment], language: str) -> list[Segment]:
+        """The next piece's segments (already on the input's clock), annotations dropped."""
+        built: list[Segment] = []
+        for window in windows(segments, self.vocab):
+            built += self._window(window, language)
+            self.windows += 1
+        kept, dropped = without_annotations(built)
+        self.dropped += dropped
+        renumbered = [dataclasses.replace(s, id=self.made + s.id) for s in kept]
+        self.made += len(renumbered)
+        return renumbered
+
+    def _window(self, window: Window, language: str) -> list[Segment]:
         bounds: list[tuple[float, float, tuple[Word, ...]]]
-        if words:
-            placed, last_speech = window_words(
-                window.segments, window.seek_cs, window.shift_cs, vocab, language, last_speech
+        if self.words:
+            placed, self._last_speech = window_words(
+                window.segments,
+                window.seek_cs,
+                window.shift_cs,
+                self.vocab,
+                language,
+                self._last_speech,
             )
             bounds = [_enclosing(p.start, p.end, p.words) for p in placed]
         else:
@@ -56,9 +81,12 @@ def to_segments(
                 (s.start_cs * SECONDS_PER_CS, s.end_cs * SECONDS_PER_CS, ())
                 for s in window.segments
             ]
-        for segment, (start, end, timed) in zip(window.segments, bounds, strict=True):
-            result.append(_segment(len(result), segment, (start, end), timed, index, window, vocab))
-    return result
+        return [
+            _segment(number, segment, (start, end), timed, self.windows, window, self.vocab)
+            for number, (segment, (start, end, timed)) in enumerate(
+                zip(window.segments, bounds, strict=True)
+            )
+        ]
 
 
 def without_annotations(segments: Sequence[Segment]) -> tuple[list[Segment], int]:
