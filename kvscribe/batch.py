@@ -1,55 +1,53 @@
-"""Batch runs into an output folder: plan against the manifest, run the work in this
-process or in N worker processes (one loaded model each), record every result.
+"""Batch runs into an output folder: plan against the manifest, run the work through an
+executor (this process, N worker processes, or a Ray cluster: kvscribe.cluster; one
+loaded model per worker), write and record every result here, in the driver.
 
 Order of effects per input: outputs are written atomically (each one whole or
 absent), then the manifest record is appended and fsynced. A crash between the
-two only means the input is transcribed again on the next run.
+two only means the input is transcribed again on the next run. Workers only return
+transcripts: the driver alone writes outputs and the manifest.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
-import logging
 import multiprocessing
 import os
 import re
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Protocol
 
 from kvscribe import profile as profiles
+from kvscribe.batch_worker import (
+    Result,
+    Task,
+    Worker,
+    init_process,
+    work_guarded,
+    work_in_process,
+)
 from kvscribe.errors import EngineError, ExitCode, KvscribeError
 from kvscribe.inputs import Input, output_bases
-from kvscribe.manifest import STATE_DIR, Fingerprint, Manifest, Record, fingerprint, options_key
+from kvscribe.manifest import STATE_DIR, Manifest, Record, fingerprint, options_key
 from kvscribe.options import TranscribeOptions, output_shaping_values
-from kvscribe.stats import FileStats, RunStats, peak_rss_bytes
-from kvscribe.types import Segment, Transcript
+from kvscribe.stats import FileStats, RunStats
+from kvscribe.writers import write_outputs
 
-_log = logging.getLogger(__name__)
+__all__ = ["Batch", "BatchListener", "Executor", "Result", "Summary", "Task", "output_settings"]
 
 # atomic_write_text's temporary files: `.<name>.<random>.part`
 _STALE_PART = re.compile(r"^\..+\.[A-Za-z0-9_]{6,}\.part$")
 
 
-@dataclass(frozen=True)
-class Task:
-    path: Path
-    base: PurePosixPath  # output path without extension, relative to the output folder
-    known: Fingerprint | None  # from the manifest, so the worker hashes only what moved
+class Executor(Protocol):
+    """Where the transcription runs: yields one Result per task, in any order, and calls
+    `started(task)` as each task is handed to a worker. Closing the iterator stops the work."""
 
-
-@dataclass
-class Result:
-    task: Task
-    fingerprint: Fingerprint | None = None
-    stats: FileStats | None = None
-    outputs: list[str] = field(default_factory=list)
-    error: KvscribeError | None = None
-    fatal: bool = False  # the backend cannot run at all: stop the batch
-    worker_peak_rss: int | None = None
-    run_info: dict | None = None  # backend/profile/model/device/settings, from the worker
+    def results(self, todo: list[Task], started: Callable[[Task], None]) -> Iterator[Result]: ...
 
 
 class BatchListener(Protocol):
@@ -109,9 +107,11 @@ class Batch:
         jobs: int = 1,
         force: bool = False,
         fail_fast: bool = False,
+        executor: Executor | None = None,  # None: this process, or `jobs` worker processes
     ):
         assert options.output_dir is not None, "a batch writes into an output folder"
         self.options = options
+        self.executor = executor
         self.listener = listener
         self.jobs = jobs
         self.force = force
@@ -192,46 +192,34 @@ class Batch:
     def _execute(self, todo: list[Task], manifest: Manifest, key: str, summary: Summary):
         if not todo:
             return
-        jobs = min(self.jobs, len(todo))  # no idle workers (and one input runs in-process)
-        results = self._in_process(todo) if jobs <= 1 else self._in_pool(todo, jobs)
-        for result in results:
-            if self._record(result, manifest, key, summary) and self.fail_fast:
-                break
-            if summary.fatal is not None:
-                break
-
-    def _in_process(self, todo: list[Task]):
-        worker = _Worker(self.options, self.folder)
-        for task in todo:
-            self.listener.started(task)
-            yield _work_guarded(worker, task)
-
-    def _in_pool(self, todo: list[Task], jobs: int):
-        threads = max(1, (os.cpu_count() or 2) // jobs)
-        pool = cf.ProcessPoolExecutor(
-            max_workers=jobs,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_init_worker,
-            initargs=(self.options, self.folder, threads),
-        )
-        pending: dict[cf.Future, Task] = {}
-        queue = list(reversed(todo))
+        executor = self.executor or local_executor(self.options, min(self.jobs, len(todo)))
+        results = executor.results(todo, self.listener.started)
         try:
-            while queue or pending:
-                while queue and len(pending) < jobs:  # one per worker: submitted = started
-                    task = queue.pop()
-                    self.listener.started(task)
-                    pending[pool.submit(_work_in_worker, task)] = task
-                finished, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
-                for future in finished:
-                    task = pending.pop(future)
-                    try:
-                        yield future.result()
-                    except cf.process.BrokenProcessPool:
-                        yield Result(task, error=_worker_died(), fatal=True)
-                        return
+            for result in results:
+                self._write(result)
+                if self._record(result, manifest, key, summary) and self.fail_fast:
+                    break
+                if summary.fatal is not None:
+                    break
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            results.close()  # stops the workers now, not when the iterator is collected
+
+    def _write(self, result: Result) -> None:
+        """Write a returned transcript's outputs (each atomically); a failure to write is
+        that input's failure, with no stats, as if its transcription had failed."""
+        transcript, result.transcript = result.transcript, None
+        if transcript is None or result.error is not None:
+            return
+        base = self.folder / result.task.base
+        options = self.options
+        try:
+            written = write_outputs(
+                transcript, base.parent, base.name, options.formats, options.writer_options()
+            )
+        except KvscribeError as exc:
+            result.error, result.stats = exc, None
+            return
+        result.outputs = [path.relative_to(self.folder).as_posix() for path in written]
 
     def _record(self, result: Result, manifest: Manifest, key: str, summary: Summary) -> bool:
         """Store one result; True when it failed."""
@@ -269,99 +257,55 @@ class Batch:
         return failed
 
 
-class _Quiet:
-    """The Runner's per-segment listener: a batch reports per file, not per segment."""
-
-    def file_started(self, source: Path, duration: float) -> None: ...
-    def language(self, source: Path, language: str, probability: float | None) -> None: ...
-    def segment(self, source: Path, segment: Segment) -> None: ...
-    def file_done(self, source: Path, transcript: Transcript, outputs: list[Path]) -> None: ...
-    def file_failed(self, source: Path, error: KvscribeError) -> None: ...
+def local_executor(options: TranscribeOptions, jobs: int) -> Executor:
+    """One input (or --jobs 1) runs in this process, more in `jobs` worker processes."""
+    return InProcess(options) if jobs <= 1 else ProcessPool(options, jobs)
 
 
-class _Worker:
-    """One loaded model; transcribes tasks one at a time (in the parent, or in a worker)."""
+class InProcess:
+    def __init__(self, options: TranscribeOptions):
+        self.options = options
 
-    def __init__(self, options: TranscribeOptions, folder: Path):
-        from kvscribe.runner import Runner
+    def results(self, todo: list[Task], started: Callable[[Task], None]) -> Iterator[Result]:
+        worker = Worker(self.options)
+        for task in todo:
+            started(task)
+            yield work_guarded(worker, task)
 
-        self.runner = Runner(options)
-        self.folder = folder
-        self.info_sent = False
-        self.load_error: KvscribeError | None = None
+
+class ProcessPool:
+    """`jobs` spawned worker processes sharing this machine's cores, one model each."""
+
+    def __init__(self, options: TranscribeOptions, jobs: int):
+        self.options = options
+        self.jobs = jobs
+
+    def results(self, todo: list[Task], started: Callable[[Task], None]) -> Iterator[Result]:
+        threads = max(1, (os.cpu_count() or 2) // self.jobs)
+        pool = cf.ProcessPoolExecutor(
+            max_workers=self.jobs,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=init_process,
+            initargs=(self.options, threads),
+        )
+        pending: dict[cf.Future, Task] = {}
+        queue = list(reversed(todo))
         try:
-            self.runner.prepare()
-        except KvscribeError as exc:
-            self.load_error = exc
-
-    def work(self, task: Task) -> Result:
-        if self.load_error is not None:
-            return Result(task, error=self.load_error, fatal=True)
-        result = Result(task, fingerprint=fingerprint(task.path, task.known))
-        try:
-            stats, _, written = self.runner.transcribe_file(
-                task.path, _Quiet(), self.folder / task.base
-            )
-        except KvscribeError as exc:
-            result.error = exc
-        else:
-            result.stats = stats
-            result.outputs = [p.relative_to(self.folder).as_posix() for p in written]
-        result.worker_peak_rss = peak_rss_bytes()
-        if not self.info_sent:
-            self.info_sent = True
-            result.run_info = _run_info(self.runner.stats)
-        return result
-
-
-def _run_info(stats: RunStats) -> dict:
-    return {
-        "backend": stats.backend,
-        "profile": stats.profile,
-        "model": stats.model,
-        "device": stats.device,
-        "settings": dict(stats.settings),
-        "load_seconds": stats.load_seconds,
-        "notes": list(stats.notes),
-    }
-
-
-_WORKER: _Worker | None = None
-
-
-def _init_worker(options: TranscribeOptions, folder: Path, threads: int) -> None:
-    """Runs once in each worker process: share the cores, load the model."""
-    global _WORKER
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    _WORKER = _Worker(options, folder)
-
-
-def _work_in_worker(task: Task) -> Result:
-    assert _WORKER is not None
-    return _work_guarded(_WORKER, task)
-
-
-def _work_guarded(worker: _Worker, task: Task) -> Result:
-    """`worker.work(task)`, an unexpected exception turned into this file's failure, the same
-    in this process (one input) as in a worker process (--jobs N).
-
-    The batch's one broad catch, by contract: engines (CTranslate2, torch, whisper-cli's
-    parser) raise arbitrary exception types on inputs they choke on, and such a bug must fail
-    one file, not the batch. KvscribeErrors are already results inside work(); Ctrl-C
-    (KeyboardInterrupt) is no Exception and still stops the run."""
-    try:
-        return worker.work(task)
-    except Exception as exc:
-        _log.debug("engine failure on %s", task.path, exc_info=True)  # --debug: the traceback
-        return Result(task, error=_internal_error(task, exc))
-
-
-def _internal_error(task: Task, exc: Exception) -> EngineError:
-    return EngineError(
-        f"internal error: {type(exc).__name__}: {exc}",
-        subject=str(task.path),
-        hint="an engine bug: please report it, with the file; rerun to retry",
-    )
+            while queue or pending:
+                while queue and len(pending) < self.jobs:  # one per worker: submitted = started
+                    task = queue.pop()
+                    started(task)
+                    pending[pool.submit(work_in_process, task)] = task
+                finished, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+                for future in finished:
+                    task = pending.pop(future)
+                    try:
+                        yield future.result()
+                    except cf.process.BrokenProcessPool:
+                        yield Result(task, error=_worker_died(), fatal=True)
+                        return
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _worker_died() -> EngineError:

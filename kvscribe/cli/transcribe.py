@@ -230,6 +230,20 @@ def transcribe(
         help="One JSON event per file on stdout (started/done/failed/skipped).",
         rich_help_panel="Batch (with -o)",
     ),
+    cluster: str = typer.Option(
+        None,
+        "--cluster",
+        metavar="ray://HOST:PORT|HOST:PORT|auto",
+        help="Run the batch on a Ray cluster (pip install 'kvscribe[ray]'); auto: "
+        "RAY_ADDRESS, else a Ray running here, else a local one for this run.",
+        rich_help_panel="Batch (with -o)",
+    ),
+    ship_audio: bool = typer.Option(
+        False,
+        "--ship-audio",
+        help="With --cluster: send the files' bytes to the workers (no shared storage).",
+        rich_help_panel="Batch (with -o)",
+    ),
     stats_json: Path = shared.STATS_JSON.option(),
     quiet: bool = shared.QUIET.option(),
     debug: bool = shared.DEBUG.option(),
@@ -244,6 +258,9 @@ def transcribe(
     from kvscribe.inputs import read_files_from
 
     def body() -> int:
+        from kvscribe.cluster.flags import cluster_run
+
+        on_cluster = cluster_run(cluster, ship_audio, jobs, output_dir)
         listed = read_files_from(files_from) if files_from else []
         options = TranscribeOptions(
             inputs=(*(files or ()), *listed),
@@ -292,13 +309,15 @@ def transcribe(
             json_events=json_events,
         )
         if options.reads_stdin:
-            return _run_stdin(options, jobs is None)
-        return _run_batch(options, jobs is None) if output_dir is not None else _run(options)
+            return _run_stdin(options, jobs is None, on_cluster)
+        if output_dir is not None:
+            return _run_batch(options, jobs is None, on_cluster)
+        return _run(options)
 
     exit_with(body, console, debug)
 
 
-def _run_stdin(options: TranscribeOptions, auto_jobs: bool) -> int:
+def _run_stdin(options: TranscribeOptions, auto_jobs: bool, on_cluster=None) -> int:
     """`kvscribe -`: the piped audio, spooled to a file named after --output-name."""
     import dataclasses
 
@@ -307,7 +326,9 @@ def _run_stdin(options: TranscribeOptions, auto_jobs: bool) -> int:
     with spooled(sys.stdin.buffer, options.output_name, options.input_format) as path:
         # The spool carries the name and the format now: the options describe a plain file.
         options = dataclasses.replace(options, inputs=(path,), output_name=None, input_format=None)
-        return _run_batch(options, auto_jobs) if options.output_dir is not None else _run(options)
+        if options.output_dir is not None:
+            return _run_batch(options, auto_jobs, on_cluster)
+        return _run(options)
 
 
 def _run(options: TranscribeOptions) -> int:
@@ -327,8 +348,9 @@ def _run(options: TranscribeOptions) -> int:
     return _exit_code(listener.failures, len(inputs))
 
 
-def _run_batch(options: TranscribeOptions, auto_jobs: bool) -> int:
-    """Into --output-dir: planned against the folder's manifest, N workers, JSON events."""
+def _run_batch(options: TranscribeOptions, auto_jobs: bool, on_cluster=None) -> int:
+    """Into --output-dir: planned against the folder's manifest, N workers here or on a Ray
+    cluster (`on_cluster`, a kvscribe.cluster.flags.ClusterRun), JSON events."""
     import dataclasses
     import time
 
@@ -339,20 +361,22 @@ def _run_batch(options: TranscribeOptions, auto_jobs: bool) -> int:
     started = time.perf_counter()
     console = stderr_console()
     inputs = expand(options.inputs, Selection(options.recursive, options.globs))
+    model_bytes = 0
     if any(entry.error is None for entry in inputs):  # convert the model once, before workers
         backend_cls = registry.get(options.backend)
         model_bytes = _size(
             models.resolve(options.model, backend_cls.capabilities.model_formats).path
         )
-        if auto_jobs:
+        if auto_jobs and on_cluster is None:
             options = dataclasses.replace(options, jobs=capacity.default_jobs(model_bytes))
         warning = capacity.memory_warning(options.jobs, model_bytes)
         if warning and not options.quiet:
             console.print(f"[yellow]kvscribe: warning:[/] {warning}")
+    executor = on_cluster.executor(options, model_bytes) if on_cluster else None
     view = BatchView(console, options.json_events, options.quiet, len(inputs))
     try:
         summary = batch.Batch(
-            options, view, jobs=options.jobs, force=options.force, fail_fast=options.fail_fast
+            options, view, options.jobs, options.force, options.fail_fast, executor
         ).run(inputs)
     finally:
         view.close()

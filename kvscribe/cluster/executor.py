@@ -1,0 +1,243 @@
+"""Batch work on a Ray cluster (`--cluster`): one KvscribeWorker actor per worker slot
+(kvscribe.cluster.capacity), files handed one at a time to idle actors, each result (the
+transcript and stats) back to the driver, which alone writes outputs and the manifest
+(kvscribe.batch), so a killed driver and a rerun behave as with `--jobs`.
+
+An actor that dies (killed, out of memory, its node lost) is replaced, at most
+MAX_RESTARTS times per slot, and the file it held goes to the next free actor, at most
+MAX_ATTEMPTS times; then it is that file's failure. Waits are bounded: every actor lost
+for good, or none ready for START_SECONDS while nothing runs, stops the batch with one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from kvscribe import profile as profiles
+from kvscribe.batch_worker import Result, Task, internal_error
+from kvscribe.cluster.actor import KvscribeWorker
+from kvscribe.cluster.capacity import Slot, alive_nodes, plan
+from kvscribe.cluster.connect import connect
+from kvscribe.errors import EngineError, InputNotFoundError
+from kvscribe.manifest import Fingerprint, fingerprint
+from kvscribe.options import TranscribeOptions
+
+MAX_ATTEMPTS = 3  # per file
+MAX_RESTARTS = 3  # per worker slot
+START_SECONDS = 300.0  # no actor ready and nothing running for this long: give up
+POLL_SECONDS = 1.0
+_ENV_PREFIXES = ("KVSCRIBE_", "HF_")  # the driver's settings the actors take along
+
+_log = logging.getLogger(__name__)
+
+
+class RayExecutor:
+    """kvscribe.batch's Executor on a Ray cluster; connects when there is work."""
+
+    def __init__(self, options: TranscribeOptions, address: str, ship_audio: bool, model_bytes):
+        self.options = options
+        self.address = address
+        self.ship_audio = ship_audio
+        self.model_bytes = model_bytes
+
+    def results(self, todo: list[Task], started: Callable[[Task], None]) -> Iterator[Result]:
+        ray = connect(self.address)
+        try:
+            slots = plan(alive_nodes(ray.nodes()), self.model_bytes, _wants_gpu(self.options))
+            actors = _ActorFactory(ray, _for_actors(self.options))
+            run = _Run(ray, actors, slots[: len(todo)], self.ship_audio)
+            yield from run.results(todo, started)
+        finally:
+            ray.shutdown()  # disconnects; a local Ray started for this run stops with it
+
+
+def _wants_gpu(options: TranscribeOptions) -> bool:
+    return (options.device or profiles.load(options.profile).device) == "cuda"
+
+
+def _for_actors(options: TranscribeOptions) -> TranscribeOptions:
+    """The options with `--profile auto` decided here, once: every node then runs the
+    profile the manifest's key records, whatever hardware it has."""
+    return dataclasses.replace(options, profile=profiles.load(options.profile).name)
+
+
+class _ActorFactory:
+    def __init__(self, ray: ModuleType, options: TranscribeOptions):
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.ray = ray
+        self.options = options
+        self.env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
+        self.remote = ray.remote(KvscribeWorker)
+        self.strategy = NodeAffinitySchedulingStrategy
+
+    def start(self, slot: Slot) -> Any:
+        """A new actor on the slot's node (elsewhere if that node is gone: soft affinity)."""
+        return self.remote.options(
+            num_cpus=slot.threads,
+            num_gpus=slot.gpus,
+            max_restarts=0,  # a dead actor is replaced here, where its file is retried
+            scheduling_strategy=self.strategy(slot.node.id, soft=True),
+        ).remote(self.options, slot.threads, self.env)
+
+
+@dataclass
+class _Actor:
+    slot: Slot
+    handle: Any = None
+    restarts: int = 0
+
+
+@dataclass
+class _Attempt:
+    task: Task
+    number: int = 1
+    fingerprint: Fingerprint | None = None  # taken here when the audio is shipped
+
+
+class _Run:
+    def __init__(self, ray: ModuleType, actors: _ActorFactory, slots: list[Slot], ship: bool):
+        self.ray = ray
+        self.actors = actors
+        self.ship = ship
+        self.all: list[_Actor] = []
+        self.idle: list[_Actor] = []
+        self.pending: dict[Any, tuple[_Actor, _Attempt | None]] = {}  # None: ready() call
+        self.last_loss = "no worker started"
+        for slot in slots:
+            self._start(_Actor(slot))
+
+    def results(self, todo: list[Task], started: Callable[[Task], None]) -> Iterator[Result]:
+        queue = deque(_Attempt(task) for task in todo)
+        quiet_since = time.monotonic()
+        try:
+            while queue or self._busy():
+                while queue and self.idle:
+                    attempt = queue.popleft()
+                    if attempt.number == 1:
+                        started(attempt.task)
+                    early = self._dispatch(self.idle.pop(0), attempt)
+                    if early is not None:
+                        yield early
+                if not self.pending:
+                    yield _stopped(queue[0].task, f"every Ray worker was lost: {self.last_loss}")
+                    return
+                done, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=POLL_SECONDS)
+                if done:
+                    quiet_since = time.monotonic()
+                    yield from self._collect(done[0], queue)
+                elif not self._busy() and time.monotonic() - quiet_since > START_SECONDS:
+                    yield _stopped(queue[0].task, f"no Ray worker ready in {START_SECONDS:.0f} s")
+                    return
+        finally:
+            for actor in self.all:
+                with contextlib.suppress(Exception):
+                    self.ray.kill(actor.handle)
+
+    def _busy(self) -> bool:
+        return any(attempt is not None for _, attempt in self.pending.values())
+
+    def _start(self, actor: _Actor) -> None:
+        actor.handle = self.actors.start(actor.slot)
+        self.all.append(actor)
+        self.pending[actor.handle.ready.remote()] = (actor, None)
+
+    def _dispatch(self, actor: _Actor, attempt: _Attempt) -> Result | None:
+        """Hand `attempt` to `actor`; a Result at once when its audio cannot be shipped."""
+        audio = None
+        if self.ship:
+            task = attempt.task
+            attempt.fingerprint = fingerprint(task.path, task.known)
+            try:
+                audio = task.path.read_bytes()
+            except OSError as exc:
+                self.idle.append(actor)
+                return Result(task, error=_unreadable(task, exc))
+        path = os.path.abspath(attempt.task.path)  # the actors' working folder is not ours
+        ref = actor.handle.transcribe.remote(attempt.task, path, audio)
+        self.pending[ref] = (actor, attempt)
+        return None
+
+    def _collect(self, ref: Any, queue: deque[_Attempt]) -> Iterator[Result]:
+        actor, attempt = self.pending.pop(ref)
+        errors = self.ray.exceptions
+        try:
+            value = self.ray.get(ref)
+        except errors.RayTaskError as exc:  # the call raised (not the engine: that is a result)
+            if attempt is None:
+                self._lost(actor, exc)
+                return
+            self.idle.append(actor)
+            yield Result(attempt.task, error=internal_error(attempt.task, exc))
+            return
+        except errors.RayError as exc:  # the actor, its process or its node is gone
+            self._lost(actor, exc)
+            if attempt is not None:
+                yield from self._retry(attempt, queue)
+            return
+        self.idle.append(actor)
+        if attempt is not None:
+            if attempt.fingerprint is not None:
+                value.fingerprint = attempt.fingerprint
+            yield value
+
+    def _lost(self, actor: _Actor, exc: Exception) -> None:
+        self.last_loss = _first_line(exc)
+        self.all.remove(actor)
+        if actor.restarts < MAX_RESTARTS:
+            _log.warning("a Ray worker on %s was lost; starting another", actor.slot.node.address)
+            self._start(_Actor(actor.slot, restarts=actor.restarts + 1))
+        else:
+            _log.warning("a Ray worker slot on %s is given up", actor.slot.node.address)
+
+    def _retry(self, attempt: _Attempt, queue: deque[_Attempt]) -> Iterator[Result]:
+        task = attempt.task
+        if attempt.number >= MAX_ATTEMPTS:
+            yield Result(task, error=_died_every_time(task, attempt.number))
+            return
+        _log.warning(
+            "the Ray worker transcribing %s was lost; retrying it (attempt %d of %d)",
+            task.path,
+            attempt.number + 1,
+            MAX_ATTEMPTS,
+        )
+        queue.appendleft(_Attempt(task, attempt.number + 1, attempt.fingerprint))
+
+
+def _stopped(next_task: Task, why: str) -> Result:
+    """A fatal Result: the batch stops; the files not yet done stay to do on a rerun."""
+    error = EngineError(
+        why, subject="--cluster", hint="check `ray status` and the workers' logs; rerun to resume"
+    )
+    return Result(next_task, error=error, fatal=True)
+
+
+def _died_every_time(task: Task, attempts: int) -> EngineError:
+    return EngineError(
+        f"the Ray worker transcribing it was lost {attempts} times "
+        "(killed, out of memory, or its node went away)",
+        subject=str(task.path),
+        hint="rerun to retry it; if it keeps failing, give the workers more memory",
+    )
+
+
+def _unreadable(task: Task, exc: OSError) -> InputNotFoundError:
+    return InputNotFoundError(
+        f"cannot read it to ship it to the cluster: {exc.strerror or exc}",
+        subject=str(task.path),
+        hint="check that it exists and is readable",
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

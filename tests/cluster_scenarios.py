@@ -1,0 +1,101 @@
+"""The `--cluster` scenarios of tests/test_cluster.py, run inside the loopback-only
+namespaces with a local cluster up (tests/cluster_local.py sets RAY_ADDRESS):
+
+    python tests/cluster_scenarios.py SCENARIO TREE OUT RESULT.json [CLI ARGS...]
+
+same          kvscribe TREE -o OUT --cluster auto, then again with --ship-audio into OUT-ship
+kill-actor    the same run; once an actor has been transcribing one file for 1 s, its
+              process is killed (kill -9, found by its title ray::KvscribeWorker.transcribe)
+kill-driver   the same run, its driver killed (kill -9) after 2 manifest records; a rerun
+
+RESULT.json gets each run's exit code, stdout and stderr (and what was killed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+KVSCRIBE = Path(sys.executable).parent / "kvscribe"
+ACTOR_AT_WORK = "ray::KvscribeWorker.transcribe"
+TIMEOUT = 300
+
+
+def _argv(tree: str, out: str, extra: list[str]) -> list[str]:
+    return [str(KVSCRIBE), tree, "-o", out, "--recursive", "--cluster", "auto", "--json", *extra]
+
+
+def _run(argv: list[str]) -> dict:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT)
+    return {"code": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+
+
+def _finish(proc: subprocess.Popen) -> dict:
+    stdout, stderr = proc.communicate(timeout=TIMEOUT)
+    return {"code": proc.returncode, "stdout": stdout, "stderr": stderr}
+
+
+def same(tree: str, out: str, extra: list[str]) -> dict:
+    return {
+        "run": _run(_argv(tree, out, extra)),
+        "shipped": _run(_argv(tree, out + "-ship", [*extra, "--ship-audio"])),
+    }
+
+
+def _actors_at_work() -> list[int]:
+    listing = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    return [int(line.split()[0]) for line in listing.splitlines() if ACTOR_AT_WORK in line]
+
+
+def kill_actor(tree: str, out: str, extra: list[str]) -> dict:
+    """Kill an actor that has been at one file for a second: mid-file, for real."""
+    proc = subprocess.Popen(
+        _argv(tree, out, extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    at_work_since: dict[int, float] = {}
+    killed = None
+    deadline = time.monotonic() + TIMEOUT
+    while killed is None and proc.poll() is None and time.monotonic() < deadline:
+        now = time.monotonic()
+        busy = _actors_at_work()
+        at_work_since = {pid: at_work_since.get(pid, now) for pid in busy}
+        for pid, since in at_work_since.items():
+            if now - since >= 1.0:
+                os.kill(pid, signal.SIGKILL)
+                killed = pid
+                break
+        time.sleep(0.05)
+    return {"run": _finish(proc), "killed_pid": killed}
+
+
+def kill_driver(tree: str, out: str, extra: list[str]) -> dict:
+    manifest = Path(out) / ".kvscribe" / "manifest.jsonl"
+    proc = subprocess.Popen(
+        _argv(tree, out, extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + TIMEOUT
+    while proc.poll() is None and time.monotonic() < deadline:
+        if manifest.exists() and len(manifest.read_text().splitlines()) >= 2:
+            break
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)  # the driver only: Ray ends the actors it owned
+    proc.wait()
+    at_kill = len(manifest.read_text().splitlines()) if manifest.exists() else 0
+    return {"records_at_kill": at_kill, "rerun": _run(_argv(tree, out, extra))}
+
+
+SCENARIOS = {"same": same, "kill-actor": kill_actor, "kill-driver": kill_driver}
+
+
+def main() -> None:
+    scenario, tree, out, result, *extra = sys.argv[1:]
+    Path(result).write_text(json.dumps(SCENARIOS[scenario](tree, out, extra), indent=2))
+
+
+if __name__ == "__main__":
+    main()

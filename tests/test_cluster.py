@@ -1,0 +1,205 @@
+"""`--cluster`, for real: a two-node Ray cluster (1 CPU each, token authentication) on
+loopback only, inside network and PID namespaces the test makes (tests/cluster_local.py),
+the kvscribe CLI as its driver (tests/cluster_scenarios.py). Outputs are compared byte
+for byte with a `--jobs 1` run of the same folder: eval clips in nested folders, one long
+recording, and bad files (a truncated WAV, a text file named .wav, an empty file)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvscribe.errors import ExitCode
+from tests.cluster_local import namespace_command, namespace_problem
+from tests.conftest import EVAL_DIR, ROOT, SAMPLE, run_cli
+
+FAST = ("--beam-size", "1", "-f", "txt,json")  # greedy: the tests check plumbing, not accuracy
+HAS_RAY = importlib.util.find_spec("ray") is not None
+needs_ray = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install -e '.[ray]')")
+
+
+@pytest.fixture(scope="module")
+def namespaces():
+    problem = namespace_problem() if HAS_RAY else None
+    if problem is not None:
+        pytest.skip(f"no loopback-only namespace for a Ray cluster: {problem}")
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> Path:
+    """6 eval clips in nested folders, a 3-minute recording first in line (so a file is
+    surely in flight when something is killed), and three bad files."""
+    root = tmp_path_factory.mktemp("cluster") / "recordings"
+    clips = sorted(p for p in EVAL_DIR.glob("*.wav") if "longform" not in p.name)[:6]
+    folders = ["2024/jan", "2024/feb/interviews", "2025"]
+    for index, clip in enumerate(clips):
+        target = root / folders[index % len(folders)] / clip.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(clip, target)
+    (root / "0-long").mkdir()
+    shutil.copy(EVAL_DIR / "espeak_longform_en.wav", root / "0-long" / "lecture.wav")
+    bad = root / "bad"
+    bad.mkdir()
+    raw = clips[0].read_bytes()
+    (bad / "truncated.wav").write_bytes(raw[: len(raw) // 2])
+    (bad / "notes.wav").write_text("Minutes of the meeting, 3 May.\n" * 20)
+    (bad / "empty.wav").write_bytes(b"")
+    return root
+
+
+@pytest.fixture(scope="module")
+def reference(tree, tmp_path_factory):
+    out = tmp_path_factory.mktemp("reference") / "out"
+    result = run_cli(tree, "-o", out, "--recursive", "--jobs", "1", "--json", *FAST)
+    assert result.code == ExitCode.SOME_FAILED, result.stderr
+    return out, result.code
+
+
+def _outputs(folder: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and ".kvscribe" not in p.parts
+    }
+
+
+def _statuses(folder: Path) -> dict[str, tuple]:
+    lines = (folder / ".kvscribe" / "manifest.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    return {r["input"]: (r["status"], r["exit_code"], sorted(r["outputs"])) for r in records}
+
+
+def _in_cluster(scenario: str, tree: Path, out: Path, tmp_path: Path) -> dict:
+    result = tmp_path / f"{scenario}.json"
+    argv = [sys.executable, str(ROOT / "tests" / "cluster_local.py"), "--"]
+    argv += [sys.executable, str(ROOT / "tests" / "cluster_scenarios.py"), scenario]
+    argv += [str(tree), str(out), str(result), *FAST]
+    done = subprocess.run(
+        namespace_command(argv), capture_output=True, text=True, timeout=900, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(result.read_text())
+
+
+def _same_as_jobs_1(out: Path, reference) -> None:
+    ref_out, _ = reference
+    assert _outputs(out) == _outputs(ref_out)  # byte for byte, no partial or extra file
+    assert _statuses(out) == _statuses(ref_out)
+    assert not list(out.rglob("*.part"))
+
+
+@needs_ray
+def test_cluster_outputs_equal_jobs_1_shared_storage_and_shipped(
+    namespaces, tree, reference, tmp_path
+):
+    out = tmp_path / "out"
+    runs = _in_cluster("same", tree, out, tmp_path)
+    for name, folder in (("run", out), ("shipped", Path(f"{out}-ship"))):
+        run = runs[name]
+        assert run["code"] == reference[1], run["stderr"]
+        assert "Traceback" not in run["stderr"]
+        _same_as_jobs_1(folder, reference)
+        events = [json.loads(line) for line in run["stdout"].splitlines()]  # stdout: JSON only
+        assert sum(e["event"] == "done" for e in events) == 7
+        assert sum(e["event"] == "started" for e in events) == 9  # empty.wav: refused at once
+        for name in ("truncated.wav", "notes.wav", "empty.wav"):
+            assert sum(name in line for line in run["stderr"].splitlines()) == 1, name
+
+
+@needs_ray
+def test_an_actor_killed_mid_file_is_replaced_and_its_file_retried(
+    namespaces, tree, reference, tmp_path
+):
+    out = tmp_path / "out"
+    result = _in_cluster("kill-actor", tree, out, tmp_path)
+    run = result["run"]
+    assert result["killed_pid"] is not None, "no actor was seen at work"
+    assert "retrying it (attempt 2 of 3)" in run["stderr"], run["stderr"]
+    assert run["code"] == reference[1], run["stderr"]
+    _same_as_jobs_1(out, reference)  # every good file done, as with --jobs 1
+
+
+@needs_ray
+def test_driver_killed_then_rerun_equals_jobs_1(namespaces, tree, reference, tmp_path):
+    out = tmp_path / "out"
+    result = _in_cluster("kill-driver", tree, out, tmp_path)
+    assert 0 < result["records_at_kill"] < 10, "the kill did not land mid-batch"
+    rerun = result["rerun"]
+    assert rerun["code"] == reference[1], rerun["stderr"]
+    events = [json.loads(line) for line in rerun["stdout"].splitlines()]
+    assert any(e["event"] == "skipped" for e in events)  # what was recorded is not redone
+    _same_as_jobs_1(out, reference)
+
+
+# -- without a cluster ---------------------------------------------------------------------
+
+
+def test_without_ray_cluster_is_one_line_naming_the_extra(tmp_path):
+    shim = tmp_path / "no-ray"  # fault injection: `import ray` fails as if not installed
+    shim.mkdir()
+    missing = "raise ModuleNotFoundError(\"No module named 'ray'\", name='ray')\n"
+    (shim / "ray.py").write_text(missing)
+    env = {"PYTHONPATH": str(shim)}
+    result = _cli_with_env(env, SAMPLE, "-o", tmp_path / "out", "--cluster", "auto")
+    assert result.returncode == ExitCode.BACKEND_UNAVAILABLE, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'kvscribe[ray]'" in lines[0], result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (("--cluster", "auto"), "--cluster"),  # no -o: a cluster run is a batch
+        (("-o", "OUT", "--cluster", "auto", "--jobs", "2"), "--cluster"),
+        (("-o", "OUT", "--ship-audio"), "--ship-audio"),
+        (("-o", "OUT", "--cluster", "http://head"), "--cluster"),
+    ],
+)
+def test_cluster_flag_misuse_is_a_usage_error(args, flag, tmp_path):
+    args = tuple(str(tmp_path / "out") if a == "OUT" else a for a in args)
+    result = run_cli(SAMPLE, *args)
+    assert result.code == ExitCode.USAGE, result.stderr
+    assert result.stderr.strip().startswith(f"kvscribe: error: {flag}:"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@needs_ray
+def test_an_address_nobody_answers_fails_at_once_in_one_line(tmp_path):
+    result = run_cli(SAMPLE, "-o", tmp_path / "out", "--cluster", "127.0.0.1:9", timeout=60)
+    assert result.code == ExitCode.BACKEND_UNAVAILABLE, result.stderr
+    assert "nothing answers at 127.0.0.1:9" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_slots_per_node_follow_the_jobs_rule():
+    from kvscribe.cluster.capacity import Node, plan
+
+    small = Node("a", "10.0.0.1", cpus=8, memory=3_000_000_000, gpus=0)
+    big = Node("b", "10.0.0.2", cpus=8, memory=64_000_000_000, gpus=2)
+    head = Node("h", "10.0.0.3", cpus=0, memory=64_000_000_000, gpus=0)
+    slots = plan([small, big, head], 75_000_000, wants_gpu=False)
+    assert [s.node.id for s in slots] == ["a", "b", "b", "b", "b"]  # first slots spread
+    assert [s.threads for s in slots] == [8, 2, 2, 2, 2] and {s.gpus for s in slots} == {0}
+    on_gpus = plan([small, big], 75_000_000, wants_gpu=True)
+    assert [(s.node.id, s.gpus) for s in on_gpus] == [("b", 0.5)] * 4
+
+
+def _cli_with_env(extra: dict, *args) -> subprocess.CompletedProcess:
+    import os
+
+    from tests.conftest import KVSCRIBE
+
+    return subprocess.run(
+        [str(KVSCRIBE), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **extra},
+    )
