@@ -93,11 +93,24 @@ def decode_group(plan: BatchSetup, audio: Samples, group: list[Chunk]) -> list[D
     """Encode and decode `group` (at most `plan.batch` chunks) in one batch; chunks whose
     decode fails the fallback rule are decoded again, together, at the next temperature."""
     features = np.stack([chunk_features(plan.engine, audio, chunk) for chunk in group])
-    encoded = plan.engine.encode(features)
+    encoded = _encode(plan.engine, features)
     decoded = _with_fallback(plan, encoded, len(group))
     if plan.word_timestamps:
         decoded = _align_words(plan, encoded, group, decoded)
     return decoded
+
+
+def _encode(engine, features: np.ndarray):
+    """The group's encoder output. On the CPU a window at a time: the encoder's attention
+    scratch grows with the windows encoded together (tiny, 8 windows: about 0.4 GB more
+    peak RSS) while the work is the same, and a short file would otherwise peak lower
+    than a long one only because it fills fewer rows. On a GPU the batch stays whole."""
+    import ctranslate2
+
+    if engine.model.device != "cpu" or len(features) == 1:
+        return engine.encode(features)
+    rows = [np.asarray(engine.encode(window[None])) for window in features]
+    return ctranslate2.StorageView.from_array(np.concatenate(rows))
 
 
 def _with_fallback(plan: BatchSetup, encoded, rows: int) -> list[DecodedChunk]:
