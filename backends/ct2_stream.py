@@ -3,8 +3,12 @@
 `WhisperModel.transcribe(audio)` computes the log-mel of the entire input first (about
 50 MB a minute of audio) and then reads it only as `features.shape[-1]`,
 `features[:, a:b]` (one window) and `features[..., seek:]` (language detection).
-A `StreamedMel` answers exactly those, computing a window's frames when they are read,
-and equals the whole-file features to the bit, so the transcript is the same.
+A `StreamedMel` answers exactly those, computing a window's frames when they are read.
+Its values equal the whole-file features up to float32 rounding (the mel projection's
+BLAS kernel, and so its summation order, depends on the slice's shape and the CPU), so
+on some machines a word can differ from faster-whisper's own run on the same array.
+kvscribe therefore computes features this one way for every input, a file read in
+slices or an array (live mode, stdin, tests): the same samples give the same transcript.
 
 How it reaches faster-whisper: `transcribe` is called on a shallow copy of the engine
 whose `feature_extractor` returns the StreamedMel for a zero-memory stand-in array of
@@ -20,8 +24,6 @@ the input's length (`np.broadcast_to`: an ndarray with the right shape, no sampl
    other call, and every attribute, goes to the real extractor. Were a faster-whisper
    release to read the stand-in's samples (zeros), the transcripts would no longer match
    the array's, which tests/test_ct2_streaming.py compares.
-
-Numpy arrays (live mode, tests) go to faster-whisper unchanged.
 """
 
 from __future__ import annotations
@@ -37,11 +39,9 @@ _DEFAULT_PADDING = 160  # FeatureExtractor.__call__'s, which NumpyFrontEnd repro
 
 
 def transcribe(engine, audio: Samples, **options):
-    """`engine.transcribe(audio, **options)` (segments, info) for any Samples: arrays as
-    they are, anything else through its streamed log-mel (`vad_filter` must be off: the
-    caller filters, block-fed, before)."""
-    if isinstance(audio, np.ndarray):
-        return engine.transcribe(audio, **options)
+    """`engine.transcribe(audio, **options)` (segments, info) for any Samples, arrays
+    included, through its streamed log-mel (`vad_filter` must be off: the caller
+    filters, block-fed, before)."""
     if options.get("vad_filter"):
         raise ValueError("streamed audio is VAD-filtered before transcribe (ct2_silence)")
     mel = StreamedMel(audio, NumpyFrontEnd(engine.feature_extractor))

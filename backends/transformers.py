@@ -348,9 +348,10 @@ class TransformersBackend(Backend):
     def _encode(self, window_mel):
         """[n_mels, 3000] (one window) or [chunks, n_mels, 3000] -> [chunks, 1500, d].
 
-        On the CPU a batch is encoded a chunk at a time: the same values bit for bit, no
-        slower, and the activations of one window (tiny: 64 MB) instead of a batch's
-        (16 chunks: 400 MB), so memory does not depend on how many chunks a file fills."""
+        On the CPU a batch is encoded a chunk at a time: the same values (bit for bit on
+        the machines measured), no slower, and the activations of one window (tiny: 64 MB)
+        instead of a batch's (16 chunks: 400 MB), so memory does not depend on how many
+        chunks a file fills."""
         import torch
 
         with torch.inference_mode():

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import os
+
+# As every kvscribe process does (kvscribe/cli/__init__.py), before numpy loads: results
+# computed in the test process then match the CLI's bit for bit.
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
 import subprocess
 import sys
 from dataclasses import dataclass

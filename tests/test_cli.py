@@ -236,5 +236,15 @@ def test_info_commands():
 
 
 def test_shell_completion_script_is_offered():
-    result = run_cli("--show-completion", "bash")
-    assert result.code == 0 and "complete" in result.stdout and "kvscribe" in result.stdout
+    # Typer detects the shell from the parent process, so run it from bash as a user
+    # would (`; exit` keeps bash from exec-ing into kvscribe and leaving the tree).
+    from tests.conftest import KVSCRIBE
+
+    result = subprocess.run(
+        ["bash", "-c", f"'{KVSCRIBE}' --show-completion; exit $?"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "complete" in result.stdout and "_KVSCRIBE_COMPLETE" in result.stdout

@@ -19,7 +19,11 @@ from kvscribe.errors import ExitCode
 from tests.cluster_local import namespace_command, namespace_problem
 from tests.conftest import EVAL_DIR, ROOT, SAMPLE, run_cli
 
-FAST = ("--beam-size", "1", "-f", "txt,json")  # greedy: the tests check plumbing, not accuracy
+# Greedy: the tests check plumbing, not accuracy. One engine thread everywhere: the cluster's
+# nodes have 1 CPU each while `--jobs 1` would take every core here, and CTranslate2's int8
+# results may change with its thread count (measured: "1-2-345-678910." vs
+# "1-2-3-4-5-6-7-8-9-10." on one AMD EPYC), so equal settings are what make equal bytes.
+FAST = ("--beam-size", "1", "--threads", "1", "-f", "txt,json")
 HAS_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install -e '.[ray]')")
 

@@ -36,8 +36,8 @@ MAX_READ = 33 * SAMPLE_RATE
 # and the likeliest decode kept. Beam search at each: CTranslate2's sampling draws cannot
 # be replayed within a process (its per-thread generators ignore a later
 # set_random_seed; measured: two array runs at 0.5 differ), and the retry logic is the
-# same at any temperature; sampled retries read the same encoder output, as the features
-# are equal to the bit (tests/test_audio_stream.py).
+# same at any temperature; sampled retries read the same encoder output, as a file and its
+# array go through the same feature code (backends/ct2_stream.py).
 RETRYING = Fallback(temperatures=(0.0, 0.0), compression_ratio_threshold=1.2)
 
 
