@@ -20,9 +20,9 @@ from tests.cluster_local import namespace_command, namespace_problem
 from tests.conftest import EVAL_DIR, ROOT, SAMPLE, run_cli
 
 # Greedy: the tests check plumbing, not accuracy. One engine thread everywhere: the cluster's
-# nodes have 1 CPU each while `--jobs 1` would take every core here, and CTranslate2's int8
-# results may change with its thread count (measured: "1-2-345-678910." vs
-# "1-2-3-4-5-6-7-8-9-10." on one AMD EPYC), so equal settings are what make equal bytes.
+# nodes have 1 CPU each while `--jobs 1` would take every core, and equal bytes need equal
+# settings. (What did change a clip's words between the two, "1-2-345-678910." vs
+# "1-2-3-4-5-6-7-8-9-10.", was numpy's BLAS thread count: now one in every process.)
 FAST = ("--beam-size", "1", "--threads", "1", "-f", "txt,json")
 HAS_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install -e '.[ray]')")
