@@ -16,7 +16,7 @@ from kvscribe.backends.base import Backend, DecodeRequest, DecoderReport, Transc
 from kvscribe.devices import device_for
 from kvscribe.errors import KvscribeError, UsageError
 from kvscribe.inputs import Input
-from kvscribe.memtrace import MemoryTrace
+from kvscribe.memtrace import HeapTrimmer, MemoryTrace
 from kvscribe.options import TranscribeOptions
 from kvscribe.stats import FileStats, RunStats
 from kvscribe.types import Segment, Transcript
@@ -181,7 +181,7 @@ class Runner:
         a window at a time, so memory does not grow with the file's length."""
         assert self.backend is not None and self.stats is not None, "call prepare() first"
         opts = self.options
-        memory = MemoryTrace()
+        memory, heap = MemoryTrace(), HeapTrimmer()
         memory.sample(0.0)
         samples = open_streamed(path)  # scanned whole; decoded as the backend reads it
         duration = samples.size / audio.SAMPLE_RATE
@@ -198,6 +198,7 @@ class Runner:
                     file_stats.first_segment_seconds = time.perf_counter() - started
                     memory.warmed_up(segment.end)
                 memory.sample(segment.end)
+                heap.reached(segment.end)
                 segments.append(segment)
                 listener.segment(path, segment)
             file_stats.decode_seconds = time.perf_counter() - started
