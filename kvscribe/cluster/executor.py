@@ -87,9 +87,6 @@ class _ActorFactory:
             num_gpus=slot.gpus,
             max_restarts=0,  # a dead actor is replaced here, where its file is retried
             scheduling_strategy=self.strategy(slot.node.id, soft=True),
-            # Set when the worker process starts, before it loads numpy (kvscribe.cli's
-            # OpenBLAS rule: the same features, so the same text, as a --jobs worker).
-            runtime_env={"env_vars": {"OPENBLAS_NUM_THREADS": "1"}},
         ).remote(self.options, slot.threads, self.env)
 
 
