@@ -217,8 +217,12 @@ def test_version_and_transcribe_help():
         "--stats-json",
         "--quiet",
         "--debug",
+        "--cluster",
+        "--ship-audio",
     ):
         assert option in helptext
+    # Rich markup would eat "[ray]" from the install hint unless it is escaped.
+    assert "kvscribe[ray]" in helptext.replace("\n", "").replace("│", "").replace(" ", "")
 
 
 def test_info_commands():

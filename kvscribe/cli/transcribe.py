@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from kvscribe.cli import batch_options
 from kvscribe.cli import shared_options as shared
 from kvscribe.cli.render import (
     exit_with,
@@ -204,46 +205,12 @@ def transcribe(
         help="Also read input paths from FILE, one per line ('-': stdin).",
         rich_help_panel="Inputs",
     ),
-    jobs: int = typer.Option(
-        None,
-        "--jobs",
-        "-j",
-        show_default="1 per core, up to 4 that fit in memory; 1 under 4 GB free",
-        help="Worker processes, each with its own model (needs -o).",
-        rich_help_panel="Batch (with -o)",
-    ),
-    force: bool = typer.Option(
-        False,
-        "--force",
-        help="Redo inputs the output folder's manifest says are done.",
-        rich_help_panel="Batch (with -o)",
-    ),
-    fail_fast: bool = typer.Option(
-        False,
-        "--fail-fast",
-        help="Stop at the first failed input.",
-        rich_help_panel="Batch (with -o)",
-    ),
-    json_events: bool = typer.Option(
-        False,
-        "--json",
-        help="One JSON event per file on stdout (started/done/failed/skipped).",
-        rich_help_panel="Batch (with -o)",
-    ),
-    cluster: str = typer.Option(
-        None,
-        "--cluster",
-        metavar="ray://HOST:PORT|HOST:PORT|auto",
-        help="Run the batch on a Ray cluster (pip install 'kvscribe[ray]'); auto: "
-        "RAY_ADDRESS, else a Ray running here, else a local one for this run.",
-        rich_help_panel="Batch (with -o)",
-    ),
-    ship_audio: bool = typer.Option(
-        False,
-        "--ship-audio",
-        help="With --cluster: send the files' bytes to the workers (no shared storage).",
-        rich_help_panel="Batch (with -o)",
-    ),
+    jobs: int = batch_options.JOBS,
+    force: bool = batch_options.FORCE,
+    fail_fast: bool = batch_options.FAIL_FAST,
+    json_events: bool = batch_options.JSON_EVENTS,
+    cluster: str = batch_options.CLUSTER,
+    ship_audio: bool = batch_options.SHIP_AUDIO,
     stats_json: Path = shared.STATS_JSON.option(),
     quiet: bool = shared.QUIET.option(),
     debug: bool = shared.DEBUG.option(),
