@@ -132,10 +132,15 @@ def paused_clip(clips: list[Path], silence: float, dst: Path) -> list[tuple[floa
         at += samples.size / 16000
         silences.append((at, at + silence))
         at += silence
-    pcm = (np.clip(np.concatenate(parts), -1, 1) * 32767).astype("<i2")
-    with wave.open(str(dst), "wb") as handle:
+    write_wav(dst, np.concatenate(parts))
+    return silences
+
+
+def write_wav(path: Path, samples: np.ndarray, rate: int = 16_000) -> Path:
+    """`samples` (float, -1..1) as a mono 16-bit WAV at `path`."""
+    with wave.open(str(path), "wb") as handle:
         handle.setnchannels(1)
         handle.setsampwidth(2)
-        handle.setframerate(16000)
-        handle.writeframes(pcm.tobytes())
-    return silences
+        handle.setframerate(rate)
+        handle.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
+    return path

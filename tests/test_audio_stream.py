@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import wave
 from pathlib import Path
 
 import numpy as np
@@ -13,17 +12,9 @@ from kvscribe.audio_stream import Joined, frame_peaks, open_streamed
 from kvscribe.chunking import speech_probabilities
 from kvscribe.errors import AudioDecodeError
 from tests.conftest import SAMPLE
+from tests.media import write_wav
 
 LONG_FORM = Path(__file__).resolve().parents[2] / "shared/eval/clips/espeak_longform_en.wav"
-
-
-def _write_wav(path: Path, samples: np.ndarray) -> Path:
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(SAMPLE_RATE)
-        out.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +24,7 @@ def six_minutes(tmp_path_factory) -> Path:
     gap = np.zeros(2 * SAMPLE_RATE, dtype=np.float32)
     repeats = int(360 * SAMPLE_RATE // (jfk.size + gap.size)) + 1
     audio = np.concatenate([np.concatenate([jfk, gap])] * repeats)[: 360 * SAMPLE_RATE]
-    return _write_wav(tmp_path_factory.mktemp("long") / "six.wav", audio)
+    return write_wav(tmp_path_factory.mktemp("long") / "six.wav", audio)
 
 
 def test_slices_equal_the_whole_file_reading_forwards_and_back(six_minutes):
@@ -64,9 +55,9 @@ def test_memory_held_is_the_history_plus_the_read_not_the_file(six_minutes):
 
 
 def test_a_file_that_shrinks_after_its_scan_is_a_one_line_error(tmp_path):
-    path = _write_wav(tmp_path / "a.wav", load_audio(SAMPLE))
+    path = write_wav(tmp_path / "a.wav", load_audio(SAMPLE))
     streamed = open_streamed(path)
-    _write_wav(path, load_audio(SAMPLE)[:SAMPLE_RATE])
+    write_wav(path, load_audio(SAMPLE)[:SAMPLE_RATE])
     with pytest.raises(AudioDecodeError, match="changed while") as caught:
         streamed[0 : streamed.size]
     assert str(path) in caught.value.one_line()

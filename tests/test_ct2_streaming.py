@@ -6,7 +6,6 @@ Real model (embedded tiny.en), real eval clips written as real files."""
 
 from __future__ import annotations
 
-import wave
 from pathlib import Path
 
 import numpy as np
@@ -61,15 +60,6 @@ class _Recorder:
         return getattr(self.source, name)
 
 
-def _write_wav(path: Path, samples: np.ndarray) -> Path:
-    with wave.open(str(path), "wb") as handle:
-        handle.setnchannels(1)
-        handle.setsampwidth(2)
-        handle.setframerate(SAMPLE_RATE)
-        handle.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
-    return path
-
-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("ct2_streaming")
@@ -79,7 +69,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
     return {
         "long form": LONG_FORM,
         "paused": paused,
-        "minute": _write_wav(folder / "minute.wav", minute),
+        "minute": media.write_wav(folder / "minute.wav", minute),
     }
 
 
