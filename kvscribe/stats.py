@@ -114,6 +114,7 @@ class RunStats:
     def to_dict(self) -> dict[str, Any]:
         done = self.done
         audio = sum(f.audio_seconds for f in done)
+        wall = self.wall_seconds  # read once: an unfinished run's clock moves between reads
         decode = sum(f.decode_seconds for f in done)
         tokens = sum(f.report.tokens for f in done)
         reports = [f.report for f in done]
@@ -130,8 +131,8 @@ class RunStats:
             "files_done": len(done),
             "files_failed": len(self.files) - len(done),
             "audio_seconds": round(audio, 3),
-            "wall_seconds": round(self.wall_seconds, 3),
-            "real_time_factor": round(self.wall_seconds / audio, 4) if audio else None,
+            "wall_seconds": round(wall, 3),
+            "real_time_factor": round(wall / audio, 4) if audio else None,
             "load_seconds": round(self.load_seconds, 3),
             "transcribe_seconds": round(decode, 3),
             "first_segment_seconds": round(min(firsts), 3) if firsts else None,
