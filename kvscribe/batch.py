@@ -39,7 +39,7 @@ from kvscribe.writers import write_outputs
 
 __all__ = ["Batch", "BatchListener", "Executor", "Result", "Summary", "Task", "output_settings"]
 
-# atomic_write_text's temporary files: `.<name>.<random>.part`
+# atomic_write_text's (kvscribe.atomic_file) temporary files: `.<name>.<random>.part`
 _STALE_PART = re.compile(r"^\..+\.[A-Za-z0-9_]{6,}\.part$")
 
 

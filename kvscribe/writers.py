@@ -8,23 +8,21 @@ them out (line width, lines per cue, words per line, highlighted words), from th
 same millisecond-rounded times the JSON holds, so openai-whisper's writers fed
 kvscribe's JSON produce the same subtitles.
 
-Files are named `<stem>.<ext>` and written atomically: a temp file in the same
-folder, fsync, then rename, so an interrupted run never leaves half a file.
+Files are named `<stem>.<ext>` and written atomically (kvscribe.atomic_file), so an
+interrupted run never leaves half a file.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from kvscribe.errors import OutputError, UsageError
+from kvscribe.atomic_file import atomic_write_text
+from kvscribe.errors import UsageError
 from kvscribe.types import Segment, Transcript, Word
 
 FORMATS = ("txt", "srt", "vtt", "json", "tsv")
@@ -381,33 +379,3 @@ def write_outputs(
         atomic_write_text(path, rendered[fmt])
         written.append(path)
     return written
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` via a temp file and rename; clean up on any failure."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-    except OSError as exc:
-        raise OutputError(
-            f"cannot write here: {exc.strerror}",
-            subject=str(path),
-            hint="choose another --output-dir or fix its permissions",
-        ) from exc
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise OutputError(
-                f"write failed: {exc.strerror}",
-                subject=str(path),
-                hint="free some disk space or choose another --output-dir",
-            ) from exc
-        raise

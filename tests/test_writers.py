@@ -9,13 +9,13 @@ import pytest
 import srt
 import webvtt
 
+from kvscribe.atomic_file import atomic_write_text
 from kvscribe.errors import OutputError, UsageError
 from kvscribe.types import Segment, Transcript, Word
 from kvscribe.writers import (
     FORMATS,
     RENDERERS,
     WriterOptions,
-    atomic_write_text,
     render_console_line,
     render_json,
     render_srt,

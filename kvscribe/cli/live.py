@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from kvscribe.atomic_file import atomic_write_text
 from kvscribe.cli import shared_options as shared
 from kvscribe.cli.render import (
     BYTES_UNIT,
@@ -23,7 +24,6 @@ from kvscribe.cli.render import (
 )
 from kvscribe.errors import ExitCode
 from kvscribe.options import LiveOptions
-from kvscribe.writers import atomic_write_text
 
 _STREAMING = "Streaming"
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from kvscribe.atomic_file import atomic_write_text
 from kvscribe.cli import batch_options
 from kvscribe.cli import shared_options as shared
 from kvscribe.cli.render import (
@@ -20,7 +21,6 @@ from kvscribe.cli.render import (
 from kvscribe.cli.terminal import TerminalListener
 from kvscribe.errors import ExitCode, KvscribeError
 from kvscribe.options import TranscribeOptions, parse_formats
-from kvscribe.writers import atomic_write_text
 
 _DECODING = "Decoding (openai-whisper's defaults)"
 _WORDS = "Word timestamps"
