@@ -160,63 +160,6 @@ def test_a_last_word_running_past_its_segment_is_pulled_back():
     assert segment.end == 2.0
 
 
-# ---------------------------------------------------------------- DTW and the median filter
-
-
-def _plain_dtw(cost: np.ndarray) -> list[tuple[int, int]]:
-    """The textbook recurrence, one cell at a time, as openai-whisper's dtw_cpu runs it."""
-    rows, columns = cost.shape
-    total = np.full((rows + 1, columns + 1), np.inf)
-    total[0, 0] = 0
-    came = np.zeros((rows + 1, columns + 1), dtype=int)
-    for j in range(1, columns + 1):
-        for i in range(1, rows + 1):
-            c0, c1, c2 = total[i - 1, j - 1], total[i - 1, j], total[i, j - 1]
-            if c0 < c1 and c0 < c2:
-                best, came[i, j] = c0, 0
-            elif c1 < c0 and c1 < c2:
-                best, came[i, j] = c1, 1
-            else:
-                best, came[i, j] = c2, 2
-            total[i, j] = cost[i - 1, j - 1] + best
-    came[0, :], came[:, 0] = 2, 1
-    i, j, path = rows, columns, []
-    while i > 0 or j > 0:
-        path.append((i - 1, j - 1))
-        i, j = (i - 1, j - 1) if came[i, j] == 0 else (i - 1, j) if came[i, j] == 1 else (i, j - 1)
-    return path[::-1]
-
-
-@pytest.mark.parametrize("shape", [(1, 1), (1, 9), (6, 1), (5, 40), (23, 300), (40, 750)])
-def test_row_vectorised_dtw_takes_the_plain_recurrence_s_path(shape):
-    from kvscribe.backends.hf.alignment import dtw
-
-    cost = np.random.default_rng(sum(shape)).normal(size=shape)
-    rows, columns = dtw(cost)
-    assert list(zip(rows.tolist(), columns.tolist(), strict=True)) == _plain_dtw(cost)
-
-
-def test_dtw_follows_a_planted_diagonal_band():
-    from kvscribe.backends.hf.alignment import dtw
-
-    cost = np.ones((4, 12))
-    for row, (first, last) in enumerate([(0, 2), (3, 5), (6, 8), (9, 11)]):
-        cost[row, first : last + 1] = -1.0
-    rows, columns = dtw(cost)
-    starts = columns[np.diff(rows, prepend=-1).astype(bool)]
-    assert starts.tolist() == [0, 3, 6, 9]
-
-
-def test_median_filter_is_a_reflect_padded_sliding_median():
-    from kvscribe.backends.hf.alignment import median_filter
-
-    x = torch.from_numpy(np.random.default_rng(7).normal(size=(3, 5, 40)))
-    padded = np.pad(x.numpy(), ((0, 0), (0, 0), (3, 3)), mode="reflect")
-    expected = np.stack([np.median(padded[..., k : k + 7], axis=-1) for k in range(40)], -1)
-    assert np.allclose(median_filter(x, 7).numpy(), expected)
-    assert torch.equal(median_filter(x[..., :3], 7), x[..., :3])  # too short to pad: unchanged
-
-
 # ---------------------------------------------------------------- the aligner on real audio
 
 
