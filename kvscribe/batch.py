@@ -16,7 +16,7 @@ import multiprocessing
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -37,22 +37,38 @@ from kvscribe.options import TranscribeOptions, output_shaping_values
 from kvscribe.stats import FileStats, RunStats
 from kvscribe.writers import write_outputs
 
-__all__ = ["Batch", "BatchListener", "Executor", "Result", "Summary", "Task", "output_settings"]
+__all__ = [
+    "Batch",
+    "BatchListener",
+    "Executor",
+    "Result",
+    "Summary",
+    "Task",
+    "TaskEvents",
+    "output_settings",
+]
 
 # atomic_write_text's (kvscribe.atomic_file) temporary files: `.<name>.<random>.part`
 _STALE_PART = re.compile(r"^\..+\.[A-Za-z0-9_]{6,}\.part$")
 
 
-class Executor(Protocol):
-    """Where the transcription runs: yields one Result per task, in any order, and calls
-    `started(task)` as each task is handed to a worker. Closing the iterator stops the work."""
+class TaskEvents(Protocol):
+    """What an executor tells as it goes: a task handed to a worker, and (the cluster
+    executor only) a task handed out again because the worker holding it was lost."""
 
-    def results(self, todo: list[Task], started: Callable[[Task], None]) -> Iterator[Result]: ...
-
-
-class BatchListener(Protocol):
-    def planned(self, todo: list[Task], skipped: list[tuple[Path, Record]]) -> None: ...
     def started(self, task: Task) -> None: ...
+    def retrying(self, task: Task, attempt: int, attempts: int, reason: str) -> None: ...
+
+
+class Executor(Protocol):
+    """Where the transcription runs: yields one Result per task, in any order, telling
+    `events` as tasks are handed out. Closing the iterator stops the work."""
+
+    def results(self, todo: list[Task], events: TaskEvents) -> Iterator[Result]: ...
+
+
+class BatchListener(TaskEvents, Protocol):
+    def planned(self, todo: list[Task], skipped: list[tuple[Path, Record]]) -> None: ...
     def finished(self, result: Result) -> None: ...
     def failed_input(self, entry: Input) -> None: ...
 
@@ -193,7 +209,7 @@ class Batch:
         if not todo:
             return
         executor = self.executor or local_executor(self.options, min(self.jobs, len(todo)))
-        results = executor.results(todo, self.listener.started)
+        results = executor.results(todo, self.listener)
         try:
             for result in results:
                 self._write(result)
@@ -266,10 +282,10 @@ class InProcess:
     def __init__(self, options: TranscribeOptions):
         self.options = options
 
-    def results(self, todo: list[Task], started: Callable[[Task], None]) -> Iterator[Result]:
+    def results(self, todo: list[Task], events: TaskEvents) -> Iterator[Result]:
         worker = Worker(self.options)
         for task in todo:
-            started(task)
+            events.started(task)
             yield work_guarded(worker, task)
 
 
@@ -280,7 +296,7 @@ class ProcessPool:
         self.options = options
         self.jobs = jobs
 
-    def results(self, todo: list[Task], started: Callable[[Task], None]) -> Iterator[Result]:
+    def results(self, todo: list[Task], events: TaskEvents) -> Iterator[Result]:
         threads = max(1, (os.cpu_count() or 2) // self.jobs)
         pool = cf.ProcessPoolExecutor(
             max_workers=self.jobs,
@@ -294,7 +310,7 @@ class ProcessPool:
             while queue or pending:
                 while queue and len(pending) < self.jobs:  # one per worker: submitted = started
                     task = queue.pop()
-                    started(task)
+                    events.started(task)
                     pending[pool.submit(work_in_process, task)] = task
                 finished, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
                 for future in finished:

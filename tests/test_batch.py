@@ -271,6 +271,8 @@ class _Collect:
 
     def started(self, task): ...
 
+    def retrying(self, task, attempt, attempts, reason): ...
+
     def finished(self, result):
         self.results.append(result)
 

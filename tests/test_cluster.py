@@ -125,6 +125,10 @@ def test_an_actor_killed_mid_file_is_replaced_and_its_file_retried(
     run = result["run"]
     assert result["killed_pid"] is not None, "no actor was seen at work"
     assert "retrying it (attempt 2 of 3)" in run["stderr"], run["stderr"]
+    events = [json.loads(line) for line in run["stdout"].splitlines()]
+    retries = [e for e in events if e["event"] == "retrying"]
+    assert len(retries) == 1 and (retries[0]["attempt"], retries[0]["attempts"]) == (2, 3)
+    assert retries[0]["reason"], retries[0]  # why the worker was lost, as Ray said it
     assert run["code"] == reference[1], run["stderr"]
     _same_as_jobs_1(out, reference)  # every good file done, as with --jobs 1
 

@@ -74,6 +74,16 @@ class BatchView:
         self._started[task.path] = time.perf_counter()
         self._event("started", task.path)
 
+    def retrying(self, task: Task, attempt: int, attempts: int, reason: str) -> None:
+        self._event("retrying", task.path, attempt=attempt, attempts=attempts, reason=reason)
+        if not self.quiet:
+            console = self._progress.console if self._progress is not None else self.console
+            line = (
+                f"{task.path}: the worker transcribing it was lost ({reason}); "
+                f"retrying it (attempt {attempt} of {attempts})"
+            )
+            console.print(f"[yellow]kvscribe: warning:[/] {escape(line)}", soft_wrap=True)
+
     def finished(self, result: Result) -> None:
         self.completed += 1
         path = result.task.path

@@ -17,12 +17,13 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from kvscribe import profile as profiles
+from kvscribe.batch import TaskEvents
 from kvscribe.batch_worker import Result, Task, internal_error
 from kvscribe.cluster.actor import KvscribeWorker
 from kvscribe.cluster.capacity import Slot, alive_nodes, plan
@@ -49,13 +50,13 @@ class RayExecutor:
         self.ship_audio = ship_audio
         self.model_bytes = model_bytes
 
-    def results(self, todo: list[Task], started: Callable[[Task], None]) -> Iterator[Result]:
+    def results(self, todo: list[Task], events: TaskEvents) -> Iterator[Result]:
         ray = connect(self.address)
         try:
             slots = plan(alive_nodes(ray.nodes()), self.model_bytes, _wants_gpu(self.options))
             actors = _ActorFactory(ray, _for_actors(self.options))
             run = _Run(ray, actors, slots[: len(todo)], self.ship_audio)
-            yield from run.results(todo, started)
+            yield from run.results(todo, events)
         finally:
             ray.shutdown()  # disconnects; a local Ray started for this run stops with it
 
@@ -116,7 +117,8 @@ class _Run:
         for slot in slots:
             self._start(_Actor(slot))
 
-    def results(self, todo: list[Task], started: Callable[[Task], None]) -> Iterator[Result]:
+    def results(self, todo: list[Task], events: TaskEvents) -> Iterator[Result]:
+        self.events = events
         queue = deque(_Attempt(task) for task in todo)
         quiet_since = time.monotonic()
         try:
@@ -124,7 +126,7 @@ class _Run:
                 while queue and self.idle:
                     attempt = queue.popleft()
                     if attempt.number == 1:
-                        started(attempt.task)
+                        events.started(attempt.task)
                     early = self._dispatch(self.idle.pop(0), attempt)
                     if early is not None:
                         yield early
@@ -204,12 +206,7 @@ class _Run:
         if attempt.number >= MAX_ATTEMPTS:
             yield Result(task, error=_died_every_time(task, attempt.number))
             return
-        _log.warning(
-            "the Ray worker transcribing %s was lost; retrying it (attempt %d of %d)",
-            task.path,
-            attempt.number + 1,
-            MAX_ATTEMPTS,
-        )
+        self.events.retrying(task, attempt.number + 1, MAX_ATTEMPTS, self.last_loss)
         queue.appendleft(_Attempt(task, attempt.number + 1, attempt.fingerprint))
 
 
