@@ -4,16 +4,16 @@
         [--policy "full|shared" --policy "sink=4,window=128|shared,q8_0" ...]
         [--clips DIR] [--results-name NAME]
 
-Each policy is `SELF|CROSS`. Prints a markdown table: pooled WER (Whisper's English
-normaliser), WER delta vs the first policy, whether every clip's tokens equal the
-first policy's, self-attention KV held at peak vs a full cache (all clips, and the
-long-form clip alone), cross-attention KV held and transcribe time. Every byte figure
-is measured from the storage the cache holds. `kvscribe bench` runs the same policies
-as cells; this is the script behind the README's policy tables. Writes
-benchmarks/results/NAME.json (per policy and per clip: errors, words, WER, bytes,
-seconds, tokens equal to the first policy's) and NAME.md (the printed table); NAME is
-kv_policies_beamN unless --results-name says otherwise (for a run beside the README's
-two, so it does not overwrite one of them).
+Each policy is `SELF|CROSS`; clips decode sequentially (batch size 1). Prints a
+markdown table: pooled WER (Whisper's English normaliser), WER delta vs the first
+policy, whether every clip's tokens equal the first policy's, self-attention KV held
+at peak vs a full cache (all clips, and the long-form clip alone), cross-attention KV
+held and transcribe time. Every byte figure is measured from the storage the cache
+holds. `kvscribe bench` runs the same policies as cells; this is the script behind the
+README's policy tables. Writes benchmarks/results/NAME.json (per policy and per clip:
+errors, words, WER, bytes, seconds, tokens equal to the first policy's) and NAME.md
+(the printed table); NAME is kv_policies_beamN unless --results-name says otherwise
+(for a run beside the README's two, so it does not overwrite one of them).
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def main() -> None:
     meta = {
         "device": "cpu",
         "backend": "transformers",
-        "profile": "cpu-laptop with kv_self / kv_cross replaced per row",
+        "profile": "cpu-laptop with kv_self / kv_cross replaced per row, batch size 1",
         "dtype": settings.get("dtype"),
         "previous_text_prompt": settings.get("previous-text prompt"),
         "model": model.name,
@@ -102,7 +102,9 @@ def _run(policy: str, clips, model, args):
     )
     backend = backend_cls(model, chosen, "cpu")
     backend.load()
-    request = DecodeRequest(beam_size=args.beam_size)
+    # Sequential, one window after another: where a policy's window meets long-form speech
+    # (the profile's batch of 8 would cut the long clip into chunks of at most 30 s).
+    request = DecodeRequest(beam_size=args.beam_size, batch_size=1)
     list(backend.transcribe(clips[0][1], request).segments)  # warm-up
     normalize = EnglishTextNormalizer()
     row = {
