@@ -55,8 +55,8 @@ class RayExecutor:
         try:
             slots = plan(alive_nodes(ray.nodes()), self.model_bytes, _wants_gpu(self.options))
             actors = _ActorFactory(ray, _for_actors(self.options))
-            run = _Run(ray, actors, slots[: len(todo)], self.ship_audio)
-            yield from run.results(todo, events)
+            run = _Run(ray, actors, slots[: len(todo)], self.ship_audio, events)
+            yield from run.results(todo)
         finally:
             ray.shutdown()  # disconnects; a local Ray started for this run stops with it
 
@@ -106,10 +106,18 @@ class _Attempt:
 
 
 class _Run:
-    def __init__(self, ray: ModuleType, actors: _ActorFactory, slots: list[Slot], ship: bool):
+    def __init__(
+        self,
+        ray: ModuleType,
+        actors: _ActorFactory,
+        slots: list[Slot],
+        ship: bool,
+        events: TaskEvents,
+    ):
         self.ray = ray
         self.actors = actors
         self.ship = ship
+        self.events = events
         self.all: list[_Actor] = []
         self.idle: list[_Actor] = []
         self.pending: dict[Any, tuple[_Actor, _Attempt | None]] = {}  # None: ready() call
@@ -117,8 +125,7 @@ class _Run:
         for slot in slots:
             self._start(_Actor(slot))
 
-    def results(self, todo: list[Task], events: TaskEvents) -> Iterator[Result]:
-        self.events = events
+    def results(self, todo: list[Task]) -> Iterator[Result]:
         queue = deque(_Attempt(task) for task in todo)
         quiet_since = time.monotonic()
         try:
@@ -126,7 +133,7 @@ class _Run:
                 while queue and self.idle:
                     attempt = queue.popleft()
                     if attempt.number == 1:
-                        events.started(attempt.task)
+                        self.events.started(attempt.task)
                     early = self._dispatch(self.idle.pop(0), attempt)
                     if early is not None:
                         yield early
