@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import corpus
 import results_file
 
 from kvscribe import hardware
@@ -80,7 +81,7 @@ def _audio_seconds(out: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    default = Path(__file__).resolve().parents[2] / "shared" / "eval" / "clips"
+    default = corpus.CLIPS
     parser.add_argument("clips", nargs="?", type=Path, default=default)
     parser.add_argument("--profile", default="auto")
     args = parser.parse_args()

@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from pathlib import Path
 
+import corpus
 import results_file
 from kvscribe.backends.base import DecodeRequest
 from kvscribe.backends.hf import batched, longform
@@ -25,7 +25,7 @@ from kvscribe.audio import load_audio
 from kvscribe.chunking import speech_chunks
 
 LONG_FORM = (
-    Path(__file__).resolve().parents[2] / "shared" / "eval" / "clips" / "espeak_longform_en.wav"
+    corpus.CLIPS / "espeak_longform_en.wav"
 )
 
 

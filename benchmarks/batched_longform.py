@@ -29,12 +29,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+import corpus
 import results_file
 
 from kvscribe.bench.wer import pooled_wer
 
 ROOT = Path(__file__).resolve().parents[1]
-CLIPS = ROOT.parent / "shared" / "eval" / "clips"
+CLIPS = corpus.CLIPS
 LONG_FORM = CLIPS / "espeak_longform_en.wav"
 PAUSED_FROM = [
     "ps_librivox_ss01_0870.wav",

@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import corpus
 import results_file
 from batch_folders import BAD, build_tree, outputs
 
@@ -70,7 +71,7 @@ def cluster_runs(tree: Path, work: Path) -> tuple[list[dict], float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    default = ROOT.parent / "shared" / "eval" / "clips"
+    default = corpus.CLIPS
     parser.add_argument("clips", nargs="?", type=Path, default=default)
     parser.add_argument("--inner", nargs=3, metavar=("TREE", "WORK", "RESULT"))
     args = parser.parse_args()

@@ -52,7 +52,7 @@ def main() -> None:
     table = [
         "# Eval-clip WER per CTranslate2 instruction set",
         "",
-        f"tiny.en, ctranslate2 `cpu-laptop` (int8, beam 5), {len(clips)} clips of ../shared/eval.",
+        f"tiny.en, ctranslate2 `cpu-laptop` (int8, beam 5), {len(clips)} clips of eval/.",
         "",
         "| CT2_FORCE_CPU_ISA | pooled WER | long-form WER |",
         "|---|---|---|",

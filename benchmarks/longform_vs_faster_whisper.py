@@ -19,6 +19,7 @@ import statistics
 import time
 from pathlib import Path
 
+import corpus
 import results_file
 from kvscribe.backends.base import DecodeRequest
 
@@ -26,7 +27,7 @@ from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
 
 LONG_FORM = (
-    Path(__file__).resolve().parents[2] / "shared" / "eval" / "clips" / "espeak_longform_en.wav"
+    corpus.CLIPS / "espeak_longform_en.wav"
 )
 
 

@@ -15,6 +15,7 @@ import argparse
 import time
 from pathlib import Path
 
+import corpus
 import jiwer
 import results_file
 from kvscribe.backends.base import DecodeRequest
@@ -32,7 +33,7 @@ def main() -> None:
         "clips",
         nargs="?",
         type=Path,
-        default=Path(__file__).resolve().parents[2] / "shared" / "eval" / "clips",
+        default=corpus.CLIPS,
     )
     parser.add_argument("--model", default=None)
     args = parser.parse_args()

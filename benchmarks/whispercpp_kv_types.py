@@ -27,6 +27,7 @@ import statistics
 import time
 from pathlib import Path
 
+import corpus
 import jiwer
 import results_file
 from kvscribe.backends.base import DecodeRequest
@@ -50,7 +51,7 @@ BEAMS = (1, 5)
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    default = Path(__file__).resolve().parents[2] / "shared" / "eval" / "clips"
+    default = corpus.CLIPS
     parser.add_argument("clips", nargs="?", type=Path, default=default)
     parser.add_argument("--model", default="tiny.en")
     parser.add_argument("--repeat", type=int, default=1)

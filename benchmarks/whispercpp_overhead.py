@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import corpus
 import results_file
 from kvscribe.backends.base import DecodeRequest
 
@@ -33,7 +34,7 @@ KVSCRIBE = Path(sys.executable).parent / "kvscribe"
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    default = Path(__file__).resolve().parents[2] / "shared/eval/clips/espeak_longform_en.wav"
+    default = corpus.CLIPS / "espeak_longform_en.wav"
     parser.add_argument("clip", nargs="?", type=Path, default=default)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", default="cpu-laptop")

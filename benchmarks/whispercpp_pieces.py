@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import corpus
 import numpy as np
 import results_file
 from kvscribe.backends.base import DecodeRequest
@@ -42,7 +43,7 @@ from kvscribe.whispercpp.process import WhisperProcess, check_outcome, write_wav
 from kvscribe.whispercpp.report import parse_stderr
 
 ROOT = Path(__file__).resolve().parents[1]
-CLIPS = ROOT.parent / "shared" / "eval" / "clips"
+CLIPS = corpus.CLIPS
 JFK = ROOT / "samples" / "jfk.wav"
 GAP = np.zeros(SAMPLE_RATE // 2, dtype=np.float32)
 

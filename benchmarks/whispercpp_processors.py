@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import corpus
 import numpy as np
 import results_file
 from kvscribe.backends.base import DecodeRequest
@@ -68,7 +69,7 @@ class Setting:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    default = Path(__file__).resolve().parents[2] / "shared" / "eval" / "clips"
+    default = corpus.CLIPS
     parser.add_argument("clips", nargs="?", type=Path, default=default)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--model", default=None)

@@ -20,6 +20,7 @@ import dataclasses
 import time
 from pathlib import Path
 
+import corpus
 import jiwer
 import results_file
 from kvscribe.backends.base import DecodeRequest
@@ -41,7 +42,7 @@ SETTINGS = [  # (beam_size, flash_attn, max_context)
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    default = Path(__file__).resolve().parents[2] / "shared" / "eval" / "clips"
+    default = corpus.CLIPS
     parser.add_argument("clips", nargs="?", type=Path, default=default)
     parser.add_argument("--model", default=None)
     args = parser.parse_args()

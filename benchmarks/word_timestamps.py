@@ -19,6 +19,7 @@ import re
 import statistics
 from pathlib import Path
 
+import corpus
 import results_file
 from kvscribe.backends.base import DecodeRequest
 
@@ -26,7 +27,7 @@ from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
 
 ROOT = Path(__file__).resolve().parents[1]
-EVAL = ROOT.parent / "shared" / "eval" / "clips"
+EVAL = corpus.CLIPS
 CLIPS = (
     ROOT / "samples" / "jfk.wav",
     EVAL / "ps_librivox_ss01_0870.wav",

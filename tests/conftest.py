@@ -17,7 +17,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "jfk.wav"
 SAMPLE_TEXT = (ROOT / "samples" / "jfk.txt").read_text(encoding="utf-8")
-EVAL_DIR = ROOT.parent / "shared" / "eval" / "clips"
+# The project's eval corpus (sources and licences: eval/MANIFEST.tsv).
+EVAL_DIR = ROOT / "eval" / "clips"
+REALFORM_DIR = ROOT / "eval" / "realform"
 KVSCRIBE = Path(sys.executable).parent / "kvscribe"
 
 

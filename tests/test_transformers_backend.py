@@ -18,7 +18,7 @@ from kvscribe.audio import load_audio  # noqa: E402
 from kvscribe.models.embedded import EMBEDDED  # noqa: E402
 from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, pooled_wer, run_cli, wer  # noqa: E402
 
-CLIPS = sorted(EVAL_DIR.glob("*.wav")) if EVAL_DIR.is_dir() else [SAMPLE]
+CLIPS = sorted(EVAL_DIR.glob("*.wav"))
 LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"
 MODELS = ["tiny.en"] + (["base"] if EMBEDDED["base"].installed() else [])
 
@@ -149,14 +149,12 @@ def test_every_profile_transcribes_every_clip_with_bounded_wer(name):
     assert len(results) == len(CLIPS) and pooled_wer(pairs) <= 0.10
 
 
-@pytest.mark.skipif(not LONG_FORM.exists(), reason="needs the long-form eval clip")
 def test_tiny_vram_window_holds_at_most_half_the_full_cache_on_long_form():
     report = _results("tiny-vram")[LONG_FORM.name][2]
     assert report.windows >= 6 and not report.kv_estimated
     assert report.kv_self_peak_bytes <= 0.5 * report.kv_self_full_bytes
 
 
-@pytest.mark.skipif(not LONG_FORM.exists(), reason="needs the long-form eval clip")
 def test_q8_0_holds_at_most_28_percent_of_an_fp32_cache():
     run = _backend("no-loss", kv_self="q8_0").transcribe(load_audio(LONG_FORM), DecodeRequest())
     list(run.segments)

@@ -24,7 +24,6 @@ from kvscribe.runner import load_backend
 from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, wer
 
 LIBRIVOX = sorted(EVAL_DIR.glob("ps_librivox_*.wav"))
-needs_eval = pytest.mark.skipif(not LIBRIVOX, reason="needs ../shared/eval clips")
 NO_FALLBACK = Fallback(temperatures=(0.0,))
 
 
@@ -59,7 +58,6 @@ def _most_repeated_phrase(text: str, words: int = 4) -> int:
 # -- a looping window rescued ---------------------------------------------------------------
 
 
-@needs_eval
 def test_a_window_that_loops_at_temperature_0_is_rescued_by_fallback(backend, looping_audio):
     looped, plain = _decode(backend, looping_audio, beam_size=1, batch_size=1, fallback=NO_FALLBACK)
     looped_text = "".join(s.text for s in looped)
@@ -142,7 +140,6 @@ def test_the_report_describes_the_rule_in_force():
 # -- conditioning and the initial prompt -----------------------------------------------------
 
 
-@needs_eval
 def test_the_request_overrides_the_profiles_conditioning_and_the_prompt_opens_only(backend):
     """cpu-laptop conditions on previous text; a request that says no wins, and then the
     initial prompt reaches the first window only (openai-whisper's rule)."""
@@ -170,7 +167,6 @@ def test_the_request_overrides_the_profiles_conditioning_and_the_prompt_opens_on
 # -- the batched path ------------------------------------------------------------------------
 
 
-@needs_eval
 def test_batched_chunks_fall_back_on_their_own(backend, looping_audio):
     """A clean chunk and the looping one decoded as one batch: only the looping one is
     decoded again, and its segments carry the chunk's start and their temperature."""

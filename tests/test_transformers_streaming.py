@@ -79,7 +79,6 @@ def _whole_file_reference(backend, audio: np.ndarray, request: DecodeRequest):
     ]
 
 
-@pytest.mark.skipif(not LONG_FORM.exists(), reason="needs the eval clips")
 @pytest.mark.parametrize("words", [False, True])
 def test_sequential_path_on_a_streamed_file_equals_the_whole_file(words):
     backend = _backend()
@@ -114,7 +113,6 @@ def test_beam_search_and_forced_fallback_on_a_streamed_file(tmp_path):
     assert int(report.settings["fallback re-decodes"]) >= 2  # both higher temperatures
 
 
-@pytest.mark.skipif(not LONG_FORM.exists(), reason="needs the eval clips")
 @pytest.mark.parametrize("profile_name", ["tiny-vram", "cpu-laptop"])
 def test_batched_path_on_a_streamed_file_equals_the_array(profile_name):
     backend = _backend(profile_name)
@@ -147,7 +145,6 @@ def test_vad_kept_speech_of_a_streamed_file_equals_it_as_an_array(tmp_path, batc
     assert got == want and got
 
 
-@pytest.mark.skipif(not LONG_FORM.exists(), reason="needs the eval clips")
 def test_features_are_computed_a_window_at_a_time(monkeypatch):
     """No call of the front end sees more than one 30 s window of samples, and the stream
     is never turned into one array (StreamedAudio refuses np.asarray)."""

@@ -334,7 +334,6 @@ def test_words_only_when_asked_and_the_text_does_not_change():
     assert [s.tokens for s in plain] == [s.tokens for s in timed]
 
 
-@pytest.mark.skipif(not LONG_FORM.exists(), reason="needs the eval clips")
 def test_batched_chunks_time_their_words_on_the_input_s_clock():
     segments = _transcribed(LONG_FORM, batch_size=4)
     assert len({s.window for s in segments}) > 1  # several chunks, each with its own offset

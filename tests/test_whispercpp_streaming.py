@@ -26,7 +26,6 @@ from kvscribe.whispercpp.report import parse_segment_line
 from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, wer
 
 LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"  # 182 s of read sentences with pauses
-needs_long_form = pytest.mark.skipif(not LONG_FORM.exists(), reason="eval clips not here")
 SESSION_LOG = "kvscribe.whispercpp.session"  # logs each whisper-cli argv at debug level
 
 
@@ -66,7 +65,6 @@ def test_quiet_point_falls_in_the_pause():
     assert speech.size < cut < speech.size + pause.size
 
 
-@needs_long_form
 def test_pieces_cover_the_input_at_quiet_frames_in_one_forward_pass(tmp_path):
     samples = load_audio(LONG_FORM)
     wav, limit = tmp_path / "piece.wav", 60 * SAMPLE_RATE
@@ -90,7 +88,6 @@ def test_pieces_cover_the_input_at_quiet_frames_in_one_forward_pass(tmp_path):
     assert stream.restarts == 0  # each piece starts within the history behind the last read
 
 
-@needs_long_form
 def test_pieces_of_far_apart_regions_read_the_file_once(tmp_path):
     """A Joined whose search region spans a minute cut out of the file, its cut before the
     gap: the samples after the cut are kept for the next piece, not read again from 80 s
@@ -154,7 +151,6 @@ def test_a_short_input_runs_once_as_whisper_cli_would(whisper_cli, tmp_path, cap
     assert wer(SAMPLE_TEXT, "".join(s.text for s in segments)) <= 0.1
 
 
-@needs_long_form
 def test_streamed_pieces_give_the_arrays_transcript_with_words(whisper_cli, monkeypatch, caplog):
     """Sequential path (batch size 1), word timestamps, fallback on, previous text carried."""
     monkeypatch.setenv(PIECE_ENV, "60")
@@ -183,7 +179,6 @@ def test_streamed_pieces_give_the_arrays_transcript_with_words(whisper_cli, monk
     assert wer(reference, " ".join(s.text for s in array)) <= 0.15
 
 
-@needs_long_form
 def test_batched_pieces_of_vad_regions_match_the_array(whisper_cli, monkeypatch, caplog):
     """Batch size 8 on 2 threads: -p 2 inside each piece of 60 s or more; the runner's VAD
     regions (a Joined of the stream vs of the array); no previous text, so no prompt."""
