@@ -24,9 +24,7 @@ from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
 from kvscribe.chunking import speech_chunks
 
-LONG_FORM = (
-    corpus.CLIPS / "espeak_longform_en.wav"
-)
+LONG_FORM = corpus.CLIPS / "espeak_longform_en.wav"
 
 
 def main() -> None:

@@ -26,9 +26,7 @@ from kvscribe.backends.base import DecodeRequest
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
 
-LONG_FORM = (
-    corpus.CLIPS / "espeak_longform_en.wav"
-)
+LONG_FORM = corpus.CLIPS / "espeak_longform_en.wav"
 
 
 def main() -> None:
