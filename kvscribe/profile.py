@@ -5,9 +5,9 @@ and, per backend, the settings that engine can express. `auto` is resolved to
 another profile from the hardware found. Backends validate their own section.
 
 A built-in profile also carries `[seed]`: the recommendation of the decision table
-the profiles started from (DESIGN.md, "Profiles") written as an exact policy, and the
-measured reason the profile differs, so `kvscribe profiles show` can put the two side
-by side. User profiles may leave it out.
+the profiles started from (docs/profiles.md, "The seed decision table") written as an
+exact policy, and the measured reason the profile differs, so `kvscribe profiles show`
+can put the two side by side. User profiles may leave it out.
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ def test_self_attention_bytes_equal_a_real_cache_of_that_shape(positions, beams,
 
 
 def test_cross_attention_matches_the_measured_figures_in_design():
-    # DESIGN.md: tiny.en fp32 18.4 MB, base 36.9 MB; 12 KB / 24 KB per self-attention token.
+    # The seed's figures: tiny.en fp32 18.4 MB (measured too: docs/profiles.md), base 36.9 MB;
+    # 12 KB / 24 KB per self-attention token.
     assert estimate.cross_attention_bytes(TINY_EN, 1, 4) == 18_432_000
     assert estimate.cross_attention_bytes(BASE, 1, 4) == 36_864_000
     assert estimate.self_attention_bytes(TINY_EN, 1, 1, 4) == 12_288

@@ -97,7 +97,7 @@ def test_every_built_in_kv_policy_parses():
         parse_cross(p.kv_cross)
 
 
-# The seed decision table (DESIGN.md, "Profiles") beside each built-in profile.
+# The seed decision table (docs/profiles.md) beside each built-in profile.
 
 TINY_EN_AND_BASE_DECODER_LAYERS = (4, 6)
 

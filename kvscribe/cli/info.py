@@ -98,7 +98,7 @@ def _seed_marker(p) -> str:
 def _print_seed(console, profile) -> None:
     """The seed decision table's recommendation beside the chosen policy, and why they differ."""
     seed = profile.seed
-    console.print('seed decision table (DESIGN.md, "Profiles"):')
+    console.print('seed decision table (docs/profiles.md, "The seed decision table"):')
     _print_indented(console, f"says:            {seed.table}")
     # soft_wrap: a policy or command that rich breaks across lines cannot be copied
     console.print(
