@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import multiprocessing
+import multiprocessing.queues
 import os
 import re
 import time
@@ -35,6 +36,7 @@ from kvscribe.inputs import Input, output_bases
 from kvscribe.manifest import STATE_DIR, Manifest, Record, fingerprint, options_key
 from kvscribe.options import TranscribeOptions, output_shaping_values
 from kvscribe.stats import FileStats, RunStats
+from kvscribe.types import Segment
 from kvscribe.writers import write_outputs
 
 __all__ = [
@@ -53,10 +55,15 @@ _STALE_PART = re.compile(r"^\..+\.[A-Za-z0-9_]{6,}\.part$")
 
 
 class TaskEvents(Protocol):
-    """What an executor tells as it goes: a task handed to a worker, and (the cluster
-    executor only) a task handed out again because the worker holding it was lost."""
+    """What an executor tells as it goes: a task handed to a worker, how far its worker is
+    through the task's audio (`segment`: the one just final, None when decoding begins; told
+    before the task's Result), and (the cluster executor only) a task handed out again
+    because the worker holding it was lost."""
 
     def started(self, task: Task) -> None: ...
+    def progress(
+        self, task: Task, seconds_done: float, duration: float, segment: Segment | None
+    ) -> None: ...
     def retrying(self, task: Task, attempt: int, attempts: int, reason: str) -> None: ...
 
 
@@ -209,7 +216,9 @@ class Batch:
         if not todo:
             return
         executor = self.executor or local_executor(self.options, min(self.jobs, len(todo)))
-        results = executor.results(todo, self.listener)
+        listener = self.listener
+        events = listener if hasattr(listener, "progress") else _NoProgress(listener)
+        results = executor.results(todo, events)
         try:
             for result in results:
                 self._write(result)
@@ -273,6 +282,20 @@ class Batch:
         return failed
 
 
+class _NoProgress:
+    """A listener written before TaskEvents.progress existed: it hears everything else."""
+
+    def __init__(self, listener: BatchListener):
+        self.listener = listener
+
+    def __getattr__(self, name: str):
+        return getattr(self.listener, name)
+
+    def progress(
+        self, task: Task, seconds_done: float, duration: float, segment: Segment | None
+    ) -> None: ...
+
+
 def local_executor(options: TranscribeOptions, jobs: int) -> Executor:
     """One input (or --jobs 1) runs in this process, more in `jobs` worker processes."""
     return InProcess(options) if jobs <= 1 else ProcessPool(options, jobs)
@@ -286,11 +309,14 @@ class InProcess:
         worker = Worker(self.options)
         for task in todo:
             events.started(task)
-            yield work_guarded(worker, task)
+            yield work_guarded(worker, task, report=events.progress)
 
 
 class ProcessPool:
-    """`jobs` spawned worker processes sharing this machine's cores, one model each."""
+    """`jobs` spawned worker processes sharing this machine's cores, one model each; their
+    progress comes back on a queue that this process drains while it waits for results."""
+
+    POLL_SECONDS = 0.1  # how late a worker's progress may show
 
     def __init__(self, options: TranscribeOptions, jobs: int):
         self.options = options
@@ -298,11 +324,13 @@ class ProcessPool:
 
     def results(self, todo: list[Task], events: TaskEvents) -> Iterator[Result]:
         threads = max(1, (os.cpu_count() or 2) // self.jobs)
+        context = multiprocessing.get_context("spawn")
+        progress = context.SimpleQueue()
         pool = cf.ProcessPoolExecutor(
             max_workers=self.jobs,
-            mp_context=multiprocessing.get_context("spawn"),
+            mp_context=context,
             initializer=init_process,
-            initargs=(self.options, threads),
+            initargs=(self.options, threads, progress),
         )
         pending: dict[cf.Future, Task] = {}
         queue = list(reversed(todo))
@@ -312,7 +340,10 @@ class ProcessPool:
                     task = queue.pop()
                     events.started(task)
                     pending[pool.submit(work_in_process, task)] = task
-                finished, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+                finished, _ = cf.wait(
+                    pending, timeout=self.POLL_SECONDS, return_when=cf.FIRST_COMPLETED
+                )
+                _relay(progress, events)  # a finished task's progress is queued by now
                 for future in finished:
                     task = pending.pop(future)
                     try:
@@ -321,7 +352,28 @@ class ProcessPool:
                         yield Result(task, error=_worker_died(), fatal=True)
                         return
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            _shut_down(pool, pending, progress)
+
+
+def _relay(progress: multiprocessing.queues.SimpleQueue, events: TaskEvents | None) -> None:
+    """Hand what the workers queued to `events` (None: drop it)."""
+    while not progress.empty():
+        message = progress.get()
+        if events is not None:
+            events.progress(*message)
+
+
+def _shut_down(
+    pool: cf.ProcessPoolExecutor, pending: dict, progress: multiprocessing.queues.SimpleQueue
+) -> None:
+    """Stop the pool once the files in progress are done (nothing else is submitted): their
+    workers still report, and one whose queue's pipe is full would block, so keep draining."""
+    running = set(pending)
+    while running:
+        running = cf.wait(running, timeout=ProcessPool.POLL_SECONDS).not_done
+        _relay(progress, None)
+    pool.shutdown(wait=True, cancel_futures=True)
+    progress.close()
 
 
 def _worker_died() -> EngineError:

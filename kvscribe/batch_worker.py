@@ -7,8 +7,12 @@ process (--jobs N) and in a Ray actor (--cluster, kvscribe.cluster).
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
+import multiprocessing.queues
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -41,12 +45,34 @@ class Result:
     run_info: dict | None = None  # backend/profile/model/device/settings, from the worker
 
 
-class _Quiet:
-    """The Runner's per-segment listener: a batch reports per file, not per segment."""
+# How a worker tells the driver how far it is through a task: (task, audio seconds done, the
+# file's audio seconds, the segment that got it there or None when its decoding begins).
+Report = Callable[[Task, float, float, Segment | None], None]
 
-    def file_started(self, source: Path, duration: float) -> None: ...
+
+def _unreported(task: Task, done: float, duration: float, segment: Segment | None) -> None: ...
+
+
+class _Relay:
+    """The Runner's listener in a batch: the audio done and each final segment go to `report`
+    (the executor's way back to the driver's view); results and errors go back as the Result."""
+
+    def __init__(self, task: Task, report: Report):
+        self.task = task
+        self.report = report
+        self.duration = 0.0
+
+    def file_started(self, source: Path, duration: float) -> None:
+        self.duration = duration
+        self.report(self.task, 0.0, duration, None)
+
     def language(self, source: Path, language: str, probability: float | None) -> None: ...
-    def segment(self, source: Path, segment: Segment) -> None: ...
+
+    def segment(self, source: Path, segment: Segment) -> None:
+        # The view shows times and text: tokens and words would only weigh on the pipe.
+        light = dataclasses.replace(segment, tokens=(), words=())
+        self.report(self.task, min(segment.end, self.duration), self.duration, light)
+
     def file_done(self, source: Path, transcript: Transcript, outputs: list[Path]) -> None: ...
     def file_failed(self, source: Path, error: KvscribeError) -> None: ...
 
@@ -65,16 +91,23 @@ class Worker:
         except KvscribeError as exc:
             self.load_error = exc
 
-    def work(self, task: Task, read_from: Path | None = None, shipped: bool = False) -> Result:
+    def work(
+        self,
+        task: Task,
+        read_from: Path | None = None,
+        shipped: bool = False,
+        report: Report = _unreported,
+    ) -> Result:
         """Transcribe `task.path`, or `read_from`: the same file by another name (absolute, on
         a cluster node) or, `shipped`, a local copy of its bytes (then the driver takes the
-        fingerprint). `read_from` is read, never named: results and errors name `task.path`."""
+        fingerprint). `read_from` is read, never named: results and errors name `task.path`.
+        `report` hears how far the audio is, segment by segment."""
         if self.load_error is not None:
             return Result(task, error=self.load_error, fatal=True)
         source = read_from or task.path
         result = Result(task, fingerprint=None if shipped else fingerprint(source, task.known))
         try:
-            stats, transcript, _ = self.runner.transcribe_file(source, _Quiet(), None)
+            stats, transcript, _ = self.runner.transcribe_file(source, _Relay(task, report), None)
         except KvscribeError as exc:
             result.error = _renamed(exc, source, task.path)
         else:
@@ -110,7 +143,11 @@ def run_info(stats: RunStats) -> dict:
 
 
 def work_guarded(
-    worker: Worker, task: Task, read_from: Path | None = None, shipped: bool = False
+    worker: Worker,
+    task: Task,
+    read_from: Path | None = None,
+    shipped: bool = False,
+    report: Report = _unreported,
 ) -> Result:
     """`worker.work(task)`, an unexpected exception turned into this file's failure, the same
     in the driver (one input), in a worker process (--jobs N) and in a Ray actor (--cluster).
@@ -120,7 +157,7 @@ def work_guarded(
     one file, not the batch. KvscribeErrors are already results inside work(); Ctrl-C
     (KeyboardInterrupt) is no Exception and still stops the run."""
     try:
-        return worker.work(task, read_from, shipped)
+        return worker.work(task, read_from, shipped, report)
     except Exception as exc:
         _log.debug("engine failure on %s", task.path, exc_info=True)  # --debug: the traceback
         return Result(task, error=internal_error(task, exc))
@@ -137,15 +174,28 @@ def internal_error(task: Task, exc: Exception) -> EngineError:
 # -- a spawned worker process (--jobs N) -------------------------------------------------
 
 _WORKER: Worker | None = None
+_PROGRESS: multiprocessing.queues.SimpleQueue | None = None
 
 
-def init_process(options: TranscribeOptions, threads: int) -> None:
-    """Runs once in each worker process: share the cores, load the model."""
-    global _WORKER
+def init_process(
+    options: TranscribeOptions, threads: int, progress: multiprocessing.queues.SimpleQueue
+) -> None:
+    """Runs once in each worker process: share the cores, load the model, keep the queue
+    that carries progress to the driver (kvscribe.batch.ProcessPool drains it)."""
+    global _WORKER, _PROGRESS
     os.environ["OMP_NUM_THREADS"] = str(threads)
+    _PROGRESS = progress
     _WORKER = Worker(options)
 
 
 def work_in_process(task: Task) -> Result:
     assert _WORKER is not None
-    return work_guarded(_WORKER, task)
+    return work_guarded(_WORKER, task, report=_send_progress)
+
+
+def _send_progress(task: Task, done: float, duration: float, segment: Segment | None) -> None:
+    """A SimpleQueue's put is written to the pipe before it returns (no feeder thread), so
+    a task's progress is there before its result: the driver shows them in that order."""
+    assert _PROGRESS is not None
+    with contextlib.suppress(OSError):  # the driver is gone: the work is moot, not failed
+        _PROGRESS.put((task, done, duration, segment))

@@ -1,23 +1,32 @@
-"""How a batch run looks: a progress bar (files, audio hours, failures, ETA) or one line
-per file on stderr, or JSON events on stdout (`--json`), and a summary at the end."""
+"""How a batch run looks: on a terminal, bars (the files, and each file in progress with
+its audio seconds and time left) or, elsewhere, one line per file, on stderr; each segment
+as it becomes final, also on stderr (stdout carries only `--json`'s events); a summary.
+
+Segments are printed on a non-terminal stderr too: a line per final segment is what `kvscribe
+FILE` prints without -o (so no flood, unlike a redrawn bar), and it keeps a CI log moving
+through a long file. With several inputs each line starts with its file's path, since files
+run side by side with --jobs N and --cluster."""
 
 from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import Progress, TaskID
 from rich.table import Table
+from rich.text import Text
 
 from kvscribe.batch import Result, Summary, Task
 from kvscribe.cli.render import print_error
+from kvscribe.cli.terminal import audio_done, audio_progress
 from kvscribe.errors import KvscribeError
 from kvscribe.inputs import Input
 from kvscribe.manifest import Record
+from kvscribe.types import Segment
+from kvscribe.writers import render_console_line
 
 
 class BatchView:
@@ -31,8 +40,8 @@ class BatchView:
         self.failures = 0
         self.audio_seconds = 0.0
         self._progress: Progress | None = None
-        self._task = None
-        self._started: dict[Path, float] = {}
+        self._task: TaskID | None = None  # the files bar (several inputs)
+        self._bars: dict[Path, TaskID] = {}  # a bar per file in progress
 
     # -- BatchListener -------------------------------------------------------------------
 
@@ -58,24 +67,43 @@ class BatchView:
                 style="dim",
             )
         if todo and not self.quiet and self.console.is_terminal:
-            self._progress = Progress(
-                TextColumn("[bold]transcribing"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("files  {task.fields[audio]}  {task.fields[failed]}"),
-                TimeRemainingColumn(),
-                console=self.console,
-                transient=True,
-            )
+            self._progress = audio_progress(self.console)
             self._progress.start()
-            self._task = self._progress.add_task("", total=len(todo), audio="", failed="")
+            if self.several:  # one file's own bar says it all
+                self._task = self._progress.add_task(
+                    "[bold]transcribing", total=len(todo), done=self._files_done()
+                )
 
     def started(self, task: Task) -> None:
-        self._started[task.path] = time.perf_counter()
         self._event("started", task.path)
+        if self._progress is not None:  # its worker may still be loading the model: no total
+            name = ("  " if self.several else "") + escape(task.path.name)
+            self._bars[task.path] = self._progress.add_task(name, total=None, done="starting")
+
+    def progress(
+        self, task: Task, seconds_done: float, duration: float, segment: Segment | None
+    ) -> None:
+        if self.quiet:
+            return
+        if segment is not None:
+            line = Text(render_console_line(segment.start, segment.end, segment.text))
+            if self.several:
+                line = Text.assemble((f"{task.path} ", "dim"), line)
+            self.console.print(line, soft_wrap=True)
+        bar = self._bars.get(task.path)
+        if self._progress is None or bar is None:
+            return
+        done = audio_done(seconds_done, duration)
+        if segment is None:  # decoding begins: time left counts from now, not from the load
+            self._progress.reset(bar, total=max(duration, 0.01), done=done)
+        else:
+            self._progress.update(bar, completed=seconds_done, done=done)
+        self._progress.refresh()  # a slow file's bar moves with its segments, not later
 
     def retrying(self, task: Task, attempt: int, attempts: int, reason: str) -> None:
         self._event("retrying", task.path, attempt=attempt, attempts=attempts, reason=reason)
+        if self._progress is not None and task.path in self._bars:  # back to the start
+            self._progress.reset(self._bars[task.path], total=None, done="starting")
         if not self.quiet:
             console = self._progress.console if self._progress is not None else self.console
             line = (
@@ -87,6 +115,9 @@ class BatchView:
     def finished(self, result: Result) -> None:
         self.completed += 1
         path = result.task.path
+        bar = self._bars.pop(path, None)
+        if self._progress is not None and bar is not None:
+            self._progress.remove_task(bar)
         seconds = round(result.stats.decode_seconds, 3) if result.stats else 0.0
         if result.error is None:
             self.audio_seconds += result.stats.audio_seconds if result.stats else 0.0
@@ -160,9 +191,11 @@ class BatchView:
     def _advance(self) -> None:
         if self._progress is None or self._task is None:
             return
-        hours = f"{self.audio_seconds / 3600:.2f} h audio"
-        failed = f"[red]{self.failures} failed[/]" if self.failures else ""
-        self._progress.update(self._task, advance=1, audio=hours, failed=failed)
+        self._progress.update(self._task, advance=1, done=self._files_done())
+
+    def _files_done(self) -> str:
+        text = f"{self.completed}/{self.total} files  {self.audio_seconds / 3600:.2f} h audio"
+        return text + (f"  [red]{self.failures} failed[/]" if self.failures else "")
 
     def _event(self, kind: str, path: Path, **fields) -> None:
         if not self.json_events:

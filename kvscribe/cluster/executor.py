@@ -7,6 +7,10 @@ An actor that dies (killed, out of memory, its node lost) is replaced, at most
 MAX_RESTARTS times per slot, and the file it held goes to the next free actor, at most
 MAX_ATTEMPTS times; then it is that file's failure. Waits are bounded: every actor lost
 for good, or none ready for START_SECONDS while nothing runs, stops the batch with one line.
+
+The actors report progress (audio done, each final segment) on a Ray queue (itself a small
+actor, no CPU) that the driver drains as it polls, before each result: best effort, a lost
+queue only stops the progress.
 """
 
 from __future__ import annotations
@@ -122,6 +126,7 @@ class _Run:
         self.idle: list[_Actor] = []
         self.pending: dict[Any, tuple[_Actor, _Attempt | None]] = {}  # None: ready() call
         self.last_loss = "no worker started"
+        self.progress: Any = _progress_queue(ray)
         for slot in slots:
             self._start(_Actor(slot))
 
@@ -141,6 +146,7 @@ class _Run:
                     yield _stopped(queue[0].task, f"every Ray worker was lost: {self.last_loss}")
                     return
                 done, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=POLL_SECONDS)
+                self._relay()  # a finished task's progress is queued by now
                 if done:
                     quiet_since = time.monotonic()
                     yield from self._collect(done[0], queue)
@@ -148,9 +154,12 @@ class _Run:
                     yield _stopped(queue[0].task, f"no Ray worker ready in {START_SECONDS:.0f} s")
                     return
         finally:
-            for actor in self.all:
+            handles = [actor.handle for actor in self.all]
+            if self.progress is not None:
+                handles.append(self.progress.actor)
+            for handle in handles:
                 with contextlib.suppress(Exception):
-                    self.ray.kill(actor.handle)
+                    self.ray.kill(handle)
 
     def _busy(self) -> bool:
         return any(attempt is not None for _, attempt in self.pending.values())
@@ -172,7 +181,7 @@ class _Run:
                 self.idle.append(actor)
                 return Result(task, error=_unreadable(task, exc))
         path = os.path.abspath(attempt.task.path)  # the actors' working folder is not ours
-        ref = actor.handle.transcribe.remote(attempt.task, path, audio)
+        ref = actor.handle.transcribe.remote(attempt.task, path, audio, self.progress)
         self.pending[ref] = (actor, attempt)
         return None
 
@@ -199,6 +208,20 @@ class _Run:
                 value.fingerprint = attempt.fingerprint
             yield value
 
+    def _relay(self) -> None:
+        """Hand what the actors queued to the events (the driver alone drains the queue)."""
+        if self.progress is None:
+            return
+        try:
+            waiting = self.progress.qsize()
+            messages = self.progress.get_nowait_batch(waiting) if waiting else []
+        except self.ray.exceptions.RayError:
+            _log.warning("the Ray progress queue was lost; progress is no longer shown")
+            self.progress = None
+            return
+        for message in messages:
+            self.events.progress(*message)
+
     def _lost(self, actor: _Actor, exc: Exception) -> None:
         self.last_loss = _first_line(exc)
         self.all.remove(actor)
@@ -215,6 +238,14 @@ class _Run:
             return
         self.events.retrying(task, attempt.number + 1, MAX_ATTEMPTS, self.last_loss)
         queue.appendleft(_Attempt(task, attempt.number + 1, attempt.fingerprint))
+
+
+def _progress_queue(ray: ModuleType) -> Any:
+    """The actors' progress goes to the driver through this queue (an actor needing no CPU,
+    so it never takes a worker slot's place)."""
+    from ray.util.queue import Queue
+
+    return Queue(actor_options={"num_cpus": 0})
 
 
 def _stopped(next_task: Task, why: str) -> Result:
