@@ -23,12 +23,34 @@ REALFORM_DIR = ROOT / "eval" / "realform"
 KVSCRIBE = Path(sys.executable).parent / "kvscribe"
 
 
-_WHISPER_CLI_PROBLEM: list[str] = []
+# What a fixture needs; `whispercpp`, `transformers` and `cluster` tests run the real model too.
+LANE_BY_FIXTURE = {"whisper_cli": "whispercpp", "ct2_backend": "model"}
+IMPLY_MODEL = ("whispercpp", "transformers", "cluster")
+BACKEND_LANES = ("whispercpp", "transformers")
 
 
-def pytest_sessionstart(session):
-    """Find whisper-cli once (building it into the user cache if need be, ~3 min) and export
-    it, so every test and CLI child uses the same real binary despite the isolated cache."""
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """A test that asks for a lane's fixture, or is parametrized by a backend's name, is in
+    that lane, so `-m` selects by need without every module repeating what its fixtures
+    already say. Runs before `-m` deselects."""
+    for item in items:
+        for fixture, marker in LANE_BY_FIXTURE.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                item.add_marker(marker)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        for value in params.values():  # parametrized by a backend's name: that backend's lane
+            if isinstance(value, str) and value in BACKEND_LANES:
+                item.add_marker(value)
+        if any(item.get_closest_marker(lane) for lane in IMPLY_MODEL):
+            item.add_marker("model")
+
+
+@pytest.fixture(scope="session")
+def whisper_cli() -> Path:
+    """The real whisper-cli every whispercpp test runs: found, or built into the user cache
+    (kvscribe setup whisper-cpp, ~3 min cold) the first time a selected test needs it, and
+    exported so CLI children use the same binary despite the isolated cache."""
     from kvscribe.errors import KvscribeError
     from kvscribe.whispercpp import binary, build
 
@@ -36,23 +58,22 @@ def pytest_sessionstart(session):
         found = binary.find()
         if not found.kv_types:  # the suite tests kvscribe's patched build
             raise KvscribeError(f"{found.path} has no KV cache types")
-        found = found.path
+        path = found.path
     except KvscribeError:
         sys.stderr.write("\nkvscribe tests: building whisper-cli (kvscribe setup whisper-cpp)...\n")
         try:
-            found = build.build(lambda what, fraction: None)
+            path = build.build(lambda what, fraction: None)
         except KvscribeError as exc:
-            _WHISPER_CLI_PROBLEM.append(exc.one_line())
-            return
-    os.environ[binary.ENV_VAR] = str(found)
+            pytest.fail(f"no whisper-cli for the whispercpp tests: {exc.one_line()}")
+    os.environ[binary.ENV_VAR] = str(path)
+    return path
 
 
-@pytest.fixture(scope="session")
-def whisper_cli() -> Path:
-    """The real whisper-cli every whispercpp test runs (the session fails them if none)."""
-    if _WHISPER_CLI_PROBLEM:
-        pytest.fail(f"no whisper-cli for the whispercpp tests: {_WHISPER_CLI_PROBLEM[0]}")
-    return Path(os.environ["KVSCRIBE_WHISPER_CLI"])
+@pytest.fixture(autouse=True)
+def _lane_needs(request):
+    """A test marked `whispercpp` gets whisper-cli even when it only runs the CLI."""
+    if request.node.get_closest_marker("whispercpp") is not None:
+        request.getfixturevalue("whisper_cli")
 
 
 @pytest.fixture(autouse=True)

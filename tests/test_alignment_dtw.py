@@ -11,6 +11,8 @@ pytest.importorskip("transformers")
 
 from kvscribe.backends.hf.alignment import dtw, median_filter  # noqa: E402
 
+pytestmark = [pytest.mark.transformers]
+
 
 def _plain_dtw(cost: np.ndarray) -> list[tuple[int, int]]:
     """The textbook recurrence, one cell at a time, as openai-whisper's dtw_cpu runs it."""

@@ -14,6 +14,8 @@ from kvscribe.errors import AudioDecodeError
 from tests.conftest import EVAL_DIR, SAMPLE
 from tests.media import write_wav
 
+pytestmark = [pytest.mark.eval]
+
 LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"
 
 

@@ -9,22 +9,27 @@ import sys
 import pytest
 from kvscribe.backends.base import Backend, DecodeRequest, DecoderReport
 
-from kvscribe import models, profile, registry
+from kvscribe import registry
 from kvscribe.audio import load_audio
 from kvscribe.types import Segment
 from tests.conftest import SAMPLE, SAMPLE_TEXT, wer
+from tests.loaded import backend as shared_backend
+
+pytestmark = [pytest.mark.model]
 
 ENTRIES = registry.discover()
-AVAILABLE = [name for name, e in ENTRIES.items() if e.backend and not e.backend.check_available()]
 
 
-@pytest.fixture(scope="module", params=AVAILABLE)
+@pytest.fixture(scope="module", params=list(ENTRIES))
 def loaded(request) -> Backend:
-    backend_cls = registry.get(request.param)
-    model = models.resolve(None, backend_cls.capabilities.model_formats)
-    backend = backend_cls(model, profile.load("cpu-laptop"), "cpu")
-    backend.load()
-    return backend
+    """Each registered backend with the embedded model (whispercpp: after whisper-cli is found
+    or built); one that cannot run here is skipped with its own reason."""
+    if request.param == "whispercpp":
+        request.getfixturevalue("whisper_cli")
+    reason = ENTRIES[request.param].backend.check_available()
+    if reason is not None:
+        pytest.skip(reason)
+    return shared_backend(request.param, "cpu-laptop")
 
 
 def test_built_ins_are_registered_through_entry_points():

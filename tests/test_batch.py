@@ -18,6 +18,8 @@ from kvscribe.errors import ExitCode
 from kvscribe.inputs import Input, Selection, expand, looks_like_media, output_bases
 from tests.conftest import KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
 
+pytestmark = [pytest.mark.model]
+
 FAST = ("--beam-size", "1", "-f", "txt,json")  # greedy: the tests check plumbing, not accuracy
 GOOD = [
     "a.wav",

@@ -4,7 +4,6 @@ budget and the CLI's --batch-size."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 
@@ -12,7 +11,6 @@ import numpy as np
 import pytest
 from kvscribe.backends.base import DecodeRequest
 
-from kvscribe import models, profile, registry
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.chunking import (
     Chunk,
@@ -24,8 +22,11 @@ from kvscribe.chunking import (
     unfinished,
 )
 from kvscribe.live.vad import WINDOW
+from tests import loaded
 from tests.conftest import EVAL_DIR, SAMPLE, pooled_wer, run_cli
 from tests.media import paused_clip
+
+pytestmark = [pytest.mark.model, pytest.mark.eval]
 
 LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"
 PAUSED_FROM = [
@@ -47,12 +48,7 @@ def paused(tmp_path_factory):
 
 
 def _backend(name: str, chosen: str = "cpu-laptop", **changes):
-    backend_cls = registry.get(name)
-    model = models.resolve(None, backend_cls.capabilities.model_formats)
-    loaded = dataclasses.replace(profile.load(chosen), device="cpu", **changes)
-    backend = backend_cls(model, loaded, "cpu")
-    backend.load()
-    return backend
+    return loaded.backend(name, chosen, **changes)
 
 
 def _decode(backend, audio, **request):

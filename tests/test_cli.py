@@ -16,6 +16,8 @@ from kvscribe import hardware
 from kvscribe.errors import ExitCode
 from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
 
+pytestmark = [pytest.mark.model]
+
 HAS_CUDA = hardware.detect().has_cuda
 
 BAD_INPUTS = [

@@ -20,6 +20,8 @@ from kvscribe.errors import ExitCode
 from kvscribe.vadfilter import TimeMap
 from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
 
+pytestmark = [pytest.mark.model]
+
 BACKENDS = ("ctranslate2", "transformers", "whispercpp")
 INSERTED = 30.0  # seconds of digital silence put into JFK's pause after "Americans"
 PAUSE_AT = 2.7  # mid-pause (2.2-3.2 s is at the recording's noise floor)

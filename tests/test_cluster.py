@@ -19,6 +19,8 @@ from kvscribe.errors import ExitCode
 from tests.cluster_local import namespace_command, namespace_problem
 from tests.conftest import EVAL_DIR, ROOT, SAMPLE, run_cli
 
+pytestmark = [pytest.mark.cluster, pytest.mark.eval]
+
 # Greedy: the tests check plumbing, not accuracy. One engine thread everywhere: the cluster's
 # nodes have 1 CPU each while `--jobs 1` would take every core, and equal bytes need equal
 # settings. (What did change a clip's words between the two, "1-2-345-678910." vs

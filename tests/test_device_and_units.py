@@ -90,6 +90,7 @@ def test_whispercpp_on_a_cuda_machine_runs_on_cpu_and_the_stats_say_why(whisper_
     assert "whispercpp runs on CPU only" in _text(stats_table(report))
 
 
+@pytest.mark.whispercpp  # the device is checked once the backend is available
 def test_whispercpp_with_device_cuda_named_is_still_a_usage_error():
     result = run_cli(SAMPLE, "--backend", "whispercpp", "--device", "cuda")
     assert result.code == ExitCode.USAGE, result.stderr
@@ -104,6 +105,7 @@ def _cells() -> list[Cell]:
     return [Cell("kvscribe", b, None, "cpu-laptop") for b in ("ctranslate2", "whispercpp")]
 
 
+@pytest.mark.whispercpp  # bench places whispercpp only where whisper-cli runs
 def test_bench_auto_on_a_cuda_machine_runs_whispercpp_on_cpu_with_a_note():
     placement = place(_cells(), "auto", BIG_GPU)
     devices = {cell.backend: choice for cell, choice in placement.devices.items()}
@@ -114,6 +116,7 @@ def test_bench_auto_on_a_cuda_machine_runs_whispercpp_on_cpu_with_a_note():
     assert placement.describe({"cuda", "cpu"}).startswith("--device auto: ran on cpu, cuda (")
 
 
+@pytest.mark.whispercpp  # bench places whispercpp only where whisper-cli runs
 def test_bench_cuda_named_skips_whispercpp_with_the_reason():
     placement = place(_cells(), "cuda", BIG_GPU)
     assert [c.backend for c in placement.devices] == ["ctranslate2"]

@@ -20,6 +20,8 @@ import pytest
 from tests.conftest import EVAL_DIR, pooled_wer, wer
 from tests.eval_worker import transcribe_in_child
 
+pytestmark = [pytest.mark.model, pytest.mark.eval]
+
 CLIPS = sorted(EVAL_DIR.glob("*.wav"))
 
 POOLED_WER_BOUND = 0.10  # worst measured 0.082 (AVX2, issue 12's machine)

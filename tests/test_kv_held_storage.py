@@ -9,7 +9,6 @@ slack of any other kind fails (b).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import ClassVar
 
 import pytest
@@ -19,12 +18,15 @@ pytest.importorskip("transformers")
 
 from kvscribe.backends.base import DecodeRequest  # noqa: E402
 
-from kvscribe import models, profile, registry  # noqa: E402
+from kvscribe import profile  # noqa: E402
 from kvscribe.audio import load_audio  # noqa: E402
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache  # noqa: E402
 from kvscribe.kvcache.spec import parse_cross, parse_policy  # noqa: E402
+from tests import loaded  # noqa: E402
 from tests.conftest import EVAL_DIR  # noqa: E402
 from tests.kv_storage import nominal_bytes, reachable_storage_bytes  # noqa: E402
+
+pytestmark = [pytest.mark.transformers, pytest.mark.eval]
 
 HEADS, HEAD_DIM, LAYERS = 2, 64, 2
 WIDTH = HEADS * HEAD_DIM
@@ -144,9 +146,7 @@ def test_real_decoding_reports_the_storage_held_on_long_form(monkeypatch, name, 
     monkeypatch.setattr(longform, "PolicyCache", _CheckedCache)
     monkeypatch.setattr(batched, "PolicyCache", _CheckedCache)
     _CheckedCache.mismatches = []
-    chosen = dataclasses.replace(profile.load(name), device="cpu")
-    backend = registry.get("transformers")(models.resolve(None, ("transformers",)), chosen, "cpu")
-    backend.load()
+    backend = loaded.backend("transformers", name)
     audio = load_audio(LONG_FORM)
     if name != "tiny-vram":  # three windows (previous-text prompts included) are enough here
         audio = audio[: 90 * 16000]

@@ -17,6 +17,8 @@ from kvscribe.kvcache.layers import HalfLayer, KVLayer, make_layer  # noqa: E402
 from kvscribe.kvcache.quant import dequantize, quantize  # noqa: E402
 from kvscribe.kvcache.spec import CrossSpec, LayerSpec, parse_cross, parse_policy  # noqa: E402
 
+pytestmark = [pytest.mark.transformers]
+
 HEADS, DIM = 2, 64
 chunks = st.lists(st.integers(1, 6), min_size=1, max_size=25)
 

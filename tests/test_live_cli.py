@@ -16,6 +16,8 @@ import pytest
 from kvscribe import audio
 from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, pooled_wer, run_cli
 
+pytestmark = [pytest.mark.model, pytest.mark.eval]
+
 SR = audio.SAMPLE_RATE
 LONGFORM = EVAL_DIR / "espeak_longform_en.wav"
 MAX_WER_GAP = 0.05  # live may lose at most this much WER to offline, same backend and model

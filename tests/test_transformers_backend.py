@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import numpy as np
@@ -13,10 +12,13 @@ pytest.importorskip("transformers")
 
 from kvscribe.backends.base import DecodeRequest  # noqa: E402
 
-from kvscribe import models, profile, registry  # noqa: E402
+from kvscribe import models  # noqa: E402
 from kvscribe.audio import load_audio  # noqa: E402
 from kvscribe.models.embedded import EMBEDDED  # noqa: E402
+from tests import loaded  # noqa: E402
 from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, pooled_wer, run_cli, wer  # noqa: E402
+
+pytestmark = [pytest.mark.transformers, pytest.mark.eval]
 
 CLIPS = sorted(EVAL_DIR.glob("*.wav"))
 LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"
@@ -103,17 +105,10 @@ def test_policy_decoder_with_a_full_cache_matches_transformers_forward():
         assert (torch.cat(rows) - expected).abs().max() < 1e-4
 
 
-@functools.cache
 def _backend(profile_name: str, kv_self: str | None = None, kv_cross: str | None = None):
-    chosen = profile.load(profile_name)
-    if kv_self or kv_cross:
-        chosen = dataclasses.replace(
-            chosen, kv_self=kv_self or chosen.kv_self, kv_cross=kv_cross or chosen.kv_cross
-        )
-    backend_cls = registry.get("transformers")
-    backend = backend_cls(models.resolve(None, ("transformers",)), chosen, "cpu")
-    backend.load()
-    return backend
+    changes = {"kv_self": kv_self} if kv_self else {}
+    changes |= {"kv_cross": kv_cross} if kv_cross else {}
+    return loaded.backend("transformers", profile_name, **changes)
 
 
 @functools.cache

