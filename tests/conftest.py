@@ -21,6 +21,8 @@ SAMPLE_TEXT = (ROOT / "samples" / "jfk.txt").read_text(encoding="utf-8")
 EVAL_DIR = ROOT / "eval" / "clips"
 REALFORM_DIR = ROOT / "eval" / "realform"
 KVSCRIBE = Path(sys.executable).parent / "kvscribe"
+# The user's own cache and config, before tests point them at temporary folders.
+USER_DIRS = {name: os.environ.get(name) for name in ("KVSCRIBE_CACHE_DIR", "KVSCRIBE_CONFIG_DIR")}
 
 
 # What a fixture needs; `whispercpp`, `transformers` and `cluster` tests run the real model too.
@@ -51,6 +53,20 @@ def whisper_cli() -> Path:
     """The real whisper-cli every whispercpp test runs: found, or built into the user cache
     (kvscribe setup whisper-cpp, ~3 min cold) the first time a selected test needs it, and
     exported so CLI children use the same binary despite the isolated cache."""
+    from kvscribe.whispercpp import binary
+
+    with pytest.MonkeyPatch.context() as users:  # the user's cache, not a test's own
+        for name, value in USER_DIRS.items():
+            if value is None:
+                users.delenv(name, raising=False)
+            else:
+                users.setenv(name, value)
+        path = _find_or_build_whisper_cli()
+    os.environ[binary.ENV_VAR] = str(path)
+    return path
+
+
+def _find_or_build_whisper_cli() -> Path:
     from kvscribe.errors import KvscribeError
     from kvscribe.whispercpp import binary, build
 
@@ -58,15 +74,13 @@ def whisper_cli() -> Path:
         found = binary.find()
         if not found.kv_types:  # the suite tests kvscribe's patched build
             raise KvscribeError(f"{found.path} has no KV cache types")
-        path = found.path
+        return found.path
     except KvscribeError:
         sys.stderr.write("\nkvscribe tests: building whisper-cli (kvscribe setup whisper-cpp)...\n")
         try:
-            path = build.build(lambda what, fraction: None)
+            return build.build(lambda what, fraction: None)
         except KvscribeError as exc:
             pytest.fail(f"no whisper-cli for the whispercpp tests: {exc.one_line()}")
-    os.environ[binary.ENV_VAR] = str(path)
-    return path
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,13 @@ import functools
 
 @functools.cache
 def backend(name: str, profile_name: str = "cpu-laptop", model: str | None = None, **changes):
-    """The backend `name` on the CPU with `profile_name` (fields in `changes` replaced)."""
+    """The backend `name` on the CPU with `profile_name` (fields in `changes` replaced),
+    loaded on first use and shared from then on."""
+    return fresh(name, profile_name, model, **changes)
+
+
+def fresh(name: str, profile_name: str = "cpu-laptop", model: str | None = None, **changes):
+    """A backend of the test's own (for changes that are not hashable, or state it alters)."""
     from kvscribe import models, profile, registry
 
     backend_cls = registry.get(name)

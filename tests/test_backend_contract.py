@@ -38,6 +38,7 @@ def test_built_ins_are_registered_through_entry_points():
 
 
 @pytest.mark.parametrize("name", list(ENTRIES))
+@pytest.mark.slow
 def test_backend_declares_itself(name):
     backend_cls = ENTRIES[name].backend
     assert issubclass(backend_cls, Backend) and backend_cls.name == name
@@ -59,6 +60,7 @@ def test_importing_a_backend_module_loads_no_engine(name):
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_segments_stream_in_order_within_the_audio(loaded):
     samples = load_audio(SAMPLE)
     run = loaded.transcribe(samples, DecodeRequest())

@@ -80,6 +80,7 @@ def first_run(tree, tmp_path_factory):
     return out, result
 
 
+@pytest.mark.slow
 def test_batch_mirrors_the_tree_and_reports_each_bad_file_once(tree, first_run):
     out, result = first_run
     assert result.code == ExitCode.SOME_FAILED, result.stderr
@@ -126,6 +127,7 @@ def test_rerun_does_no_work_and_lists_the_same_failures(tree, first_run):
     assert result.stderr.count("failed before, unchanged") == len(BAD) - 1  # empty.wav: at once
 
 
+@pytest.mark.slow
 def test_changed_input_and_forced_rerun_are_redone(tree, derived, tmp_path):
     folder = tmp_path / "in"
     shutil.copytree(tree / "same", folder)
@@ -145,6 +147,7 @@ def test_changed_input_and_forced_rerun_are_redone(tree, derived, tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_changed_options_redo_and_new_formats_are_written(tmp_path):
     out = tmp_path / "out"
     assert run_cli(SAMPLE, "-o", out, "-f", "txt", "--beam-size", "1").code == 0
@@ -157,6 +160,7 @@ def test_changed_options_redo_and_new_formats_are_written(tmp_path):
     assert (out / "jfk.srt").is_file()
 
 
+@pytest.mark.slow
 def test_kill_9_mid_batch_then_rerun_equals_an_uninterrupted_run(tree, first_run, tmp_path):
     reference, _ = first_run
     out = tmp_path / "out"

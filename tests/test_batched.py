@@ -138,6 +138,7 @@ def test_batched_segments_sit_on_the_speech_and_nothing_is_said_in_silence(pause
     assert pooled_wer(list(zip(references, said, strict=True))) <= 0.15
 
 
+@pytest.mark.slow
 def test_ctranslate2_batched_long_form_keeps_its_accuracy():
     segments, report = _decode(_backend("ctranslate2"), load_audio(LONG_FORM), batch_size=8)
     text = "".join(s.text for s in segments)
@@ -157,6 +158,7 @@ def _tokens(segments) -> list[int]:
     return [t for s in segments for t in s.tokens]
 
 
+@pytest.mark.slow
 def test_transformers_batch_size_does_not_change_the_tokens(long_form_head):
     """Compaction (finished chunks leave the batch) and grouping must not change any chunk's
     search: batch 3 (all chunks together) gives the tokens of batch 2 (two groups)."""
@@ -167,6 +169,7 @@ def test_transformers_batch_size_does_not_change_the_tokens(long_form_head):
     assert _tokens(together) == _tokens(apart)
 
 
+@pytest.mark.slow
 def test_no_loss_gives_the_full_cache_tokens_when_batched(long_form_head):
     full = _backend("transformers", "no-loss", kv_self="full", kv_cross="full")
     segments_full, _ = _decode(full, long_form_head, batch_size=8)
@@ -175,6 +178,7 @@ def test_no_loss_gives_the_full_cache_tokens_when_batched(long_form_head):
     assert _tokens(segments_no_loss) == _tokens(segments_full)
 
 
+@pytest.mark.slow
 def test_cross_attention_held_per_beam_per_chunk_and_shared(long_form_head):
     """Batch of 3 chunks, beam 5: per-beam copies hold 5x one copy per chunk; Q8_0 34/128."""
     held = {}
@@ -188,6 +192,7 @@ def test_cross_attention_held_per_beam_per_chunk_and_shared(long_form_head):
     assert held["shared,q8_0"] == held["shared"] * 34 // 128
 
 
+@pytest.mark.slow
 def test_the_budget_picks_the_largest_batch_whose_kv_fits(long_form_head):
     from kvscribe.backends.hf.batched import bytes_per_chunk
 
@@ -196,9 +201,8 @@ def test_the_budget_picks_the_largest_batch_whose_kv_fits(long_form_head):
     per_chunk = bytes_per_chunk(plan, 1500, 384, backend.dtype)
     budget_mb = int(2.5 * per_chunk / 1e6) + 1  # room for 2 chunks, not 3
     section = {**backend.settings, "kv_budget_mb": budget_mb}
-    tight = _backend(
-        "transformers", "tiny-vram", backends={**backend.profile.backends, "transformers": section}
-    )
+    backends = {**backend.profile.backends, "transformers": section}
+    tight = loaded.fresh("transformers", "tiny-vram", backends=backends)
     _, report = _decode(tight, long_form_head)
     assert report.batch_size == budget_mb * 1_000_000 // per_chunk == 2
     assert report.kv_cross_bytes + report.kv_self_peak_bytes <= budget_mb * 1_000_000
@@ -216,6 +220,7 @@ def test_batch_size_flag_reaches_the_stats_and_short_audio_stays_sequential(tmp_
 
 
 @pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.slow
 def test_batch_size_reaches_the_stats_on_long_audio(tmp_path, monkeypatch, batch):
     monkeypatch.setenv("COLUMNS", "200")  # one line per stats row
     stats = tmp_path / "stats.json"

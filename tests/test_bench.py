@@ -104,6 +104,7 @@ def bench_run(tmp_path_factory, whisper_cli):
     return folder, result
 
 
+@pytest.mark.slow
 def test_bench_writes_every_output(bench_run):
     folder, result = bench_run
     assert result.code == 0, result.stderr
@@ -123,6 +124,7 @@ def test_bench_writes_every_output(bench_run):
         assert (folder / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_bench_figures_agree_with_each_other(bench_run):
     folder, _ = bench_run
     cells = {c["label"]: c for c in json.loads((folder / "b.json").read_text())["cells"]}
@@ -158,6 +160,7 @@ def test_bench_figures_agree_with_each_other(bench_run):
         assert 0 <= cell["wer"] <= 0.2 and cell["peak_rss_bytes"] > 50_000_000
 
 
+@pytest.mark.slow
 def test_charts_have_labelled_axes_and_legends(bench_run):
     from kvscribe.bench.figures import CellFigures
     from kvscribe.bench.plots import kv_figure, pyplot, wer_figure
@@ -255,6 +258,7 @@ def test_worker_asks_for_the_cells_batch_size_and_warms_its_path():
     assert warmed(faster, [short, long]) == [short.name]  # engines called directly never batch
 
 
+@pytest.mark.slow
 def test_bad_batch_sizes_are_one_line_usage_errors():
     for args in (["--batch-sizes", "0"], ["--batch-sizes", "65"], ["--batch-sizes", "8,x"]):
         result = run_cli("bench", "--profile", "cpu-laptop", *args)
@@ -262,6 +266,7 @@ def test_bad_batch_sizes_are_one_line_usage_errors():
         assert "--batch-sizes" in result.stderr and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_bench_without_batch_sizes_has_no_batch_rows(bench_run):
     folder, _ = bench_run
     data = json.loads((folder / "b.json").read_text())
@@ -286,6 +291,7 @@ def batch_bench(tmp_path_factory):
     return folder, data, {c["label"]: c for c in data["cells"]}
 
 
+@pytest.mark.slow
 def test_batch_bench_reports_one_tradeoff_table(batch_bench):
     folder, data, cells = batch_bench
     settings = ["transformers: full / full", "transformers: cpu-laptop", "ctranslate2: cpu-laptop"]
@@ -309,6 +315,7 @@ def test_batch_bench_reports_one_tradeoff_table(batch_bench):
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_batch_bench_figures_agree_with_each_other(batch_bench):
     from kvscribe.chunking import speech_chunks
 
@@ -342,6 +349,7 @@ def _kv_total(cell: dict) -> int:
     return cell["kv_self_peak_bytes"] + cell["kv_cross_bytes"]
 
 
+@pytest.mark.slow
 def test_batch_chart_shows_each_setting_per_batch_size(batch_bench):
     from kvscribe.bench.figures import CellFigures
     from kvscribe.bench.plots import batch_figure, pyplot

@@ -229,6 +229,7 @@ def test_version_and_transcribe_help():
     assert "kvscribe[ray]" in helptext.replace("\n", "").replace("│", "").replace(" ", "")
 
 
+@pytest.mark.slow
 def test_info_commands():
     backends = run_cli("backends")
     assert (

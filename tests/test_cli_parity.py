@@ -151,6 +151,7 @@ def _words(path: Path, backend: str, tmp_path: Path, *flags: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.slow
 def test_vad_filter_keeps_the_silence_empty_and_the_clock_true(backend, with_pause, tmp_path):
     paused = _words(with_pause, backend, tmp_path / "paused")
     plain = _words(SAMPLE, backend, tmp_path / "plain")
@@ -208,6 +209,7 @@ def test_a_segment_grazing_a_join_keeps_to_the_region_that_holds_its_speech():
 
 
 @pytest.mark.parametrize("backend", ["transformers", "whispercpp"])  # the runner cuts for them
+@pytest.mark.slow
 def test_segments_stay_off_long_digital_silence_after_the_cut(backend, tmp_path):
     from tests.media import paused_clip
 
@@ -228,6 +230,7 @@ def test_segments_stay_off_long_digital_silence_after_the_cut(backend, tmp_path)
                 assert start <= a - 0.48 and end >= b + 0.48, (segment, silences)
 
 
+@pytest.mark.slow
 def test_a_multilingual_model_prints_the_detected_language_and_its_probability(tmp_path):
     out = tmp_path / "out"
     result = run_cli(SAMPLE, "--model", "base", "-f", "json", "-o", out)
@@ -255,6 +258,7 @@ def quiet_files(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", ["silence", "noise"])
+@pytest.mark.slow
 def test_silence_and_low_noise_give_an_empty_transcript(backend, kind, quiet_files):
     """Not "You": by default, with no --vad-filter."""
     result = run_cli(quiet_files[kind], "-b", backend, "-f", "txt", "-q")

@@ -101,6 +101,7 @@ def _same_as_jobs_1(out: Path, reference) -> None:
 
 
 @needs_ray
+@pytest.mark.slow
 def test_cluster_outputs_equal_jobs_1_shared_storage_and_shipped(
     namespaces, tree, reference, tmp_path
 ):
@@ -119,6 +120,7 @@ def test_cluster_outputs_equal_jobs_1_shared_storage_and_shipped(
 
 
 @needs_ray
+@pytest.mark.slow
 def test_an_actor_killed_mid_file_is_replaced_and_its_file_retried(
     namespaces, tree, reference, tmp_path
 ):
@@ -136,6 +138,7 @@ def test_an_actor_killed_mid_file_is_replaced_and_its_file_retried(
 
 
 @needs_ray
+@pytest.mark.slow
 def test_driver_killed_then_rerun_equals_jobs_1(namespaces, tree, reference, tmp_path):
     out = tmp_path / "out"
     result = _in_cluster("kill-driver", tree, out, tmp_path)

@@ -93,6 +93,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.slow
 def test_streamed_file_transcribes_as_its_array(ct2_backend, files, case):
     name, request = CASES[case]
     path = files[name]
@@ -138,6 +139,7 @@ def test_digital_silence_found_from_the_scan_as_from_the_array(files):
     assert clips_without_digital_silence(open_streamed(path)) == clips
 
 
+@pytest.mark.slow
 def test_block_fed_vad_equals_faster_whispers():
     """Probabilities and speech timestamps equal faster-whisper's whole-array functions,
     across its 10,000-window batches and ours, with a length whose last 64 samples
@@ -175,6 +177,7 @@ def multilingual_backend():
 
 
 @pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.slow
 def test_language_detected_on_a_stream_as_on_its_array(multilingual_backend, files, batch):
     """The multilingual model detects the language from the streamed features (sequential:
     faster-whisper's detection reads `features[..., seek:]`, a lazy view) as from the array."""

@@ -78,6 +78,7 @@ def test_words_on_jfk_are_faster_whispers_own(ct2_backend):
     assert run.report.settings["word timestamps"]
 
 
+@pytest.mark.slow
 def test_batched_words_agree_with_sequential_words(ct2_backend):
     audio = load_audio(LONG_FORM)  # 182 s: several speech chunks, decoded 4 at a time
     batched_run, batched = _decode(ct2_backend, audio, word_timestamps=True, batch_size=4)
@@ -115,6 +116,7 @@ def _low_noise(seconds: float) -> np.ndarray:
 
 
 @pytest.mark.parametrize("make", [_silence, _low_noise], ids=["digital silence", "low noise"])
+@pytest.mark.slow
 def test_silence_says_nothing_by_default(ct2_backend, make):
     """Issue 14's must-show: 20 s of nothing is an empty transcript, not "You". On low noise
     the beam search loops on " . . ." and the fallback's samples differ from run to run
@@ -249,6 +251,7 @@ def test_batched_chunks_sample_at_the_requested_temperature(ct2_backend):
     assert run.report.settings["temperature fallback"].startswith("0.4 only")
 
 
+@pytest.mark.slow
 def test_batched_fallback_keeps_the_likeliest_when_every_decode_fails(ct2_backend):
     """A compression threshold every decode fails makes the batched path try each
     temperature per chunk and keep the likeliest decode (faster-whisper's rule): never less

@@ -275,6 +275,7 @@ def test_live_stats_table_shows_the_same_notes_as_file_runs():
     assert "not applicable" in shown and "(estimated)" in shown
 
 
+@pytest.mark.slow
 def test_live_tiny_vram_on_ctranslate2_lists_what_it_cannot_honour(tmp_path):
     path = tmp_path / "stats.json"
     result = run_cli(

@@ -369,6 +369,7 @@ def _reference_module():
     return module
 
 
+@pytest.mark.slow
 def test_the_cli_reference_is_current():
     reference = _reference_module()
     assert reference.COMMAND == REGENERATE

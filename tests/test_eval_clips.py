@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import EVAL_DIR, pooled_wer, wer
 from tests.eval_worker import transcribe_in_child
 
-pytestmark = [pytest.mark.model, pytest.mark.eval]
+pytestmark = [pytest.mark.slow, pytest.mark.model, pytest.mark.eval]
 
 CLIPS = sorted(EVAL_DIR.glob("*.wav"))
 

@@ -43,6 +43,7 @@ def _live(*args, stdin: bytes | None = None, timeout: float = 900) -> subprocess
     )
 
 
+@pytest.mark.slow
 def test_replayed_file_commits_text_close_to_offline(tmp_path):
     out, stats_path = tmp_path / "notes.txt", tmp_path / "stats.json"
     done = _live("--input", SAMPLE, "--as-fast-as-possible", "-o", out, "--stats-json", stats_path)
@@ -61,6 +62,7 @@ def test_replayed_file_commits_text_close_to_offline(tmp_path):
     assert "kvscribe live stats" in done.stderr.decode()
 
 
+@pytest.mark.slow
 def test_pcm_from_a_pipe_gives_the_same_text_as_the_file():
     samples = audio.load_audio(SAMPLE)
     piped = _live("--input", "-", "-q", stdin=_pcm(samples))
@@ -109,6 +111,7 @@ def test_a_ten_minute_stream_keeps_memory_flat(tmp_path):
     assert end - warm < 24 * 2**20, samples
 
 
+@pytest.mark.slow
 def test_ctrl_c_mid_replay_keeps_the_committed_text_and_exits_0(tmp_path):
     out = tmp_path / "notes.txt"
     out.write_text("an earlier session, cut off", encoding="utf-8")  # no newline: killed
@@ -179,6 +182,7 @@ def test_empty_pipe_is_a_session_with_nothing_said():
     assert "utterances" in done.stderr.decode()
 
 
+@pytest.mark.slow
 def test_on_a_terminal_tentative_text_is_dim_and_a_status_line_shows(tmp_path):
     import pty
 

@@ -207,6 +207,7 @@ def test_stdin_pcm_is_decoded_exactly_even_split_mid_sample(jfk):
     np.testing.assert_array_equal(got, pcm.astype(np.float32) / 32768.0)
 
 
+@pytest.mark.slow
 def test_paced_replay_releases_audio_on_the_audio_clock_and_fast_does_not(tmp_path):
     clip = tmp_path / "two_seconds.wav"
     _write_wav(clip, np.zeros(2 * SR, dtype=np.float32))

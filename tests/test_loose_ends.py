@@ -243,6 +243,7 @@ def test_selectors_are_checked_against_the_real_model_not_the_syntax_check():
         parse_policy("half@layers=odd", 1)
 
 
+@pytest.mark.slow
 def test_a_selector_past_the_models_layers_exits_2_on_the_real_backend():
     result = run_cli(SAMPLE, "--backend", "transformers", "--kv-policy", "full@layers=7")
     assert result.code == ExitCode.USAGE, result.stderr

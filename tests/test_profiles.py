@@ -160,6 +160,7 @@ def seed_command(p) -> str:
     )
 
 
+@pytest.mark.slow
 def test_the_printed_seed_command_runs_the_tables_version_exactly(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")

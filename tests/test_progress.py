@@ -70,6 +70,7 @@ def _outputs(folder: Path) -> dict[str, bytes]:
     }
 
 
+@pytest.mark.slow
 def test_one_file_shows_its_audio_and_segments_on_stderr_and_q_shows_neither(terminal, tmp_path):
     shown = run_cli(SAMPLE, "-o", tmp_path / "shown", *FAST)
     assert shown.code == 0, shown.stderr

@@ -32,6 +32,7 @@ def _features(samples: np.ndarray, n_mels: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("name", MODELS)
+@pytest.mark.slow
 def test_converted_model_matches_ctranslate2_logits_and_greedy_tokens(name):
     import ctranslate2
     from transformers import WhisperForConditionalGeneration
@@ -127,6 +128,7 @@ def _results(profile_name: str, kv_self: str | None = None, kv_cross: str | None
     return results
 
 
+@pytest.mark.slow
 def test_no_loss_gives_the_same_tokens_as_a_full_cache_on_every_clip():
     no_loss = _results("no-loss")
     full = _results("no-loss", kv_self="full", kv_cross="full")
@@ -135,6 +137,7 @@ def test_no_loss_gives_the_same_tokens_as_a_full_cache_on_every_clip():
 
 
 @pytest.mark.parametrize("name", ["cpu-laptop", "tiny-vram", "gpu", "no-loss"])
+@pytest.mark.slow
 def test_every_profile_transcribes_every_clip_with_bounded_wer(name):
     results = _results(name)
     pairs = [
@@ -144,12 +147,14 @@ def test_every_profile_transcribes_every_clip_with_bounded_wer(name):
     assert len(results) == len(CLIPS) and pooled_wer(pairs) <= 0.10
 
 
+@pytest.mark.slow
 def test_tiny_vram_window_holds_at_most_half_the_full_cache_on_long_form():
     report = _results("tiny-vram")[LONG_FORM.name][2]
     assert report.windows >= 6 and not report.kv_estimated
     assert report.kv_self_peak_bytes <= 0.5 * report.kv_self_full_bytes
 
 
+@pytest.mark.slow
 def test_q8_0_holds_at_most_28_percent_of_an_fp32_cache():
     run = _backend("no-loss", kv_self="q8_0").transcribe(load_audio(LONG_FORM), DecodeRequest())
     list(run.segments)
@@ -167,6 +172,7 @@ def test_shared_cross_attention_at_beam_5_holds_what_beam_1_holds():
     assert sizes[5] == sizes[1] == 2 * 4 * 1500 * 384 * 4
 
 
+@pytest.mark.slow
 def test_cli_runs_a_custom_policy_and_reports_measured_memory(tmp_path):
     stats = tmp_path / "stats.json"
     result = run_cli(
@@ -202,6 +208,7 @@ def test_cli_rejects_a_malformed_policy_in_one_line(bad):
     ("device", "available"),
     [("cuda", torch.cuda.is_available()), ("mps", torch.backends.mps.is_available())],
 )
+@pytest.mark.slow
 def test_a_missing_accelerator_is_backend_unavailable(device, available):
     if available:
         pytest.skip(f"this machine has {device}")

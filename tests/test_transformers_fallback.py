@@ -56,6 +56,7 @@ def _most_repeated_phrase(text: str, words: int = 4) -> int:
 # -- a looping window rescued ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_window_that_loops_at_temperature_0_is_rescued_by_fallback(backend, looping_audio):
     looped, plain = _decode(backend, looping_audio, beam_size=1, batch_size=1, fallback=NO_FALLBACK)
     looped_text = "".join(s.text for s in looped)
@@ -138,6 +139,7 @@ def test_the_report_describes_the_rule_in_force():
 # -- conditioning and the initial prompt -----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_request_overrides_the_profiles_conditioning_and_the_prompt_opens_only(backend):
     """cpu-laptop conditions on previous text; a request that says no wins, and then the
     initial prompt reaches the first window only (openai-whisper's rule)."""
@@ -165,6 +167,7 @@ def test_the_request_overrides_the_profiles_conditioning_and_the_prompt_opens_on
 # -- the batched path ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_batched_chunks_fall_back_on_their_own(backend, looping_audio):
     """A clean chunk and the looping one decoded as one batch: only the looping one is
     decoded again, and its segments carry the chunk's start and their temperature."""

@@ -27,7 +27,7 @@ from tests import loaded  # noqa: E402
 from tests.conftest import EVAL_DIR, SAMPLE, wer  # noqa: E402
 from tests.media import paused_clip  # noqa: E402
 
-pytestmark = [pytest.mark.transformers, pytest.mark.eval]
+pytestmark = [pytest.mark.slow, pytest.mark.transformers, pytest.mark.eval]
 
 LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"  # 182 s: more than the 60 s history
 SHORT_CLIPS = sorted(EVAL_DIR.glob("ps_*.wav"))  # 34 s of speech in 10 clips

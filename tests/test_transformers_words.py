@@ -291,6 +291,7 @@ def _transcribed(clip: Path, word_timestamps: bool = True, batch_size: int = 1):
 
 
 @pytest.mark.parametrize("clip", TRANSCRIBED, ids=lambda c: c.stem)
+@pytest.mark.slow
 def test_transcribe_gives_each_segment_its_words_in_order(clip):
     segments = _transcribed(clip)
     flat = [w for s in segments for w in s.words]
@@ -307,6 +308,7 @@ def test_transcribe_gives_each_segment_its_words_in_order(clip):
 
 
 @pytest.mark.parametrize("clip", TRANSCRIBED, ids=lambda c: c.stem)
+@pytest.mark.slow
 def test_transcribed_word_starts_agree_with_faster_whisper(clip):
     ours = [w for s in _transcribed(clip) for w in s.words]
     theirs = _faster_whisper_words(clip)
@@ -323,6 +325,7 @@ def test_words_only_when_asked_and_the_text_does_not_change():
     assert [s.tokens for s in plain] == [s.tokens for s in timed]
 
 
+@pytest.mark.slow
 def test_batched_chunks_time_their_words_on_the_input_s_clock():
     segments = _transcribed(LONG_FORM, batch_size=4)
     assert len({s.window for s in segments}) > 1  # several chunks, each with its own offset

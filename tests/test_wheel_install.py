@@ -105,6 +105,7 @@ def test_the_wheel_holds_every_data_file_of_the_source(wheel):
     assert not missing, f"not in the wheel (pyproject.toml's package-data): {sorted(missing)}"
 
 
+@pytest.mark.slow
 def test_installed_kvscribe_is_the_wheels_and_transcribes_from_any_folder(venv, elsewhere):
     python = venv / "bin" / "python"
     where = _check([python, "-c", "import kvscribe; print(kvscribe.__file__)"], cwd=elsewhere)
@@ -116,6 +117,7 @@ def test_installed_kvscribe_is_the_wheels_and_transcribes_from_any_folder(venv, 
     assert wer(SAMPLE_TEXT, (elsewhere / "out" / "speech.txt").read_text()) <= 0.15
 
 
+@pytest.mark.slow
 def test_installed_profiles_patches_and_backends_come_with_the_wheel(venv, elsewhere):
     listed = _check([venv / "bin" / "kvscribe", "profiles"], cwd=elsewhere)
     for profile in (ROOT / "profiles").glob("*.toml"):

@@ -118,6 +118,7 @@ def test_ggml_file_has_whisper_cpp_layout(tiny_ggml):
 
 
 @pytest.mark.parametrize("name", ["tiny.en", "base"])
+@pytest.mark.slow
 def test_written_ggml_transcribes_in_whisper_cli_directly(name, whisper_cli, tmp_path):
     if name == "base" and not EMBEDDED["base"].installed():
         pytest.skip("the base extra is not installed")
@@ -147,6 +148,7 @@ def test_conversion_is_cached_by_content(tmp_path):
 
 
 @pytest.mark.parametrize("clip", [SAMPLE, EVAL_JFK], ids=["shipped", "eval"])
+@pytest.mark.slow
 def test_cli_transcribes_jfk_with_whisper_cpp_figures(clip, whisper_cli, tmp_path):
     stats = tmp_path / "stats.json"
     result = run_cli(clip, "--backend", "whispercpp", "-f", "txt", "--stats-json", stats)
@@ -263,13 +265,22 @@ def test_float_wav_reaches_whisper_cli_unchanged(whisper_cli, tiny_ggml, tmp_pat
 
 
 def _whisper_cli_under(pid: int) -> list[int]:
-    """whisper-cli processes anywhere below `pid` (a batch may run it from a worker)."""
+    """whisper-cli processes transcribing anywhere below `pid` (a batch may run it from a
+    worker); not the short `whisper-cli --help` that checks the binary first."""
     found, parents = [], [pid]
     while parents:
         children = _children(parents.pop())
         parents += children
-        found += [c for c in children if _name(c) == "whisper-cli"]
+        found += [c for c in children if _name(c) == "whisper-cli" and _transcribes(c)]
     return found
+
+
+def _transcribes(pid: int) -> bool:
+    try:
+        arguments = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"-f" in arguments
 
 
 def _name(pid: int) -> str:
@@ -300,14 +311,20 @@ def test_killed_child_is_a_one_line_error_and_writes_nothing(whisper_cli, long_w
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its own process group, whisper-cli included
     )
-    deadline = time.monotonic() + 60
-    while not (children := _whisper_cli_under(cli.pid)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert children, "whisper-cli never started"
-    time.sleep(1.0)
-    os.kill(children[0], signal.SIGKILL)
-    _, stderr = cli.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 60
+        while not (children := _whisper_cli_under(cli.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert children, "whisper-cli never started"
+        time.sleep(1.0)
+        os.kill(children[0], signal.SIGKILL)
+        _, stderr = cli.communicate(timeout=60)
+    finally:  # a failed test must not leave a transcription running under the next ones
+        if cli.poll() is None:
+            os.killpg(cli.pid, signal.SIGKILL)
+            cli.wait()
     assert cli.returncode == 1, stderr
     assert "killed by SIGKILL" in stderr and "Traceback" not in stderr
     assert f"{long_wav}: whisper-cli" in stderr  # names the user's file, not a temp file

@@ -74,6 +74,7 @@ def _printed_sizes(cli: Path, model: Path, kind: str, tmp_path: Path) -> dict[st
 
 @pytest.mark.parametrize("name", ["tiny.en", "base"])
 @pytest.mark.parametrize("kind", ["f16", "q8_0", "q4_0"])
+@pytest.mark.slow
 def test_printed_cache_sizes_are_the_block_arithmetic(whisper_cli, tmp_path, name, kind):
     model = resolve(name, ("ggml",)).path
     dims, _ = ggml.read_dims(model)
@@ -141,6 +142,7 @@ def test_an_unpatched_whisper_cli_refuses_types_asked_for_by_name(
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_quantized_weights_are_made_once_and_used(whisper_cli, tmp_path):
     first = _stats(tmp_path, "--compute-type", "q8_0")
     assert wer(SAMPLE_TEXT, first["text"]) <= 0.1

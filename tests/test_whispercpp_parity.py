@@ -139,6 +139,7 @@ def test_words_only_when_asked_and_the_text_does_not_change(whisper_cli):
     assert wer("".join(s.text for s in plain), "".join(s.text for s in timed)) <= 0.1
 
 
+@pytest.mark.slow
 def test_words_of_later_windows_and_parts_keep_the_input_clock(whisper_cli):
     """66 s (the sample six times) on two whisper states (-p 2): the second part's segments
     are moved to the input's clock by whisper.cpp, their token times are not."""
@@ -346,6 +347,7 @@ def test_english_only_model_reports_english_without_a_probability(whisper_cli):
 
 
 @pytest.mark.skipif(not EMBEDDED["base"].installed(), reason="the base extra is not installed")
+@pytest.mark.slow
 def test_multilingual_model_reports_the_detected_language_and_its_probability(whisper_cli):
     from kvscribe.runner import load_backend
 

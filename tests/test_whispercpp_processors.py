@@ -53,6 +53,7 @@ def test_processors_follow_batch_size_threads_and_length(whisper_cli, tmp_path):
     assert "-p" not in two.argv_for(tmp_path / "a.wav", tmp_path / "out", DecodeRequest(), 1)
 
 
+@pytest.mark.slow
 def test_profile_batch_size_decodes_long_audio_on_two_processors(whisper_cli, jfk_66s):
     from kvscribe.backends.base import DecodeRequest
 
@@ -75,6 +76,7 @@ def test_profile_batch_size_decodes_long_audio_on_two_processors(whisper_cli, jf
     assert wer(" ".join([SAMPLE_TEXT] * 6), text) <= 0.15
 
 
+@pytest.mark.slow
 def test_batch_size_one_and_short_audio_keep_one_processor(whisper_cli, jfk_66s):
     from kvscribe.backends.base import DecodeRequest
 
@@ -93,6 +95,7 @@ def test_batch_size_one_and_short_audio_keep_one_processor(whisper_cli, jfk_66s)
     assert short.report.kv_cross_bytes == short.report.engine_memory_bytes["kv cross"]
 
 
+@pytest.mark.slow
 def test_batch_size_flag_reaches_whisper_cli(whisper_cli, jfk_66s, tmp_path):
     stats = tmp_path / "stats.json"
     args = ("-b", "whispercpp", "--batch-size", "2", "--beam-size", "1", "-f", "txt")

@@ -153,6 +153,7 @@ def test_a_short_input_runs_once_as_whisper_cli_would(whisper_cli, tmp_path, cap
     assert wer(SAMPLE_TEXT, "".join(s.text for s in segments)) <= 0.1
 
 
+@pytest.mark.slow
 def test_streamed_pieces_give_the_arrays_transcript_with_words(whisper_cli, monkeypatch, caplog):
     """Sequential path (batch size 1), word timestamps, fallback on, previous text carried."""
     monkeypatch.setenv(PIECE_ENV, "60")
@@ -181,6 +182,7 @@ def test_streamed_pieces_give_the_arrays_transcript_with_words(whisper_cli, monk
     assert wer(reference, " ".join(s.text for s in array)) <= 0.15
 
 
+@pytest.mark.slow
 def test_batched_pieces_of_vad_regions_match_the_array(whisper_cli, monkeypatch, caplog):
     """Batch size 8 on 2 threads: -p 2 inside each piece of 60 s or more; the runner's VAD
     regions (a Joined of the stream vs of the array); no previous text, so no prompt."""
@@ -208,6 +210,7 @@ def test_batched_pieces_of_vad_regions_match_the_array(whisper_cli, monkeypatch,
 
 
 @pytest.mark.skipif(not EMBEDDED["base"].installed(), reason="pip install 'kvscribe[base]'")
+@pytest.mark.slow
 def test_the_language_is_detected_on_the_first_piece_and_passed_on(
     whisper_cli, monkeypatch, caplog
 ):
