@@ -216,9 +216,7 @@ class Batch:
         if not todo:
             return
         executor = self.executor or local_executor(self.options, min(self.jobs, len(todo)))
-        listener = self.listener
-        events = listener if hasattr(listener, "progress") else _NoProgress(listener)
-        results = executor.results(todo, events)
+        results = executor.results(todo, self.listener)
         try:
             for result in results:
                 self._write(result)
@@ -280,20 +278,6 @@ class Batch:
             stats.worker_peak_rss = max(stats.worker_peak_rss or 0, result.worker_peak_rss or 0)
         self.listener.finished(result)
         return failed
-
-
-class _NoProgress:
-    """A listener written before TaskEvents.progress existed: it hears everything else."""
-
-    def __init__(self, listener: BatchListener):
-        self.listener = listener
-
-    def __getattr__(self, name: str):
-        return getattr(self.listener, name)
-
-    def progress(
-        self, task: Task, seconds_done: float, duration: float, segment: Segment | None
-    ) -> None: ...
 
 
 def local_executor(options: TranscribeOptions, jobs: int) -> Executor:

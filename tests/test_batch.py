@@ -279,6 +279,8 @@ class _Collect:
 
     def retrying(self, task, attempt, attempts, reason): ...
 
+    def progress(self, task, seconds_done, duration, segment): ...
+
     def finished(self, result):
         self.results.append(result)
 

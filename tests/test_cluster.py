@@ -117,6 +117,19 @@ def test_cluster_outputs_equal_jobs_1_shared_storage_and_shipped(
         assert sum(e["event"] == "started" for e in events) == 9  # empty.wav: refused at once
         for name in ("truncated.wav", "notes.wav", "empty.wav"):
             assert sum(name in line for line in run["stderr"].splitlines()) == 1, name
+    _segments_reached_the_driver(tree, out, runs["run"]["stderr"].splitlines())
+
+
+def _segments_reached_the_driver(tree: Path, out: Path, lines: list[str]) -> None:
+    """Actors send each segment as it is final; the driver prints it after its file's path."""
+    from kvscribe.writers import render_console_line
+
+    outputs = sorted(out.rglob("*.json"))
+    assert len(outputs) == 7
+    for written in outputs:
+        source = tree / written.relative_to(out).with_suffix(".wav")
+        for s in json.loads(written.read_text())["segments"]:
+            assert f"{source} {render_console_line(s['start'], s['end'], s['text'])}" in lines
 
 
 @needs_ray

@@ -5,19 +5,14 @@ written either way. A terminal is Rich's: TTY_COMPATIBLE=1 makes stderr one for 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from kvscribe.errors import ExitCode
-from tests.cluster_local import namespace_command, namespace_problem
-from tests.conftest import EVAL_DIR, KVSCRIBE, ROOT, SAMPLE, run_cli
+from tests.conftest import EVAL_DIR, SAMPLE, run_cli
 
 pytestmark = [pytest.mark.model]
 
@@ -119,22 +114,4 @@ def test_jobs_2_on_a_terminal_shows_a_bar_and_the_segments_of_each_file(terminal
         bar = re.compile(rf"^  {name}\.wav .* {seconds}/{seconds} s audio +\d+:\d\d:\d\d$")
         assert any(bar.search(line) for line in lines), name
         for segment in _segments(tmp_path / "out" / f"{name}.json"):
-            assert f"{folder / name}.wav {segment}" in lines
-
-
-@pytest.mark.slow
-@pytest.mark.cluster
-def test_cluster_actors_send_their_segments_to_the_driver(pipe, folder, tmp_path):
-    if importlib.util.find_spec("ray") is None or namespace_problem() is not None:
-        pytest.skip("no ray, or no loopback-only namespace for a Ray cluster")
-    out = tmp_path / "out"
-    cli = [KVSCRIBE, folder, "-o", out, "--cluster", "auto", "--json", *FAST]
-    argv = [sys.executable, ROOT / "tests" / "cluster_local.py", "--nodes", "1", "--", *cli]
-    done = subprocess.run(
-        namespace_command([str(a) for a in argv]), capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == ExitCode.OK, done.stderr
-    lines = done.stderr.splitlines()
-    for name in ("jfk", "second"):
-        for segment in _segments(out / f"{name}.json"):
             assert f"{folder / name}.wav {segment}" in lines
