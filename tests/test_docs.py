@@ -211,11 +211,12 @@ def parse(args: list[str]) -> None:
         parent = context
 
 
-COMMANDS = shown_commands()
+SHOWN = shown_commands()
+COMMANDS = [(w, a) for w, a in SHOWN if shlex.join(["kvscribe", *a]) not in NOT_PARSED]
 
 
 def test_the_docs_show_commands_to_check():
-    assert len(COMMANDS) >= 60
+    assert len(COMMANDS) >= 60 and len(SHOWN) - len(COMMANDS) == len(NOT_PARSED)
     pages = {where.split(":")[0] for where, _ in COMMANDS}
     assert {"README.md", "docs/profiles.md", "docs/live.md", "docs/batch.md"} <= pages
 
@@ -225,8 +226,6 @@ def test_the_docs_show_commands_to_check():
 )
 def test_every_command_shown_is_a_valid_invocation(where, args, tmp_path, monkeypatch):
     shown = shlex.join(["kvscribe", *args])
-    if shown in NOT_PARSED:
-        pytest.skip(f"not parsed: {NOT_PARSED[shown]}")
     monkeypatch.chdir(tmp_path)  # paths are parsed against an empty folder
     try:
         parse(args)
