@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 class ExitCode:
-    """Process exit codes (see README, "Exit codes")."""
+    """Process exit codes (docs/stats.md, "Exit codes")."""
 
     OK = 0
     SOME_FAILED = 1

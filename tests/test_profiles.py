@@ -116,8 +116,8 @@ def test_a_profile_says_where_it_agrees_with_its_seed_and_why_it_differs(name):
     p = profile.load(name)
     if profile.seed_agrees(p):
         assert p.seed.agrees
-    else:  # the reason quotes the README table it comes from
-        assert "README '" in p.seed.differs_because
+    else:  # the reason quotes the docs table it comes from
+        assert "docs/" in p.seed.differs_because
 
 
 @pytest.mark.parametrize("name", BUILT_IN[1:])
