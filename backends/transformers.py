@@ -48,7 +48,16 @@ class TransformersBackend(Backend):
     capabilities = Capabilities(
         model_formats=("transformers",),
         devices=("cpu", "cuda", "mps"),
-        kv_controls=("window", "sink", "half", "q8_0", "q4_0", "cross shared", "cross q8_0", "beam size"),
+        kv_controls=(
+            "window",
+            "sink",
+            "half",
+            "q8_0",
+            "q4_0",
+            "cross shared",
+            "cross q8_0",
+            "beam size",
+        ),
         batched=True,
         streams_audio=True,
     )
