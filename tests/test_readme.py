@@ -8,7 +8,7 @@ import re
 import pytest
 
 from tests.conftest import ROOT
-from tests.test_docs import DOCS, README_EXAMPLES, example_param, links, run_example
+from tests.doc_pages import DOCS, README_EXAMPLES, example_param, links, run_example
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 BLOCKS = re.findall(r"```sh\n(.*?)```", README, flags=re.S)

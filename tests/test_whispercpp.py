@@ -30,6 +30,7 @@ from kvscribe.whispercpp import binary
 from kvscribe.whispercpp.process import WhisperProcess, check_outcome, write_wav_f32
 from kvscribe.whispercpp.report import parse_segment_line
 from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
+from tests.processes import whisper_cli_under
 
 pytestmark = [pytest.mark.whispercpp]
 
@@ -264,45 +265,6 @@ def test_float_wav_reaches_whisper_cli_unchanged(whisper_cli, tiny_ggml, tmp_pat
     assert outcome.peak_rss_bytes and outcome.peak_rss_bytes > 77_000_000
 
 
-def _whisper_cli_under(pid: int) -> list[int]:
-    """whisper-cli processes transcribing anywhere below `pid` (a batch may run it from a
-    worker); not the short `whisper-cli --help` that checks the binary first."""
-    found, parents = [], [pid]
-    while parents:
-        children = _children(parents.pop())
-        parents += children
-        found += [c for c in children if _name(c) == "whisper-cli" and _transcribes(c)]
-    return found
-
-
-def _transcribes(pid: int) -> bool:
-    try:
-        arguments = (Path("/proc") / str(pid) / "cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return b"-f" in arguments
-
-
-def _name(pid: int) -> str:
-    try:
-        return (Path("/proc") / str(pid) / "comm").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the child through /proc")
 def test_killed_child_is_a_one_line_error_and_writes_nothing(whisper_cli, long_wav, tmp_path):
     out = tmp_path / "out"
@@ -315,7 +277,7 @@ def test_killed_child_is_a_one_line_error_and_writes_nothing(whisper_cli, long_w
     )
     try:
         deadline = time.monotonic() + 60
-        while not (children := _whisper_cli_under(cli.pid)) and time.monotonic() < deadline:
+        while not (children := whisper_cli_under(cli.pid)) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert children, "whisper-cli never started"
         time.sleep(1.0)
