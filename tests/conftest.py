@@ -19,7 +19,6 @@ SAMPLE = ROOT / "samples" / "jfk.wav"
 SAMPLE_TEXT = (ROOT / "samples" / "jfk.txt").read_text(encoding="utf-8")
 # The project's eval corpus (sources and licences: eval/MANIFEST.tsv).
 EVAL_DIR = ROOT / "eval" / "clips"
-REALFORM_DIR = ROOT / "eval" / "realform"
 KVSCRIBE = Path(sys.executable).parent / "kvscribe"
 # The user's own cache and config, before tests point them at temporary folders.
 USER_DIRS = {name: os.environ.get(name) for name in ("KVSCRIBE_CACHE_DIR", "KVSCRIBE_CONFIG_DIR")}
