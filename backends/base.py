@@ -36,8 +36,6 @@ class Capabilities:
     # Filters silence out itself for DecodeRequest.vad (faster-whisper's vad_filter); for
     # backends without, the runner cuts the audio with kvscribe's VAD and maps times back.
     vad_filter: bool = False
-    # Leaves long runs of digital silence undecoded itself (else the runner cuts them out).
-    skips_digital_silence: bool = False
     # Reads a file's audio in slices (a StreamedAudio), so memory stays flat in its length;
     # a backend without this (a plugin written for arrays) gets the whole file as an array.
     streams_audio: bool = False

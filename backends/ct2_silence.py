@@ -1,7 +1,7 @@
-"""What the ctranslate2 backend does not decode: long runs of digital silence (found from
-the 10 ms peak envelope, which a streamed file has from its scan), faster-whisper's VAD
-filter (silero fed a block at a time, backends/ct2_vad.py; the speech joined lazily and
-times put back on the original clock), and text from windows the model judges silent.
+"""What the ctranslate2 backend does not decode: faster-whisper's VAD filter (silero fed a
+block at a time, backends/ct2_vad.py; the speech joined lazily and times put back on the
+original clock), and text from windows the model judges silent. (Long runs of digital
+silence are cut out before any backend sees the audio: kvscribe/vadfilter.py.)
 """
 
 from __future__ import annotations
@@ -11,44 +11,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.audio_stream import Joined, Samples, frame_peaks
+from kvscribe.audio_stream import Joined, Samples
 from kvscribe.decoding import Fallback, VadFilter
-
-# Samples within 2 steps of 16-bit zero hold nothing to hear (about -84 dBFS).
-DIGITAL_SILENCE_PEAK = 2 / 32768
-# Runs of digital silence at least this long are not decoded: Whisper reads a window of
-# nothing as "You" (no-speech probability 0.94, but mean log-probability -0.78 passes the
-# -1.0 test, so faster-whisper's silence rule keeps it; tiny.en, 20 s of zeros).
-MIN_SKIPPED_SILENCE = 1.0
-
-
-def clips_without_digital_silence(audio: Samples) -> str | list[float]:
-    """faster-whisper's `clip_timestamps` for the audio outside long runs of digital
-    silence: "0" (all of it) when there are none, [] when there is nothing else. Clip
-    bounds fall on 10 ms frames (mel frames), as faster-whisper's seek does."""
-    silent = frame_peaks(audio) <= DIGITAL_SILENCE_PEAK
-    frames = silent.size
-    runs = _runs(silent, int(MIN_SKIPPED_SILENCE * 100))
-    if not runs:
-        return "0"
-    bounds, at = [], 0
-    for start, end in runs:
-        if start > at:
-            bounds += [at / 100, start / 100]
-        at = end
-    if at < frames:
-        bounds += [at / 100, frames / 100]
-    return bounds
-
-
-def _runs(flags: np.ndarray, min_length: int) -> list[tuple[int, int]]:
-    """(start, end) of each run of True at least `min_length` long."""
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], flags.astype(np.int8), [0]))))
-    return [
-        (int(start), int(end))
-        for start, end in zip(edges[::2], edges[1::2], strict=True)
-        if end - start >= min_length
-    ]
 
 
 def unspoken(fallback: Fallback, no_speech_prob: float, temperature: float, text: str) -> bool:

