@@ -1,40 +1,32 @@
 """Batched decoding on CTranslate2: kvscribe's speech chunks through one `generate` call per
-batch, with faster-whisper's feature extractor, prompt, suppression, temperature fallback
-and word alignment rules.
+batch, with faster-whisper's feature extractor, prompt, suppression and temperature
+fallback rules.
 
-Not faster-whisper's `BatchedInferencePipeline`: that drops the text after a chunk's last
-timestamp pair (it seeks as a sequential window would, but a chunk is never revisited),
-decodes at one temperature only, and this path shares kvscribe's chunker and segment rules
-with the transformers backend.
+Each chunk is decoded without timestamp tokens (as faster-whisper's
+`BatchedInferencePipeline` does by default: with them the model skips speech between one
+timestamp and the next, and a chunk is never decoded again) and every time comes from
+cross-attention alignment of its text (CTranslate2's `align`, as faster-whisper's word
+timestamps use); kvscribe.timed_words cuts the aligned words into segments.
 
 Each chunk's samples are sliced from the input (a StreamedAudio for files: decoded as it
-is read) and its features computed alone, so nothing the size of the file is ever held;
-the backend asks the stream to keep a group's span behind its reads, for the tails that
-are decoded again after the group (kvscribe.chunking.unfinished).
+is read) and its features computed alone, so nothing the size of the file is ever held.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples
-from kvscribe.chunking import Chunk, ChunkResult, chunk_pieces, chunk_segments
+from kvscribe.chunking import Chunk, ChunkResult
 from kvscribe.decoding import Fallback, compression_ratio
+from kvscribe.timed_words import TimedWord, split_segments, tidy
 from kvscribe.types import Segment, Word
 
-MAX_INITIAL_TIMESTAMP_INDEX = 50  # the first timestamp is at most 1.00 s (faster-whisper's rule)
 FRAMES_PER_SECOND = 100  # mel frames; Segment.seek counts these
-
-
-@dataclass
-class _SpeechClock:
-    """The end of the last word aligned so far (faster-whisper's `last_speech_timestamp`,
-    which shortens a first word that follows a long pause)."""
-
-    last_word_end: float = 0.0
+MEDIAN_FILTER_WIDTH = 7  # openai-whisper's smoothing of the alignment heads' weights
 
 
 @dataclass(frozen=True)
@@ -46,19 +38,22 @@ class BatchSetup:
     beams: int
     batch: int
     fallback: Fallback
-    word_timestamps: bool = False
-    clock: _SpeechClock = field(default_factory=_SpeechClock)
+    word_timestamps: bool = False  # whether segments carry their words (always aligned)
 
 
 @dataclass(frozen=True)
 class DecodedChunk(ChunkResult):
-    """A chunk's accepted decode, with what fallback and word alignment add to it."""
+    """A chunk's accepted decode (text tokens only), with what fallback and alignment add."""
 
     temperature: float = 0.0
     compression_ratio: float = 0.0
-    # One entry per piece of `chunk_pieces(tokens, ...)`: (start s, end s, words), on the
-    # original clock, spans adjusted to the words as faster-whisper adjusts its segments.
-    aligned: tuple[tuple[float, float, tuple[Word, ...]], ...] = ()
+    words: tuple[TimedWord, ...] = ()  # aligned, on the original clock
+
+    def stopped_at(self, chunk: Chunk, timestamp_begin: int) -> int | None:
+        """Where the last aligned word ends: the decode has no timestamp to say it."""
+        if not self.words:
+            return None
+        return round(self.words[-1].end * SAMPLE_RATE)
 
 
 def setup(
@@ -76,7 +71,7 @@ def setup(
 
     tokenizer = Tokenizer(engine.hf_tokenizer, engine.model.is_multilingual, task, language)
     previous = tokenizer.encode(" " + prompt_text.strip()) if prompt_text else []
-    prompt = engine.get_prompt(tokenizer, previous_tokens=previous, without_timestamps=False)
+    prompt = engine.get_prompt(tokenizer, previous_tokens=previous, without_timestamps=True)
     suppress = get_suppressed_tokens(tokenizer, [-1])
     plan = BatchSetup(engine, tokenizer, prompt, suppress, beams, batch, fallback, word_timestamps)
     return plan, tokenizer
@@ -86,7 +81,7 @@ def chunk_features(engine, audio: Samples, chunk: Chunk) -> np.ndarray:
     """The chunk's log-mel, padded (in the feature domain, as faster-whisper does) to 30 s."""
     from faster_whisper.audio import pad_or_trim
 
-    return pad_or_trim(engine.feature_extractor(audio[chunk.start : chunk.end])[..., :-1])
+    return pad_or_trim(engine.feature_extractor(chunk.samples(audio))[..., :-1])
 
 
 def decode_group(plan: BatchSetup, audio: Samples, group: list[Chunk]) -> list[DecodedChunk]:
@@ -95,9 +90,7 @@ def decode_group(plan: BatchSetup, audio: Samples, group: list[Chunk]) -> list[D
     features = np.stack([chunk_features(plan.engine, audio, chunk) for chunk in group])
     encoded = _encode(plan.engine, features)
     decoded = _with_fallback(plan, encoded, len(group))
-    if plan.word_timestamps:
-        decoded = _align_words(plan, encoded, group, decoded)
-    return decoded
+    return _aligned(plan, encoded, group, decoded)
 
 
 def _encode(engine, features: np.ndarray):
@@ -165,7 +158,6 @@ def _generate(plan: BatchSetup, encoded, rows: int, temperature: float) -> list[
         suppress_tokens=plan.suppress,
         return_scores=True,
         return_no_speech_prob=True,
-        max_initial_timestamp_index=MAX_INITIAL_TIMESTAMP_INDEX,
         **search,
     )
     return [_decoded(plan, result, temperature) for result in results]
@@ -197,40 +189,52 @@ def _rows_of(encoded, rows: list[int]):
 # -- words ------------------------------------------------------------------------------
 
 
-def _align_words(
+def _aligned(
     plan: BatchSetup, encoded, group: list[Chunk], decoded: list[DecodedChunk]
 ) -> list[DecodedChunk]:
-    """faster-whisper's add_word_timestamps over the batch: cross-attention alignment of each
-    chunk's text tokens, punctuation merged, word and segment spans adjusted alike."""
-    timestamp_begin = plan.tokenizer.timestamp_begin
-    pieces = [
-        [
-            {
-                # seek may be fractional: time_offset = seek / 100 is then the chunk's exact start
-                "seek": chunk.start * FRAMES_PER_SECOND / SAMPLE_RATE,
-                "start": chunk.start_seconds + start,
-                "end": chunk.start_seconds + end,
-                "tokens": tokens,
-            }
-            for start, end, tokens in chunk_pieces(result.tokens, timestamp_begin, chunk.seconds)
-        ]
-        for chunk, result in zip(group, decoded, strict=True)
-    ]
-    worded = [row for row, chunk_pieces_ in enumerate(pieces) if chunk_pieces_]
-    if not worded:
-        return decoded
-    plan.clock.last_word_end = plan.engine.add_word_timestamps(
-        [pieces[row] for row in worded],
-        plan.tokenizer,
-        encoded if len(worded) == len(group) else _rows_of(encoded, worded),
-        [min(3000, round(group[row].seconds * FRAMES_PER_SECOND)) for row in worded],
-        *_punctuations(),
-        plan.clock.last_word_end,
-    )
-    return [
-        replace(result, aligned=tuple(_aligned(piece) for piece in pieces[row]))
+    """Each spoken chunk's words, timed by cross-attention alignment in one `align` call
+    for the group, punctuation glued to its word as faster-whisper glues it."""
+    from faster_whisper.transcribe import merge_punctuations
+
+    rows = [
+        row
         for row, result in enumerate(decoded)
+        if result.tokens and not plan.fallback.is_silence(result.no_speech_prob, result.avg_logprob)
     ]
+    if not rows:
+        return decoded
+    alignments = plan.engine.find_alignment(
+        plan.tokenizer,
+        [decoded[row].tokens for row in rows],
+        encoded if len(rows) == len(group) else _rows_of(encoded, rows),
+        [min(3000, round(group[row].seconds * FRAMES_PER_SECOND)) for row in rows],
+        MEDIAN_FILTER_WIDTH,
+    )
+    prepend, append = _punctuations()
+    aligned = list(decoded)
+    for row, alignment in zip(rows, alignments, strict=True):
+        merge_punctuations(alignment, prepend, append)
+        words = tidy([_timed(word) for word in alignment if word["word"]])
+        aligned[row] = replace(decoded[row], words=_on_original_clock(words, group[row]))
+    return aligned
+
+
+def _on_original_clock(words: list[TimedWord], chunk: Chunk) -> tuple[TimedWord, ...]:
+    """Words timed on the chunk's joined audio, on the original clock (a pause cut out of
+    the chunk shows again as the gap it was)."""
+    time_map = chunk.time_map
+    spans = (time_map.word_span(w.start, w.end) for w in words)
+    return tuple(replace(w, start=a, end=b) for w, (a, b) in zip(words, spans, strict=True))
+
+
+def _timed(word: dict) -> TimedWord:
+    return TimedWord(
+        float(word["start"]),
+        float(word["end"]),
+        word["word"],
+        float(word["probability"]),
+        tuple(word["tokens"]),
+    )
 
 
 def _punctuations() -> tuple[str, str]:
@@ -243,70 +247,51 @@ def _punctuations() -> tuple[str, str]:
     return parameters["prepend_punctuations"].default, parameters["append_punctuations"].default
 
 
-def _aligned(piece: dict) -> tuple[float, float, tuple[Word, ...]]:
-    words = tuple(
-        Word(float(w["start"]), float(w["end"]), w["word"], float(w["probability"]))
-        for w in piece.get("words", ())
-    )
-    return float(piece["start"]), float(piece["end"]), words
-
-
 # -- segments ---------------------------------------------------------------------------
 
 
 def segments_of(
     plan: BatchSetup, chunk: Chunk, index: int, result: DecodedChunk, first_id: int
 ) -> list[Segment]:
-    """The chunk's segments on the original clock (kvscribe.chunking's rules), with the
-    request's silence rule, the decode's temperature and compression ratio, its window start
-    as `seek` and, when asked for, its words."""
+    """The chunk's segments on the original clock, cut from its aligned words
+    (kvscribe.timed_words), with the request's silence rule, the decode's scores,
+    temperature and compression ratio, its window start as `seek` and, when asked for,
+    its words."""
     from kvscribe.backends.ct2_silence import unspoken
 
     if plan.fallback.is_silence(result.no_speech_prob, result.avg_logprob):
         return []
-    tokenizer = plan.tokenizer
-    # chunk_segments applies the default silence rule; the request's rule was applied above.
-    spoken = replace(result, no_speech_prob=0.0)
-    segments = chunk_segments(
-        chunk,
-        index,
-        spoken,
-        (tokenizer.eot, tokenizer.timestamp_begin),
-        tokenizer.decode,
-        first_id,
-    )
-    aligned = _aligned_by_tokens(plan, chunk, result)
-    finished = []
-    for segment in segments:
-        if unspoken(plan.fallback, result.no_speech_prob, result.temperature, segment.text):
-            continue
-        spans = aligned.get(segment.tokens)
-        start, end, words = spans.pop(0) if spans else (segment.start, segment.end, ())
-        finished.append(
-            replace(
-                segment,
-                id=first_id + len(finished),
-                start=start,
-                end=end,
-                no_speech_prob=result.no_speech_prob,
-                seek=round(chunk.start * FRAMES_PER_SECOND / SAMPLE_RATE),
-                temperature=result.temperature,
-                compression_ratio=result.compression_ratio,
-                words=words,
+    text = plan.tokenizer.decode(result.tokens)
+    if unspoken(plan.fallback, result.no_speech_prob, result.temperature, text):
+        return []
+    common = {
+        "avg_logprob": result.avg_logprob,
+        "no_speech_prob": result.no_speech_prob,
+        "window": index,
+        "seek": round(chunk.start * FRAMES_PER_SECOND / SAMPLE_RATE),
+        "temperature": result.temperature,
+        "compression_ratio": result.compression_ratio,
+    }
+    if not result.words:  # text without a word to time (punctuation only): the chunk's span
+        if not text.strip():
+            return []
+        end = chunk.end / SAMPLE_RATE
+        return [Segment(first_id, chunk.start_seconds, end, text, tuple(result.tokens), **common)]
+    segments = []
+    for words in split_segments(result.words):
+        segments.append(
+            Segment(
+                first_id + len(segments),
+                words[0].start,
+                words[-1].end,
+                "".join(word.word for word in words),
+                tuple(token for word in words for token in word.tokens),
+                words=tuple(_word(w) for w in words) if plan.word_timestamps else (),
+                **common,
             )
         )
-    return finished
+    return segments
 
 
-def _aligned_by_tokens(
-    plan: BatchSetup, chunk: Chunk, result: DecodedChunk
-) -> dict[tuple[int, ...], list[tuple[float, float, tuple[Word, ...]]]]:
-    """Aligned spans keyed by their piece's tokens (chunk_segments skips empty pieces, so
-    position alone cannot pair them), in order for pieces that repeat."""
-    if not result.aligned:
-        return {}
-    pieces = chunk_pieces(result.tokens, plan.tokenizer.timestamp_begin, chunk.seconds)
-    spans: dict[tuple[int, ...], list] = {}
-    for (_, _, tokens), span in zip(pieces, result.aligned, strict=True):
-        spans.setdefault(tuple(tokens), []).append(span)
-    return spans
+def _word(word: TimedWord) -> Word:
+    return Word(round(word.start, 3), round(word.end, 3), word.word, word.probability)

@@ -20,9 +20,11 @@ from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples, blocks
 from kvscribe.live.vad import WINDOW, SileroVad, VadSettings, VoiceDetector
 from kvscribe.types import Segment
+from kvscribe.vadfilter import TimeMap
 
 MAX_SECONDS = 30.0  # Whisper's window
 MIN_UNFINISHED = 1.0  # seconds of speech left after the decoder stopped worth decoding again
+MAX_TAIL_ROUNDS = 3  # a chunk is decoded at most this many times more
 # Files are not spoken to a listener waiting for an utterance to end: no joining rule
 # (min_utterance 0), a short release so regions end at real pauses, padding both sides.
 FILE_VAD = VadSettings(min_silence=0.3, min_speech=0.25, pad=0.3, min_utterance=0.0)
@@ -31,15 +33,20 @@ FILE_VAD = VadSettings(min_silence=0.3, min_speech=0.25, pad=0.3, min_utterance=
 @dataclass(frozen=True)
 class Chunk:
     """Samples [start, end) of the original audio; speech in it ends at `speech_end`
-    (before the padding)."""
+    (before the padding). With `spans`, only those parts of [start, end) are decoded,
+    joined end to end (the pauses between them cut out), and `time_map` takes a time in
+    the joined audio back to the original clock."""
 
     start: int
     end: int
     speech_end: int = -1
+    spans: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.speech_end < 0:
             object.__setattr__(self, "speech_end", self.end)
+        if not self.spans:
+            object.__setattr__(self, "spans", ((self.start, self.end),))
 
     @property
     def start_seconds(self) -> float:
@@ -47,7 +54,22 @@ class Chunk:
 
     @property
     def seconds(self) -> float:
-        return (self.end - self.start) / SAMPLE_RATE
+        """How long the decoded audio is (the spans joined)."""
+        return sum(end - begin for begin, end in self.spans) / SAMPLE_RATE
+
+    @property
+    def time_map(self) -> TimeMap:
+        return TimeMap(self.spans)
+
+    def samples(self, audio: Samples) -> np.ndarray:
+        """The audio the decoder reads: the spans of `audio`, joined."""
+        parts = [audio[begin:end] for begin, end in self.spans]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def after(self, sample: int) -> Chunk:
+        """The rest of the chunk from `sample` (original clock) on."""
+        spans = tuple((max(begin, sample), end) for begin, end in self.spans if end > sample)
+        return Chunk(spans[0][0], self.end, self.speech_end, spans)
 
 
 @dataclass(frozen=True)
@@ -55,6 +77,10 @@ class ChunkRules:
     max_seconds: float = MAX_SECONDS
     max_gap: float = 2.0  # a longer pause ends the chunk: silence stays out of the decoder
     vad: VadSettings = FILE_VAD
+    # Pauses between speech regions cut out of the decoded audio (faster-whisper's batched
+    # pipeline does this too): a window holds more speech, so a file takes fewer windows;
+    # no pause is then too long to keep within one chunk.
+    cut_pauses: bool = False
 
 
 def speech_chunks(audio: Samples, rules: ChunkRules = ChunkRules()) -> list[Chunk]:
@@ -80,19 +106,16 @@ def speech_probabilities(audio: Samples) -> np.ndarray:
 def unfinished(chunk: Chunk, result: ChunkResult, timestamp_begin: int) -> Chunk | None:
     """The part of `chunk` after the decoder stopped, when speech goes on there.
 
-    Whisper sometimes ends a window early (most often when its last words sit close to
-    the window's end); a sequential decoder seeks there and decodes again, and so must a
+    Whisper sometimes ends a window early (with timestamps, most often when its last
+    words sit close to the window's end; without, when a new voice or topic starts
+    mid-window); a sequential decoder seeks there and decodes again, and so must a
     chunk, or those words are lost."""
     if not result.tokens or is_silence(result.no_speech_prob, result.avg_logprob):
         return None
-    if result.tokens[-1] < timestamp_begin:  # text ran to the chunk's end
+    stopped = result.stopped_at(chunk, timestamp_begin)
+    if stopped is None or chunk.speech_end - stopped < MIN_UNFINISHED * SAMPLE_RATE:
         return None
-    stopped = chunk.start + round(
-        (result.tokens[-1] - timestamp_begin) * SECONDS_PER_TIMESTAMP * SAMPLE_RATE
-    )
-    if chunk.speech_end - stopped < MIN_UNFINISHED * SAMPLE_RATE:
-        return None
-    return Chunk(stopped, chunk.end, chunk.speech_end)
+    return chunk.after(stopped)
 
 
 def decode_chunks(
@@ -102,17 +125,27 @@ def decode_chunks(
     timestamp_begin: int,
 ) -> Iterator[tuple[int, Chunk, ChunkResult]]:
     """(chunk number, chunk, result) in time order, `batch` chunks per decoder call; the
-    unfinished parts of a group are decoded (once, together) before the group is yielded."""
+    unfinished parts of a group are decoded (together, again while the decoder stops
+    early, each round on a shorter tail) before the group is yielded."""
     for first in range(0, len(chunks), batch):
         group = chunks[first : first + batch]
-        results = decode_group(group)
-        tails = [unfinished(c, r, timestamp_begin) for c, r in zip(group, results, strict=True)]
-        retry = [tail for tail in tails if tail is not None]
-        retried = iter(decode_group(retry) if retry else [])
-        for offset, (chunk, result, tail) in enumerate(zip(group, results, tails, strict=True)):
-            yield first + offset, chunk, result
-            if tail is not None:
-                yield first + offset, tail, next(retried)
+        decoded = _with_tails(group, decode_group(group), decode_group, timestamp_begin)
+        for offset, pieces in enumerate(decoded):
+            for chunk, result in pieces:
+                yield first + offset, chunk, result
+
+
+def _with_tails(group, results, decode_group, timestamp_begin) -> list[list[tuple]]:
+    """Per chunk of `group`: its (chunk, result) pieces, the tails decoded again included."""
+    decoded = [[(chunk, result)] for chunk, result in zip(group, results, strict=True)]
+    for _ in range(MAX_TAIL_ROUNDS):
+        tails = [(i, unfinished(*pieces[-1], timestamp_begin)) for i, pieces in enumerate(decoded)]
+        tails = [(i, tail) for i, tail in tails if tail is not None]
+        if not tails:
+            break
+        for (i, tail), result in zip(tails, decode_group([t for _, t in tails]), strict=True):
+            decoded[i].append((tail, result))
+    return decoded
 
 
 def speech_regions(
@@ -146,7 +179,7 @@ def join_regions(
 ) -> list[Chunk]:
     """Merge regions into chunks of at most `max_seconds`, splitting any longer region."""
     limit = int(rules.max_seconds * SAMPLE_RATE)
-    gap = int(rules.max_gap * SAMPLE_RATE)
+    gap = total if rules.cut_pauses else int(rules.max_gap * SAMPLE_RATE)
     pad = int(rules.vad.pad * SAMPLE_RATE)
     chunks: list[Chunk] = []
     for begin, end in regions:
@@ -154,11 +187,24 @@ def join_regions(
             piece_end = min(piece_end, total)
             speech_end = max(piece_start, piece_end - pad)
             last = chunks[-1] if chunks else None
-            if last and piece_start - last.end <= gap and piece_end - last.start <= limit:
-                chunks[-1] = Chunk(last.start, piece_end, speech_end)
+            joined = _joined(last, piece_start, piece_end, speech_end, rules.cut_pauses)
+            if last and piece_start - last.end <= gap and joined.seconds * SAMPLE_RATE <= limit:
+                chunks[-1] = joined
             else:
                 chunks.append(Chunk(piece_start, piece_end, speech_end))
     return chunks
+
+
+def _joined(last: Chunk | None, start: int, end: int, speech_end: int, cut_pauses: bool):
+    """`last` grown to take [start, end): with the pause between them, or without it."""
+    if last is None:
+        return Chunk(start, end, speech_end)
+    if not cut_pauses:
+        return Chunk(last.start, end, speech_end)
+    *before, (first, previous_end) = last.spans
+    touching = start <= previous_end  # padding met: one span
+    spans = (*before, (first, end)) if touching else (*last.spans, (start, end))
+    return Chunk(last.start, end, speech_end, spans)
 
 
 def _split_long(begin: int, end: int, probabilities: np.ndarray, limit: int):
@@ -189,6 +235,14 @@ class ChunkResult:
     tokens: list[int]
     avg_logprob: float
     no_speech_prob: float
+
+    def stopped_at(self, chunk: Chunk, timestamp_begin: int) -> int | None:
+        """The sample (original clock) where the decoded text ends, None when it ran to the
+        chunk's end: its closing timestamp (a decode without timestamps says so itself)."""
+        if self.tokens[-1] < timestamp_begin:  # text ran to the chunk's end
+            return None
+        seconds = (self.tokens[-1] - timestamp_begin) * SECONDS_PER_TIMESTAMP
+        return chunk.start + round(seconds * SAMPLE_RATE)
 
 
 def is_silence(no_speech_prob: float, avg_logprob: float) -> bool:

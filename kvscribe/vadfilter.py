@@ -64,6 +64,18 @@ class TimeMap:
         begin, end = self.regions[index]
         return min(begin + sample - self._filtered_starts[index], end) / SAMPLE_RATE
 
+    def word_span(self, start: float, end: float) -> tuple[float, float]:
+        """A word's (start, end) in the filtered signal -> the original clock, kept within
+        the region that holds its middle (faster-whisper's rule): a word never spans a
+        silence cut out, however far the alignment stretched it across the join."""
+        if not self.regions:
+            return start, end
+        index = self._region_of((start + end) / 2 * SAMPLE_RATE, is_end=False)
+        low, high = self._joined_span(index)
+        start, end = min(max(start, low), high), min(max(end, low), high)
+        offset = self.regions[index][0] / SAMPLE_RATE - low
+        return start + offset, end + offset
+
     def _region_of(self, sample: float, is_end: bool) -> int:
         find = bisect.bisect_left if is_end else bisect.bisect_right
         return max(0, find(self._filtered_starts, sample) - 1)

@@ -123,7 +123,11 @@ def test_a_chunk_the_decoder_left_early_is_decoded_again_from_where_it_stopped()
 def test_batched_segments_sit_on_the_speech_and_nothing_is_said_in_silence(paused, name):
     path, spans = paused
     segments, report = _decode(_backend(name), load_audio(path), batch_size=8)
-    assert report.batch_size == 8 and report.windows >= len(spans)
+    # transformers: a 10 s pause ends a chunk; ctranslate2 cuts pauses out of its chunks,
+    # so the four clips' 21 s of speech fill one window, and the time map spreads it back
+    assert report.batch_size == 8 and report.windows >= (
+        len(spans) if name == "transformers" else 1
+    )
     heard = set()
     for seg in segments:
         inside = [i for i, (a, b) in enumerate(spans) if a - 0.5 <= seg.start < seg.end <= b + 0.5]
