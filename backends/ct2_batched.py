@@ -224,7 +224,10 @@ def _on_original_clock(words: list[TimedWord], chunk: Chunk) -> tuple[TimedWord,
     the chunk shows again as the gap it was)."""
     time_map = chunk.time_map
     spans = (time_map.word_span(w.start, w.end) for w in words)
-    return tuple(replace(w, start=a, end=b) for w, (a, b) in zip(words, spans, strict=True))
+    return tuple(
+        replace(w, start=round(a, 3), end=round(b, 3))
+        for w, (a, b) in zip(words, spans, strict=True)
+    )
 
 
 def _timed(word: dict) -> TimedWord:
@@ -294,4 +297,4 @@ def segments_of(
 
 
 def _word(word: TimedWord) -> Word:
-    return Word(round(word.start, 3), round(word.end, 3), word.word, word.probability)
+    return Word(word.start, word.end, word.word, word.probability)
