@@ -1,0 +1,333 @@
+"""kvscribe's CLI against faster-whisper called directly, on long recordings, each run a whole
+process as a user would start it (interpreter start, imports, model load, decode, output).
+
+    .venv/bin/python benchmarks/longform_peers.py [--repeat 3] [--clips A,B] [--configs X,Y]
+        [--threads 2] [--out longform_peers]
+
+Configurations (CONFIGS):
+- fw-sequential: benchmarks/peers/faster_whisper_cli.py --mode sequential
+  (WhisperModel.transcribe: 30 s windows, previous-text prompts), int8, beam 5.
+- fw-batched: the same script --mode batched (BatchedInferencePipeline, batch 8, beam 5).
+- kvscribe-default: `kvscribe AUDIO -f txt` (profile auto = cpu-laptop on CPU: ctranslate2
+  int8, beam 5, batch 8 on files over 30 s).
+- kvscribe-batch1: the same with --batch-size 1 (sequential, previous-text prompts).
+- kvscribe-transformers: the same with --backend transformers (float32, batch 8).
+
+Both engines read the same CTranslate2 model folder (kvscribe.models.resolve), and every
+process gets `--threads` CPU threads (faster-whisper's cpu_threads, kvscribe's --threads).
+English clips run tiny.en, French and Spanish base with --language. Runs are interleaved
+(each repeat, each clip, every configuration, the order rotated by one each time) so drift
+of the machine falls on all alike; the table gives medians. Seconds are
+time.perf_counter() around subprocess.run, so start-up and model loading count, as they
+do for a user. WER: English through kvscribe.bench.wer (Whisper's English normaliser);
+French and Spanish through Whisper's basic normaliser with diacritics removed (the Spanish
+references are written without accents). Writes benchmarks/results/OUT.json (every run's
+seconds, WER and text) and OUT.md (the printed tables).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import statistics
+import subprocess
+import sys
+import time
+import wave
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import results_file
+
+from kvscribe import models
+from kvscribe.bench.wer import edit_distance, pooled_wer
+
+HERE = Path(__file__).resolve().parent
+EVAL = HERE.parent / "eval"
+PEER = HERE / "peers" / "faster_whisper_cli.py"
+# The kvscribe of the interpreter running this script, so both peers share one environment.
+KVSCRIBE = str(Path(sys.executable).parent / "kvscribe")
+BASELINE = "fw-batched"
+
+
+@dataclass(frozen=True)
+class Clip:
+    name: str
+    path: Path
+    model: str
+    language: str  # for the WER's normaliser; passed to the engines only when not English
+
+    @property
+    def seconds(self) -> float:
+        with wave.open(str(self.path)) as w:
+            return w.getnframes() / w.getframerate()
+
+
+CLIPS = [
+    Clip("espeak_longform_en", EVAL / "clips" / "espeak_longform_en.wav", "tiny.en", "en"),
+    Clip("asterisk_en_ivr_dev", EVAL / "realform" / "asterisk_en_ivr_dev.wav", "tiny.en", "en"),
+    Clip(
+        "asterisk_en_ivr_dev_noisy",
+        EVAL / "realform" / "asterisk_en_ivr_dev_noisy.wav",
+        "tiny.en",
+        "en",
+    ),
+    Clip("asterisk_fr_ivr_dev", EVAL / "realform" / "asterisk_fr_ivr_dev.wav", "base", "fr"),
+    Clip("asterisk_es_ivr_dev", EVAL / "realform" / "asterisk_es_ivr_dev.wav", "base", "es"),
+    Clip("joined_real", EVAL / "clips_joined" / "joined_real.wav", "tiny.en", "en"),
+]
+CONFIGS = {  # name -> (engine, extra flags)
+    "fw-sequential": ("fw", ["--mode", "sequential"]),
+    "fw-batched": ("fw", ["--mode", "batched", "--batch-size", "8"]),
+    "kvscribe-default": ("kvscribe", []),
+    "kvscribe-batch1": ("kvscribe", ["--batch-size", "1"]),
+    "kvscribe-transformers": ("kvscribe", ["--backend", "transformers"]),
+}
+
+
+def command(config: str, clip: Clip, threads: int) -> list[str]:
+    """The command line a user would type for this configuration and clip."""
+    engine, flags = CONFIGS[config]
+    language = [] if clip.language == "en" else ["--language", clip.language]
+    shared = ["--threads", str(threads), *flags, *language]
+    if engine == "fw":
+        model_dir = str(models.resolve(clip.model, ("ctranslate2",)).path)
+        peer = [sys.executable, str(PEER), str(clip.path), "--model-dir", model_dir]
+        return [*peer, "--beam-size", "5", *shared]
+    return [KVSCRIBE, str(clip.path), "--model", clip.model, "-f", "txt", "-q", *shared]
+
+
+def text_of(config: str, stdout: str) -> str:
+    """The transcript in a process's output: the peer prints start, end and text per line,
+    kvscribe's txt output is the text wrapped over lines."""
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    if CONFIGS[config][0] == "fw":
+        lines = [line.split("\t", 2)[2] for line in lines]
+    return " ".join(line.strip() for line in lines)
+
+
+def timed_run(config: str, clip: Clip, threads: int) -> dict:
+    """One whole process, timed from before its start to after its exit."""
+    argv = command(config, clip, threads)
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    seconds = time.perf_counter() - started
+    run = {"clip": clip.name, "config": config, "seconds": seconds, "returncode": done.returncode}
+    if done.returncode:
+        run["error"] = done.stderr[-2000:]
+        return run
+    run["text"] = text_of(config, done.stdout)
+    run["wer"] = wer(clip, [run["text"]])
+    return run
+
+
+@cache
+def _basic_normalizer():
+    from whisper_normalizer.basic import BasicTextNormalizer
+
+    return BasicTextNormalizer(remove_diacritics=True)
+
+
+def wer(clip: Clip, hypotheses: list[str], clips: list[Clip] | None = None) -> float:
+    """Errors over reference words for `clip` (or, with `clips`, pooled over several of one
+    language): Whisper's English normaliser for English, its basic one otherwise, since the
+    English one would rewrite French and Spanish words as English spellings."""
+    clips = clips or [clip]
+    pairs = [(reference(c), h) for c, h in zip(clips, hypotheses, strict=True)]
+    if clip.language == "en":
+        return pooled_wer(pairs)
+    normal = _basic_normalizer()
+    errors = sum(edit_distance(normal(r).split(), normal(h).split()) for r, h in pairs)
+    return errors / max(1, sum(len(normal(r).split()) for r, _ in pairs))
+
+
+def reference(clip: Clip) -> str:
+    return clip.path.with_suffix(".txt").read_text(encoding="utf-8")
+
+
+def rotated(configs: list[str], turn: int) -> list[str]:
+    """The configurations starting at a different one each turn, so none always runs first
+    (colder caches) or right after the same neighbour."""
+    shift = turn % len(configs)
+    return configs[shift:] + configs[:shift]
+
+
+def measure(clips: list[Clip], configs: list[str], repeat: int, threads: int) -> list[dict]:
+    """Every run, interleaved: each repeat, each clip, every configuration in rotated order."""
+    runs, turn = [], 0
+    for round_ in range(repeat):
+        for clip in clips:
+            for position, config in enumerate(rotated(configs, turn)):
+                run = timed_run(config, clip, threads)
+                run.update(repeat=round_, position=position)
+                runs.append(run)
+                _progress(run)
+            turn += 1
+    return runs
+
+
+def _progress(run: dict) -> None:
+    got = f"WER {run['wer']:.3f}" if "wer" in run else f"FAILED rc {run['returncode']}"
+    print(f"  {run['clip']} {run['config']}: {run['seconds']:.2f} s, {got}", file=sys.stderr)
+
+
+def summarise(clips: list[Clip], configs: list[str], runs: list[dict]) -> list[dict]:
+    """One row per clip and configuration: every run's seconds, their median, the first
+    successful run's WER and text, and whether the runs' texts agreed."""
+    rows = []
+    for clip in clips:
+        for config in configs:
+            mine = [r for r in runs if r["clip"] == clip.name and r["config"] == config]
+            good = [r for r in mine if "text" in r]
+            rows.append(
+                {
+                    "clip": clip.name,
+                    "config": config,
+                    "audio_seconds": clip.seconds,
+                    "runs_seconds": [r["seconds"] for r in good],
+                    "failed_runs": len(mine) - len(good),
+                    "median_seconds": statistics.median(r["seconds"] for r in good)
+                    if good
+                    else None,
+                    "wer": good[0]["wer"] if good else None,
+                    "texts_identical": len({r["text"] for r in good}) <= 1,
+                    "text": good[0]["text"] if good else None,
+                }
+            )
+    _add_ratios(rows)
+    return rows
+
+
+def _add_ratios(rows: list[dict]) -> None:
+    """Each row's median over fw-batched's on the same clip (when both were measured)."""
+    base = {r["clip"]: r["median_seconds"] for r in rows if r["config"] == BASELINE}
+    for row in rows:
+        ref = base.get(row["clip"])
+        row["x_fw_batched"] = row["median_seconds"] / ref if ref and row["median_seconds"] else None
+
+
+def pooled_english(clips: list[Clip], configs: list[str], rows: list[dict]) -> list[dict]:
+    """Per configuration, WER pooled over the English clips and their total median time."""
+    english = [c for c in clips if c.language == "en"]
+    pooled = []
+    for config in configs:
+        got = {r["clip"]: r for r in rows if r["config"] == config and r["text"] is not None}
+        if not english or any(c.name not in got for c in english):
+            continue
+        texts = [got[c.name]["text"] for c in english]
+        pooled.append(
+            {
+                "config": config,
+                "clips": [c.name for c in english],
+                "pooled_wer": wer(english[0], texts, english),
+                "median_seconds_total": sum(got[c.name]["median_seconds"] for c in english),
+            }
+        )
+    return pooled
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def markdown(rows: list[dict], pooled: list[dict], repeat: int, threads: int) -> str:
+    lines = [
+        f"Whole processes, {repeat} interleaved run(s) each, {threads} CPU threads, beam 5, "
+        "int8 CTranslate2 weights for both engines (kvscribe-transformers: float32).",
+        "",
+        "| clip | config | median s | runs | WER | x fw-batched time |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        runs = ", ".join(f"{s:.2f}" for s in r["runs_seconds"])
+        if r["failed_runs"]:
+            runs += f" ({r['failed_runs']} failed)"
+        lines.append(
+            f"| {r['clip']} ({r['audio_seconds']:.1f} s) | {r['config']} | "
+            f"{_cell(r['median_seconds'], '.2f')} | {runs} | {_cell(r['wer'], '.3f')} | "
+            f"{_cell(r['x_fw_batched'], '.2f')} |"
+        )
+    if pooled:
+        lines += [
+            "",
+            f"Pooled over the English clips ({', '.join(pooled[0]['clips'])}):",
+            "",
+            "| config | pooled WER | sum of median s |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {p['config']} | {p['pooled_wer']:.3f} | {p['median_seconds_total']:.2f} |"
+            for p in pooled
+        ]
+    return "\n".join(lines)
+
+
+def _shown(argv: list[str]) -> str:
+    """A command as the results file shows it: paths relative to the repository."""
+    return " ".join(argv).replace(f"{EVAL.parent}/", "")
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _names(text: str | None, known: list[str], what: str) -> list[str]:
+    """A comma-separated subset of `known`, kept in `known`'s order."""
+    if not text:
+        return known
+    wanted = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = sorted(set(wanted) - set(known))
+    if unknown:
+        sys.exit(f"unknown {what}: {', '.join(unknown)} (known: {', '.join(known)})")
+    return [n for n in known if n in wanted]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--clips", help="comma-separated clip names (default: all)")
+    parser.add_argument("--configs", help="comma-separated configurations (default: all)")
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads for every engine")
+    parser.add_argument("--out", default="longform_peers", help="result file stem")
+    args = parser.parse_args()
+    names = _names(args.clips, [c.name for c in CLIPS], "clips")
+    clips = [c for c in CLIPS if c.name in names]
+    configs = _names(args.configs, list(CONFIGS), "configs")
+    runs = measure(clips, configs, args.repeat, args.threads)
+    rows = summarise(clips, configs, runs)
+    pooled = pooled_english(clips, configs, rows)
+    table = markdown(rows, pooled, args.repeat, args.threads)
+    print(table)
+    meta = {
+        "device": "cpu",
+        "repeat": args.repeat,
+        "threads": args.threads,
+        "beam_size": 5,
+        "clips": {
+            c.name: {
+                "file": str(c.path.relative_to(EVAL.parent)),
+                "seconds": c.seconds,
+                "model": c.model,
+                "language": c.language,
+            }
+            for c in clips
+        },
+        "configs": {name: _shown(command(name, clips[0], args.threads)) for name in configs},
+        "versions": {p: _version(p) for p in ("kvscribe", "faster-whisper", "ctranslate2")},
+        "timing": "time.perf_counter() around subprocess.run of the whole process (start-up, "
+        "imports, model load, decode, output); configurations interleaved, rotated per clip",
+        "wer": "English: kvscribe.bench.wer (Whisper's English normaliser); fr/es: "
+        "whisper_normalizer BasicTextNormalizer(remove_diacritics=True); per row: the first "
+        "run's text",
+        "pooled": pooled,
+        "runs": runs,
+    }
+    results_file.write(args.out, meta, rows, table)
+
+
+if __name__ == "__main__":
+    main()
