@@ -22,7 +22,7 @@ from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples
 from kvscribe.chunking import Chunk, ChunkResult
 from kvscribe.decoding import Fallback, compression_ratio
-from kvscribe.timed_words import TimedWord, split_segments, tidy
+from kvscribe.timed_words import TimedWord, is_anomalous, is_squeezed, split_segments, tidy
 from kvscribe.types import Segment, Word
 
 FRAMES_PER_SECOND = 100  # mel frames; Segment.seek counts these
@@ -48,6 +48,12 @@ class DecodedChunk(ChunkResult):
     temperature: float = 0.0
     compression_ratio: float = 0.0
     words: tuple[TimedWord, ...] = ()  # aligned, on the original clock
+
+    def implausible(self) -> bool:
+        """openai-whisper's word anomaly test over the first words (too short to be spoken,
+        too long, or unlikely), or text squeezed past any speaking rate: a tail of a second
+        or two decoded again can come back as a remembered sentence."""
+        return is_anomalous(self.words) or is_squeezed(self.words)
 
     def stopped_at(self, chunk: Chunk, timestamp_begin: int) -> int | None:
         """Where the last aligned word ends: the decode has no timestamp to say it."""
@@ -282,6 +288,8 @@ def segments_of(
         return [Segment(first_id, chunk.start_seconds, end, text, tuple(result.tokens), **common)]
     segments = []
     for words in split_segments(result.words):
+        if is_squeezed(words):  # text the audio does not hold
+            continue
         segments.append(
             Segment(
                 first_id + len(segments),

@@ -151,8 +151,9 @@ class WhisperCppBackend(Backend):
         report.settings.update(plan.settings)
         seconds = audio.size / SAMPLE_RATE
         report.not_applicable = list(plan.not_applicable)
+        own_build = self.cli.path == binary.own_build_path()  # patched: the row is right
         report.not_applicable += no_speech_notes(
-            request, self.multilingual, plan.max_context, seconds
+            request, self.multilingual, plan.max_context, seconds, own_build
         )
         if self.weights_note:
             report.not_applicable.append(self.weights_note)

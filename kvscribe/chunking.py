@@ -144,7 +144,8 @@ def _with_tails(group, results, decode_group, timestamp_begin) -> list[list[tupl
         if not tails:
             break
         for (i, tail), result in zip(tails, decode_group([t for _, t in tails]), strict=True):
-            decoded[i].append((tail, result))
+            if not result.implausible():
+                decoded[i].append((tail, result))
     return decoded
 
 
@@ -235,6 +236,11 @@ class ChunkResult:
     tokens: list[int]
     avg_logprob: float
     no_speech_prob: float
+
+    def implausible(self) -> bool:
+        """Whether the decode reads as made up rather than heard (only a result that says
+        how its words fall in time can tell)."""
+        return False
 
     def stopped_at(self, chunk: Chunk, timestamp_begin: int) -> int | None:
         """The sample (original clock) where the decoded text ends, None when it ran to the

@@ -42,6 +42,28 @@ class SegmentRules:
     max_seconds: float = 8.0
 
 
+def is_anomalous(words: Sequence[TimedWord]) -> bool:
+    """openai-whisper's hallucination test (`hallucination_silence_threshold`'s): over the
+    first 8 words, a point for an unlikely word (p < 0.15), and for a word shorter than
+    0.133 s or longer than 2 s in proportion; 3 points, or nearly one a word, is made up."""
+    score, counted = 0.0, 0
+    for word in (w for w in words if w.word.strip(SENTENCE_ENDS + CLAUSE_ENDS + " \"'")):
+        counted += 1
+        duration = word.end - word.start
+        score += (word.probability < 0.15) + max(0.0, 0.133 - duration) * 15
+        score += max(0.0, duration - 2.0)
+        if counted == 8:
+            break
+    return counted > 0 and (score >= 3 or score + 0.01 >= counted)
+
+
+def is_squeezed(words: Sequence[TimedWord]) -> bool:
+    """Four words or more at over ten a second: no one speaks that fast (read speech runs
+    at 2-4 words a second). The decoder wrote text the audio does not hold (tiny.en on
+    the JFK sample four times over: the quote once more than spoken, aligned into 1.1 s)."""
+    return len(words) >= 4 and (words[-1].end - words[0].start) / len(words) < 0.1
+
+
 def ends_sentence(word: str) -> bool:
     return word.rstrip().endswith(tuple(SENTENCE_ENDS))
 

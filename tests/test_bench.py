@@ -66,6 +66,8 @@ def test_matrix_has_references_and_mirrored_baselines():
     assert Cell("kvscribe", "transformers", None, "cpu-laptop", "q8_0", "shared") in cells
     faster = next(c for c in cells if c.kind == "faster-whisper")
     assert mirror_of(faster, cells) == Cell("kvscribe", "ctranslate2", None, "cpu-laptop")
+    batched = next(c for c in cells if c.kind == "faster-whisper-batched")
+    assert mirror_of(batched, cells) == Cell("kvscribe", "ctranslate2", None, "cpu-laptop")
     assert not [c for c in cells if c.kind == "whisper-cli"]  # whispercpp not benched
     with pytest.raises(UsageError, match="transformers backend"):
         matrix(["ctranslate2"], ["cpu-laptop"], ["q8_0"], [None], False)
@@ -140,7 +142,8 @@ def test_bench_figures_agree_with_each_other(bench_run):
     assert full["wer_delta"] == 0 and full["kv_vs_full_pct"] == 100
     q8 = cells["transformers: q8_0 / shared"]
     assert q8["kv_vs_full_pct"] < 30 and q8["kv_estimated"] is False
-    for baseline, mirror in (("faster-whisper", "ctranslate2"), ("whisper-cli", "whispercpp")):
+    pairs = [("faster-whisper", "ctranslate2"), ("faster-whisper-batched", "ctranslate2")]
+    for baseline, mirror in [*pairs, ("whisper-cli", "whispercpp")]:
         base, ours = cells[f"{baseline}: cpu-laptop"], cells[f"{mirror}: cpu-laptop"]
         assert base["vs_kvscribe"] == pytest.approx(ours["seconds"] / base["seconds"], abs=1e-3)
     assert cells["ctranslate2: cpu-laptop"]["kv_estimated"] is True
@@ -221,6 +224,12 @@ def test_matrix_runs_each_batching_cell_at_each_batch_size():
     faster = next(c for c in cells if c.kind == "faster-whisper")
     assert mirror_of(faster, cells) == Cell(
         "kvscribe", "ctranslate2", None, "cpu-laptop", None, None, 1
+    )
+    # faster-whisper's batched pipeline mirrors the batched cell, so its ratio compares
+    # like with like
+    batched = next(c for c in cells if c.kind == "faster-whisper-batched")
+    assert mirror_of(batched, cells) == Cell(
+        "kvscribe", "ctranslate2", None, "cpu-laptop", None, None, 8
     )
     assert matrix(backends, ["cpu-laptop"], None, [None], False) == matrix(
         backends, ["cpu-laptop"], None, [None], False, None

@@ -4,6 +4,8 @@ subtitle-sized segments. Real model (embedded tiny.en), real audio (eval/)."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from kvscribe.backends.base import DecodeRequest
@@ -95,7 +97,7 @@ def test_pauses_of_digital_silence_do_not_split_the_sequential_decode():
     segments, report = _decode(np.concatenate(parts), batch_size=1)
     kept = sum(b - a for a, b in spans)
     assert report.windows <= int(kept // 30) + 2 < len(names)
-    pauses = [(b + 0.2, a - 0.2) for (_, b), (a, _) in zip(spans, spans[1:])]  # 0.1 s is kept
+    pauses = [(b + 0.2, a - 0.2) for (_, b), (a, _) in itertools.pairwise(spans)]  # 0.1 s kept
     for segment in segments:  # a segment may run across a pause, never start or end in one
         assert not any(a < t < b for a, b in pauses for t in (segment.start, segment.end))
     references = " ".join((EVAL_DIR / f"{n}.txt").read_text() for n in names)
@@ -144,3 +146,13 @@ def test_tidy_gives_a_swallowed_pause_back():
     tidied = tidy(words)
     assert tidied[1].end == 3.0 and tidied[1].start == pytest.approx(2.4)  # 2 x median 0.3
     assert split_segments(tidied, SegmentRules(min_seconds=0.0))[0][-1].word == " Yes."
+
+
+def test_text_squeezed_past_any_speaking_rate_reads_as_made_up():
+    from kvscribe.timed_words import is_anomalous, is_squeezed
+
+    spoken = [TimedWord(i * 0.3, i * 0.3 + 0.3, f" w{i}", 0.9) for i in range(6)]
+    squeezed = [TimedWord(22.4 + i * 0.05, 22.45 + i * 0.05, f" w{i}", 0.9) for i in range(20)]
+    assert not is_squeezed(spoken) and not is_anomalous(spoken)
+    assert is_squeezed(squeezed) and is_anomalous(squeezed)
+    assert not is_squeezed(squeezed[:3])  # too few words to judge a rate

@@ -13,7 +13,15 @@ from kvscribe.options import MAX_BATCH
 PROFILES = ("cpu-laptop", "tiny-vram", "no-loss")
 # Policies the seed claims are about (transformers backend, cpu-laptop's other settings).
 CLAIM_POLICIES = ("window=256", "window=32", "sink=4,window=32", "full; half@layers=odd", "q8_0")
-BASELINES = {"faster-whisper": "ctranslate2", "whisper-cli": "whispercpp"}
+# Engines called directly, and the kvscribe backend each mirrors. faster-whisper's batched
+# pipeline mirrors the ctranslate2 cell at its batch size (the profile's), the sequential
+# transcribe the batch-1 cell (or the profile's when no batch sizes were asked).
+BASELINES = {
+    "faster-whisper": "ctranslate2",
+    "faster-whisper-batched": "ctranslate2",
+    "whisper-cli": "whispercpp",
+}
+BATCHED_BASELINES = ("faster-whisper-batched",)
 # whisper.cpp's cache types beside cpu-laptop's F16 (the reference): Q8_0 and Q4_0 self +
 # cross, and Q8_0 cross alone (kvscribe's patched whisper-cli, -kvs / -kvc).
 WHISPERCPP_CACHE_TYPES = (("q8_0", "shared,q8_0"), ("q4_0", "shared,q4_0"), ("full", "shared,q8_0"))
@@ -31,7 +39,7 @@ def batches(backend: str) -> bool:
 class Cell:
     """What one column of results ran: a kvscribe backend, or an engine called directly."""
 
-    kind: str  # "kvscribe", "faster-whisper" or "whisper-cli"
+    kind: str  # "kvscribe" or a BASELINES engine
     backend: str  # the kvscribe backend (or the one a baseline mirrors)
     model: str | None
     profile: str
@@ -182,16 +190,17 @@ def _at_batch_sizes(cells: list[Cell], batch_sizes: list[int] | None) -> list[Ce
 
 def mirror_of(cell: Cell, cells: list[Cell]) -> Cell | None:
     """The kvscribe cell a baseline runs the same options as: sequential decoding, as the
-    engine called directly does (batch 1, or the profile's when no batch sizes were asked)."""
+    engine called directly does (batch 1, or the profile's when no batch sizes were asked);
+    a batched baseline, the cell at the profile's batch size (or the largest asked)."""
     if cell.kind == "kvscribe":
         return None
-    for other in cells:
-        if (other.kind, other.backend, other.model, other.profile, other.kv_self) == (
-            "kvscribe",
-            cell.backend,
-            cell.model,
-            cell.profile,
-            None,
-        ) and other.batch_size in (None, 1):
-            return other
-    return None
+    same = [
+        other
+        for other in cells
+        if (other.kind, other.backend, other.model, other.profile, other.kv_self)
+        == ("kvscribe", cell.backend, cell.model, cell.profile, None)
+    ]
+    if cell.kind in BATCHED_BASELINES:
+        batched = [other for other in same if other.batch_size != 1]
+        return max(batched, key=lambda other: other.batch_size or 0, default=None)
+    return next((other for other in same if other.batch_size in (None, 1)), None)

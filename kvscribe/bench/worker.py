@@ -128,6 +128,8 @@ def decode_request(cell: Cell):
 def _make_runner(cell: Cell, device: str):
     if cell.kind == "faster-whisper":
         return _FasterWhisper(cell, device)
+    if cell.kind == "faster-whisper-batched":
+        return _FasterWhisperBatched(cell, device)
     if cell.kind == "whisper-cli":
         return _WhisperCli(cell, device)
     return _Kvscribe(cell, device)
@@ -191,6 +193,7 @@ class _FasterWhisper:
         settings = mirror.backend.settings
         self.beams = int(settings.get("beam_size", 5))
         self.condition = bool(settings.get("condition_on_previous_text", True))
+        self.profile_batch = int(settings.get("batch_size", 8))
         compute = mirror.backend.engine.model.compute_type
         path = str(mirror.backend.model.path)
         del mirror  # one model in memory, like the kvscribe cell
@@ -207,6 +210,27 @@ class _FasterWhisper:
             condition_on_previous_text=self.condition,
             vad_filter=False,
             word_timestamps=False,
+        )
+        text = "".join(segment.text for segment in segments)
+        return ClipRun(clip.name, text, time.perf_counter() - started)
+
+
+class _FasterWhisperBatched(_FasterWhisper):
+    """faster-whisper's BatchedInferencePipeline called directly, with its defaults (its VAD,
+    chunks decoded without timestamps) at the ctranslate2 cell's beam and batch size."""
+
+    def __init__(self, cell: Cell, device: str):
+        from faster_whisper import BatchedInferencePipeline
+
+        super().__init__(cell, device)
+        self.batch = cell.batch_size or self.profile_batch
+        self.pipeline = BatchedInferencePipeline(self.model)
+        self.settings["batch size"] = str(self.batch)
+
+    def __call__(self, clip: Clip) -> ClipRun:
+        started = time.perf_counter()
+        segments, _ = self.pipeline.transcribe(
+            clip.audio, beam_size=self.beams, batch_size=self.batch
         )
         text = "".join(segment.text for segment in segments)
         return ClipRun(clip.name, text, time.perf_counter() - started)

@@ -50,7 +50,10 @@ def bench(
     ),
     repeat: int = typer.Option(1, "--repeat", min=1, help="Timed runs per cell (medians)."),
     baseline: bool = typer.Option(
-        False, "--baseline", help="Also run faster-whisper and whisper-cli directly."
+        False,
+        "--baseline",
+        help="Also run faster-whisper (its transcribe and its BatchedInferencePipeline) and "
+        "whisper-cli directly.",
     ),
     plot: Path = typer.Option(None, "--plot", file_okay=False, help="Write PNG charts here."),
     json_out: Path = typer.Option(None, "--json", dir_okay=False, help="Write results as JSON."),

@@ -19,7 +19,10 @@ from pathlib import Path
 # flash-attn-quantized-kv.patch: ggml-cpu's fast flash-attention paths (tiled for many
 # queries, split-KV for one query over many keys) read Q8_0 / Q4_0 K/V too, dequantizing
 # each tile as they pack it; unpatched, quantized caches take the slow one-row path.
-PATCHES = ("kv-cache-types.patch", "flash-attn-quantized-kv.patch")
+# no-speech-logits-row.patch: the no-speech probability is read from the start token's
+# logits row, not a stale row 0, when previous text or a prompt precedes it (upstream
+# ggml-org/whisper.cpp#3945); unpatched, silence after speech is decoded, not skipped.
+PATCHES = ("kv-cache-types.patch", "flash-attn-quantized-kv.patch", "no-speech-logits-row.patch")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 

@@ -72,12 +72,14 @@ def argv(
 
 
 def no_speech_notes(
-    request: DecodeRequest, multilingual: bool, max_context: int, seconds: float
+    request: DecodeRequest, multilingual: bool, max_context: int, seconds: float, fixed: bool
 ) -> list[str]:
     """whisper.cpp 1.8.5 reads the no-speech probability from the first row of the
     prompt's logits but computes only the last row: right only when the prompt is the
-    start token alone (English-only model, no previous text and no --prompt)."""
-    if request.fallback.no_speech_threshold is None:
+    start token alone (English-only model, no previous text and no --prompt). kvscribe's
+    own build carries the fix (`fixed`: no-speech-logits-row.patch, ggml-org/whisper.cpp#3945);
+    a whisper-cli found elsewhere may not."""
+    if fixed or request.fallback.no_speech_threshold is None:
         return []
     after_text = max_context != 0 and seconds > MAX_SECONDS
     if not multilingual and not after_text and not request.prompt:
