@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from kvscribe.audio_stream import Joined, frame_peaks, open_streamed
+from kvscribe.audio_stream import READ_AHEAD, Joined, frame_peaks, open_streamed
 from kvscribe.chunking import speech_probabilities
 from kvscribe.errors import AudioDecodeError
 from tests.conftest import EVAL_DIR, SAMPLE
@@ -50,7 +50,9 @@ def test_memory_held_is_the_history_plus_the_read_not_the_file(six_minutes):
     for start in range(0, streamed.size, window):
         streamed[start : start + window]
         held.append(streamed._buffer.size)
-    assert max(held) <= streamed.history + 2 * window  # + one decoder frame of slack
+    # the history, the read, what is decoded ahead and not yet forgotten behind (one
+    # READ_AHEAD step each way), and one decoder frame of slack
+    assert max(held) <= streamed.history + 2 * window + 2 * READ_AHEAD
     assert max(held) < streamed.size // 2
     with pytest.raises(TypeError):
         np.asarray(streamed)  # never materialised by accident
