@@ -39,6 +39,10 @@ class Capabilities:
     # Reads a file's audio in slices (a StreamedAudio), so memory stays flat in its length;
     # a backend without this (a plugin written for arrays) gets the whole file as an array.
     streams_audio: bool = False
+    # Its batched path cuts every pause out of its chunks itself and times words through
+    # the cut (backends/ct2_batched.py), so the runner's digital-silence cut would only
+    # hide those pauses from the segment rules.
+    batched_cuts_pauses: bool = False
 
 
 @dataclass(frozen=True)

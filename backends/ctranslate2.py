@@ -68,6 +68,7 @@ class CTranslate2Backend(Backend):
         batched=True,
         vad_filter=True,
         streams_audio=True,
+        batched_cuts_pauses=True,
     )
 
     requires = ("ctranslate2", "faster_whisper")

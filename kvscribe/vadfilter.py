@@ -1,6 +1,7 @@
 """`--vad-filter` for backends whose engine has no VAD of its own: cut the silence out
 of a file before decoding, then put every time back on the original clock. Long runs of
-digital silence are cut out the same way on every run (Whisper reads them as "You").
+digital silence are cut out the same way (Whisper reads them as "You"), unless the
+backend's batched chunks cut every pause out themselves.
 
 The speech regions come from the silero VAD that live mode and batched decoding use
 (the same hysteresis, with faster-whisper's defaults). The regions are joined into
@@ -194,8 +195,9 @@ def _cut_of(begin: int, end: int, total: int) -> tuple[int, int]:
 
 def transcribe_speech(backend: Backend, samples: Samples, request: DecodeRequest) -> Transcription:
     """`backend`'s transcription of `samples`, with --vad-filter done here when its engine has
-    none, and long digital silence cut out (every backend: a pause costs no window of its
-    own and no lost context, as a clip boundary would), times mapped back to the input."""
+    none, and long digital silence cut out (a pause costs no window of its own and no lost
+    context, as a clip boundary would; a backend whose batched chunks cut pauses itself
+    sees them, so its segments end there), times mapped back to the input."""
     capabilities = backend.capabilities
     if not capabilities.streams_audio:  # a backend written for arrays: the whole file
         samples = samples[0 : samples.size]
@@ -203,12 +205,18 @@ def transcribe_speech(backend: Backend, samples: Samples, request: DecodeRequest
         speech, time_map = speech_only(samples, request.vad)
         note = f"{_seconds(speech)} of {_seconds(samples)} s kept (kvscribe's silero VAD)"
         return _on_kept_audio(backend, speech, time_map, request, ("vad filter", note))
-    if request.vad is None:
+    if request.vad is None and not _cuts_pauses_itself(backend, samples, request):
         cut = without_digital_silence(samples)
         if cut is not None:
             note = f"{_seconds(samples) - _seconds(cut[0]):.1f} s not decoded"
             return _on_kept_audio(backend, *cut, request, ("digital silence", note))
     return backend.transcribe(samples, request)
+
+
+def _cuts_pauses_itself(backend: Backend, samples: Samples, request: DecodeRequest) -> bool:
+    """Whether `backend` will decode `samples` in batched chunks with the pauses cut out."""
+    seconds = samples.size / SAMPLE_RATE
+    return backend.capabilities.batched_cuts_pauses and backend.batch_size_for(request, seconds) > 1
 
 
 def _on_kept_audio(backend: Backend, kept, time_map: TimeMap, request, note: tuple[str, str]):

