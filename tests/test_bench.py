@@ -113,7 +113,7 @@ def test_bench_writes_every_output(bench_run):
     assert "kvscribe bench" in result.stderr and "Traceback" not in result.stderr
     data = json.loads((folder / "b.json").read_text())
     labels = [c["label"] for c in data["cells"]]
-    assert len(labels) == 10 and len(data["claims"]) == 5
+    assert len(labels) == 11 and len(data["claims"]) == 5
     assert data["claims"][4]["measured"].startswith("whisper.cpp Q8_0 self + cross: KV 5")
     rows = list(csv.DictReader((folder / "b.csv").open()))
     assert [r["label"] for r in rows] == labels

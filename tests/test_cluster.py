@@ -39,8 +39,9 @@ def namespaces():
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> Path:
-    """6 eval clips in nested folders, a 3-minute recording first in line (so a file is
-    surely in flight when something is killed), and three bad files."""
+    """6 eval clips in nested folders, a 50 s recording first in line (so a file is surely
+    in flight when something is killed: about 3 s at these settings), and three bad
+    files."""
     root = tmp_path_factory.mktemp("cluster") / "recordings"
     clips = sorted(p for p in EVAL_DIR.glob("*.wav") if "longform" not in p.name)[:6]
     folders = ["2024/jan", "2024/feb/interviews", "2025"]
@@ -49,7 +50,8 @@ def tree(tmp_path_factory) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(clip, target)
     (root / "0-long").mkdir()
-    shutil.copy(EVAL_DIR / "espeak_longform_en.wav", root / "0-long" / "lecture.wav")
+    joined = EVAL_DIR.parent / "clips_joined" / "joined_real.wav"
+    shutil.copy(joined, root / "0-long" / "lecture.wav")
     bad = root / "bad"
     bad.mkdir()
     raw = clips[0].read_bytes()
