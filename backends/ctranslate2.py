@@ -41,7 +41,7 @@ from kvscribe.chunking import (
     decode_chunks,
     speech_chunks,
 )
-from kvscribe.decoding import Fallback, VadFilter
+from kvscribe.decoding import SAMPLING_SEED, Fallback, VadFilter
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.kvcache import estimate
 from kvscribe.models.ct2_file import WhisperDims, whisper_dims
@@ -87,6 +87,10 @@ class CTranslate2Backend(Backend):
                 hint="use --device cpu or --profile cpu-laptop",
             )
         self.dims = whisper_dims(self.model.path / "model.bin")
+        # CTranslate2 samples (temperature fallback) from a generator per engine thread,
+        # seeded when the thread first samples and never again: without a seed set first,
+        # from the OS, so the same file gave other text in every process.
+        ctranslate2.set_random_seed(SAMPLING_SEED)
         self.engine = WhisperModel(
             str(self.model.path),
             device=self.device,

@@ -15,12 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
-from kvscribe.decoding import Fallback, compression_ratio
+from kvscribe.decoding import SAMPLING_SEED, Fallback, compression_ratio
 
 # openai-whisper / faster-whisper: a window decoded above this temperature is not used as
 # the next window's prompt (faster-whisper's prompt_reset_on_temperature).
 PROMPT_RESET_TEMPERATURE = 0.5
-SAMPLING_SEED = 14  # sampling is seeded per window and attempt, so runs are reproducible
 
 
 @dataclass(frozen=True)
