@@ -294,4 +294,3 @@ def test_language_of_an_english_only_model(ct2_backend):
         assert (run.language, run.language_probability) == ("en", None)
         given = ct2_backend.transcribe(audio, DecodeRequest(batch_size=batch, language="en"))
         assert (given.language, given.language_probability) == ("en", None)
-
