@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -269,12 +270,13 @@ class TranscribeOptions(EngineOptions):
 STDIN = "-"
 
 
-def parse_formats(value: str | None, to_dir: bool) -> tuple[str, ...]:
-    """`txt,srt` / `all` -> a tuple of formats. With a folder and no -f, write every format."""
-    if value is None:
+def parse_formats(values: Sequence[str] | None, to_dir: bool) -> tuple[str, ...]:
+    """Each -f's `txt,srt` / `all` -> one tuple of formats (`-f srt -f json` is both). With
+    a folder and no -f, write every format."""
+    if not values:
         return FORMATS if to_dir else ()
     names: list[str] = []
-    for part in value.split(","):
+    for part in ",".join(values).split(","):
         name = part.strip().lower()
         if name == "all":
             names.extend(FORMATS)

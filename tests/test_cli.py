@@ -74,6 +74,14 @@ def test_all_formats_to_a_folder(tmp_path):
     assert result.stdout == "" and result.stderr == ""  # --quiet with -o: silent
 
 
+def test_repeated_and_comma_separated_formats_add_up(tmp_path):
+    """`-f json -f srt,vtt` writes all three (a repeated flag once kept only the last)."""
+    out = tmp_path / "out"
+    result = run_cli(SAMPLE, "-f", "json", "-f", "srt,vtt", "-o", out, "--quiet")
+    assert result.code == 0, result.stderr
+    assert visible(out) == ["jfk.json", "jfk.srt", "jfk.vtt"]
+
+
 def test_one_format_without_a_folder_goes_to_stdout():
     result = run_cli(SAMPLE, "-f", "srt", "-q")
     assert result.code == 0

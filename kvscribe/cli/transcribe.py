@@ -39,12 +39,13 @@ def transcribe(
     model: str = shared.MODEL.option(),
     language: str = shared.LANGUAGE.option(),
     task: shared.Task = shared.TASK.option(),
-    output_format: str = typer.Option(
+    output_format: list[str] = typer.Option(
         None,
         "--output-format",
         "-f",
         show_default="all with -o, else text on stdout",
-        help="txt, srt, vtt, json, tsv or all; comma-separated for several.",
+        metavar="FORMAT[,FORMAT...]",
+        help="txt, srt, vtt, json, tsv or all; comma-separated or repeated for several.",
     ),
     output_dir: Path = typer.Option(
         None,
