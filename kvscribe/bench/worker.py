@@ -233,7 +233,9 @@ class _FasterWhisperBatched(_FasterWhisper):
             clip.audio, beam_size=self.beams, batch_size=self.batch
         )
         text = "".join(segment.text for segment in segments)
-        return ClipRun(clip.name, text, time.perf_counter() - started)
+        # as the kvscribe cell reports it: a clip of one window has nothing to batch
+        batch = self.batch if clip.seconds > MAX_SECONDS else 1
+        return ClipRun(clip.name, text, time.perf_counter() - started, batch_size=batch)
 
 
 class _WhisperCli:
