@@ -22,10 +22,10 @@ from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples
 from kvscribe.chunking import Chunk, ChunkResult
 from kvscribe.decoding import Fallback, compression_ratio
+from kvscribe.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW
 from kvscribe.timed_words import TimedWord, is_anomalous, is_squeezed, split_segments, tidy
 from kvscribe.types import Segment, Word
 
-FRAMES_PER_SECOND = 100  # mel frames; Segment.seek counts these
 MEDIAN_FILTER_WIDTH = 7  # openai-whisper's smoothing of the alignment heads' weights
 
 
@@ -213,7 +213,7 @@ def _aligned(
         plan.tokenizer,
         [decoded[row].tokens for row in rows],
         encoded if len(rows) == len(group) else _rows_of(encoded, rows),
-        [min(3000, round(group[row].seconds * FRAMES_PER_SECOND)) for row in rows],
+        [min(FRAMES_PER_WINDOW, round(group[row].seconds * FRAMES_PER_SECOND)) for row in rows],
         MEDIAN_FILTER_WIDTH,
     )
     prepend, append = _punctuations()

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-SAMPLE_RATE = 16_000
+from kvscribe.audio import SAMPLE_RATE
+
 N_FFT = 400
 HOP = 160
+FRAMES_PER_SECOND = SAMPLE_RATE // HOP  # 100: the unit of Segment.seek
 FRAMES_PER_WINDOW = 3000  # 30 s
-SAMPLES_PER_WINDOW = 480_000
+SAMPLES_PER_WINDOW = FRAMES_PER_WINDOW * HOP
 
 
 def mel_filters(n_mels: int, sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.ndarray:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples
 from kvscribe.errors import (
     AudioDecodeError,
@@ -33,7 +34,6 @@ from kvscribe.errors import (
 )
 from kvscribe.stats import maxrss_bytes
 
-SAMPLE_RATE = 16_000
 WAV_BLOCK = 30 * SAMPLE_RATE  # samples converted and written at a time
 TIMEOUT_ENV = "KVSCRIBE_WHISPER_TIMEOUT"
 
