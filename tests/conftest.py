@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-# First, before anything loads numpy: kvscribe's import gives numpy's BLAS one thread, as
-# in every kvscribe process, so results computed in the test process match the CLI's.
-import kvscribe  # noqa: F401  # isort: skip
+# First, before anything loads numpy: numpy's BLAS on one thread, as the `kvscribe`
+# command sets it, so results computed in the test process match the CLI's.
+import kvscribe.cli  # noqa: F401  # isort: skip
 
 import os
 import subprocess

@@ -1,5 +1,6 @@
-"""Every process that loads kvscribe gives numpy's OpenBLAS one thread (kvscribe/__init__.py):
-its thread count moves the log-mel's last bit, and its spinning threads slow the engines."""
+"""numpy's OpenBLAS on one thread (kvscribe/__init__.py: its thread count moves the
+log-mel's last bit, and its spinning threads slow the engines): always in the `kvscribe`
+command's processes; as a library, unless the program's environment says otherwise."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ else:
 """
 
 
-def _blas_threads(imports: str) -> str:
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "8"}  # what a user's shell might hold
+def _blas_threads(imports: str, setting: str | None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if setting is not None:
+        env["OPENBLAS_NUM_THREADS"] = setting  # what a user's shell might hold
     probe = PROBE.format(imports=imports)
     result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -36,12 +39,14 @@ def _blas_threads(imports: str) -> str:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="finds the library in /proc")
-def test_loading_kvscribe_gives_numpy_s_blas_one_thread():
-    plain = _blas_threads("")
+def test_numpy_s_blas_gets_one_thread_unless_a_library_user_set_it():
+    plain = _blas_threads("", None)
     if plain == "none":
         pytest.skip("numpy here is not built on OpenBLAS")
-    assert _blas_threads("import kvscribe") == "1"
+    assert _blas_threads("import kvscribe", None) == "1"  # nothing set: kvscribe's choice
+    assert _blas_threads("import kvscribe.cli", "8") == "1"  # the command decides
     # Without kvscribe the same environment gets more wherever there is more than one core,
-    # so the probe would see a missing setting.
+    # so the probe would see a missing setting; a library user's own setting is kept.
     if len(os.sched_getaffinity(0)) > 1:
         assert int(plain) > 1
+        assert int(_blas_threads("import kvscribe", "2")) == 2

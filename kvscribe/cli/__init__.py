@@ -1,5 +1,11 @@
 """Command-line interface (typer + rich)."""
 
+import os
+
+# The command's own processes: numpy's BLAS on one thread whatever the shell holds (why:
+# kvscribe/__init__.py), before anything below loads numpy.
+os.environ["OPENBLAS_NUM_THREADS"] = "1"
+
 from kvscribe.cli.app import app, main
 
 __all__ = ["app", "main"]
