@@ -354,9 +354,9 @@ def _chunk_rules(vad: VadFilter | None) -> ChunkRules:
     """The batched chunker is a VAD already: a requested filter sets its threshold and
     shortest speech; its pauses and padding stay the ones chunking is tuned for."""
     if vad is None:
-        return ChunkRules(cut_pauses=True)
+        return ChunkRules(max_gap=None, cut_pauses=True)
     settings = replace(FILE_VAD, threshold=vad.threshold, min_speech=vad.min_speech_seconds)
-    return ChunkRules(vad=settings, cut_pauses=True)
+    return ChunkRules(max_gap=None, vad=settings, cut_pauses=True)
 
 
 def _word(word) -> Word:

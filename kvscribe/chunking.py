@@ -75,11 +75,12 @@ class Chunk:
 @dataclass(frozen=True)
 class ChunkRules:
     max_seconds: float = MAX_SECONDS
-    max_gap: float = 2.0  # a longer pause ends the chunk: silence stays out of the decoder
+    # A longer pause ends the chunk (silence stays out of the decoder); None: none does.
+    max_gap: float | None = 2.0
     vad: VadSettings = FILE_VAD
     # Pauses between speech regions cut out of the decoded audio (faster-whisper's batched
-    # pipeline does this too): a window holds more speech, so a file takes fewer windows;
-    # no pause is then too long to keep within one chunk.
+    # pipeline does this too): a window holds more speech, so a file takes fewer windows,
+    # and no pause needs to end a chunk.
     cut_pauses: bool = False
 
 
@@ -180,7 +181,7 @@ def join_regions(
 ) -> list[Chunk]:
     """Merge regions into chunks of at most `max_seconds`, splitting any longer region."""
     limit = int(rules.max_seconds * SAMPLE_RATE)
-    gap = total if rules.cut_pauses else int(rules.max_gap * SAMPLE_RATE)
+    gap = total if rules.max_gap is None else int(rules.max_gap * SAMPLE_RATE)
     pad = int(rules.vad.pad * SAMPLE_RATE)
     chunks: list[Chunk] = []
     for begin, end in regions:
