@@ -8,6 +8,8 @@ Configurations (CONFIGS):
 - fw-sequential: benchmarks/peers/faster_whisper_cli.py --mode sequential
   (WhisperModel.transcribe: 30 s windows, previous-text prompts), int8, beam 5.
 - fw-batched: the same script --mode batched (BatchedInferencePipeline, batch 8, beam 5).
+- fw-batched-words: the same with --word-timestamps (every word timed, as kvscribe's
+  batched default times every word to cut its segments).
 - kvscribe-default: `kvscribe AUDIO -f txt` (profile auto = cpu-laptop on CPU: ctranslate2
   int8, beam 5, batch 8 on files over 30 s).
 - kvscribe-batch1: the same with --batch-size 1 (sequential, previous-text prompts).
@@ -80,6 +82,8 @@ CLIPS = [
 CONFIGS = {  # name -> (engine, extra flags)
     "fw-sequential": ("fw", ["--mode", "sequential"]),
     "fw-batched": ("fw", ["--mode", "batched", "--batch-size", "8"]),
+    # the pipeline with every word timed, as kvscribe's default times every word
+    "fw-batched-words": ("fw", ["--mode", "batched", "--batch-size", "8", "--word-timestamps"]),
     "kvscribe-default": ("kvscribe", []),
     "kvscribe-batch1": ("kvscribe", ["--batch-size", "1"]),
     "kvscribe-transformers": ("kvscribe", ["--backend", "transformers"]),
