@@ -1,14 +1,18 @@
 """The `--cluster` scenarios of tests/test_cluster.py, run inside the loopback-only
 namespaces with a local cluster up (tests/cluster_local.py sets RAY_ADDRESS):
 
-    python tests/cluster_scenarios.py SCENARIO TREE OUT RESULT.json [CLI ARGS...]
+    python tests/cluster_scenarios.py SCENARIO[,SCENARIO...] TREE OUT RESULT.json [CLI ARGS...]
+
+Each scenario writes into OUT/SCENARIO, one after the other on the same cluster (a
+cluster's start and stop cost about 30 s here).
 
 same          kvscribe TREE -o OUT --cluster auto, then again with --ship-audio into OUT-ship
 kill-actor    the same run; once an actor has been transcribing one file for 1 s, its
               process is killed (kill -9, found by its title ray::KvscribeWorker.transcribe)
 kill-driver   the same run, its driver killed (kill -9) after 2 manifest records; a rerun
 
-RESULT.json gets each run's exit code, stdout and stderr (and what was killed).
+RESULT.json maps each scenario to its runs' exit code, stdout and stderr (and what was
+killed).
 """
 
 from __future__ import annotations
@@ -93,8 +97,9 @@ SCENARIOS = {"same": same, "kill-actor": kill_actor, "kill-driver": kill_driver}
 
 
 def main() -> None:
-    scenario, tree, out, result, *extra = sys.argv[1:]
-    Path(result).write_text(json.dumps(SCENARIOS[scenario](tree, out, extra), indent=2))
+    names, tree, out, result, *extra = sys.argv[1:]
+    runs = {name: SCENARIOS[name](tree, str(Path(out) / name), extra) for name in names.split(",")}
+    Path(result).write_text(json.dumps(runs, indent=2))
 
 
 if __name__ == "__main__":

@@ -83,16 +83,25 @@ def _statuses(folder: Path) -> dict[str, tuple]:
     return {r["input"]: (r["status"], r["exit_code"], sorted(r["outputs"])) for r in records}
 
 
-def _in_cluster(scenario: str, tree: Path, out: Path, tmp_path: Path) -> dict:
-    result = tmp_path / f"{scenario}.json"
+@pytest.fixture(scope="module")
+def cluster_runs(namespaces, tree, tmp_path_factory) -> tuple[Path, dict]:
+    """Every scenario, one after the other on one local cluster (its start and stop cost
+    about 30 s): the folder under which each wrote OUT/SCENARIO, and each one's runs."""
+    if not HAS_RAY:
+        pytest.skip("ray is not installed (pip install -e '.[ray]')")
+    base = tmp_path_factory.mktemp("cluster-runs")
+    result = base / "runs.json"
     argv = [sys.executable, str(ROOT / "tests" / "cluster_local.py"), "--"]
-    argv += [sys.executable, str(ROOT / "tests" / "cluster_scenarios.py"), scenario]
-    argv += [str(tree), str(out), str(result), *FAST]
+    argv += [sys.executable, str(ROOT / "tests" / "cluster_scenarios.py"), ",".join(SCENARIOS)]
+    argv += [str(tree), str(base / "out"), str(result), *FAST]
     done = subprocess.run(
-        namespace_command(argv), capture_output=True, text=True, timeout=900, cwd=ROOT
+        namespace_command(argv), capture_output=True, text=True, timeout=1800, cwd=ROOT
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(result.read_text())
+    return base / "out", json.loads(result.read_text())
+
+
+SCENARIOS = ("same", "kill-actor", "kill-driver")
 
 
 def _same_as_jobs_1(out: Path, reference) -> None:
@@ -104,11 +113,9 @@ def _same_as_jobs_1(out: Path, reference) -> None:
 
 @needs_ray
 @pytest.mark.slow
-def test_cluster_outputs_equal_jobs_1_shared_storage_and_shipped(
-    namespaces, tree, reference, tmp_path
-):
-    out = tmp_path / "out"
-    runs = _in_cluster("same", tree, out, tmp_path)
+def test_cluster_outputs_equal_jobs_1_shared_storage_and_shipped(tree, reference, cluster_runs):
+    out, results = cluster_runs[0] / "same", cluster_runs[1]
+    runs = results["same"]
     for name, folder in (("run", out), ("shipped", Path(f"{out}-ship"))):
         run = runs[name]
         assert run["code"] == reference[1], run["stderr"]
@@ -136,11 +143,8 @@ def _segments_reached_the_driver(tree: Path, out: Path, lines: list[str]) -> Non
 
 @needs_ray
 @pytest.mark.slow
-def test_an_actor_killed_mid_file_is_replaced_and_its_file_retried(
-    namespaces, tree, reference, tmp_path
-):
-    out = tmp_path / "out"
-    result = _in_cluster("kill-actor", tree, out, tmp_path)
+def test_an_actor_killed_mid_file_is_replaced_and_its_file_retried(reference, cluster_runs):
+    out, result = cluster_runs[0] / "kill-actor", cluster_runs[1]["kill-actor"]
     run = result["run"]
     assert result["killed_pid"] is not None, "no actor was seen at work"
     assert "retrying it (attempt 2 of 3)" in run["stderr"], run["stderr"]
@@ -154,9 +158,8 @@ def test_an_actor_killed_mid_file_is_replaced_and_its_file_retried(
 
 @needs_ray
 @pytest.mark.slow
-def test_driver_killed_then_rerun_equals_jobs_1(namespaces, tree, reference, tmp_path):
-    out = tmp_path / "out"
-    result = _in_cluster("kill-driver", tree, out, tmp_path)
+def test_driver_killed_then_rerun_equals_jobs_1(reference, cluster_runs):
+    out, result = cluster_runs[0] / "kill-driver", cluster_runs[1]["kill-driver"]
     assert 0 < result["records_at_kill"] < 10, "the kill did not land mid-batch"
     rerun = result["rerun"]
     assert rerun["code"] == reference[1], rerun["stderr"]
