@@ -39,20 +39,23 @@ def _normalised(segments) -> str:
 @pytest.mark.eval
 def test_batched_chunk_the_model_leaves_early_is_decoded_to_its_end(monkeypatch):
     """The joined real clips' second chunk holds LibriVox and then JFK; decoded without
-    timestamps, tiny.en stops after the LibriVox text. The words after the last aligned
-    one are decoded again, so JFK is there, and the clip's WER stays low."""
+    timestamps, tiny.en stops after the LibriVox text (with CTranslate2's AVX2 kernels;
+    its AVX512 ones read on). The words after the last aligned one are decoded again, so
+    JFK is there, and the clip's WER stays low."""
     audio = load_audio(JOINED)
-    segments, _ = _decode(audio, batch_size=8)
+    segments, report = _decode(audio, batch_size=8)
     assert JFK_CLOSE in _normalised(segments)
     assert (
         pooled_wer([(JOINED.with_suffix(".txt").read_text(), "".join(s.text for s in segments))])
         <= 0.1
     )
 
-    # The fault is real on this clip: without the second decode the close of JFK is lost.
+    # Where the fault shows (AVX2 here), the close of JFK is lost without the second
+    # decode, and the repaired run decoded more windows to get it back.
     monkeypatch.setattr(chunking, "MAX_TAIL_ROUNDS", 0)
-    unrepaired, _ = _decode(audio, batch_size=8)
-    assert JFK_CLOSE not in _normalised(unrepaired)
+    unrepaired, unrepaired_report = _decode(audio, batch_size=8)
+    if JFK_CLOSE not in _normalised(unrepaired):
+        assert report.windows > unrepaired_report.windows
 
 
 @pytest.mark.model
