@@ -141,6 +141,27 @@ def run_cli(*args: str | Path, cwd: Path | None = None, timeout: float = 300) ->
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
+# The long-form clip's first 96.5 s end in a 0.6 s pause after "...to daytime hours.": more
+# than three windows and than a streamed file's 60 s history, at half the decoding.
+LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"
+LONG_FORM_HEAD = (96.5, "daytime hours.")
+
+
+@pytest.fixture(scope="session")
+def long_form_head(tmp_path_factory) -> Path:
+    """The long-form clip's head as a 16-bit WAV, its reference text beside it (.txt)."""
+    from kvscribe.audio import SAMPLE_RATE, load_audio
+    from tests import media
+
+    seconds, last_words = LONG_FORM_HEAD
+    text = LONG_FORM.with_suffix(".txt").read_text(encoding="utf-8")
+    path = tmp_path_factory.mktemp("long_form_head") / "espeak_longform_en_head.wav"
+    media.write_wav(path, load_audio(LONG_FORM)[: int(seconds * SAMPLE_RATE)])
+    head_text = text[: text.index(last_words) + len(last_words)]
+    path.with_suffix(".txt").write_text(head_text, encoding="utf-8")
+    return path
+
+
 @pytest.fixture(scope="session")
 def derived(tmp_path_factory) -> dict[str, Path]:
     """The sample re-encoded and damaged in every way the tests need (made once)."""

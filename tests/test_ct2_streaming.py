@@ -63,13 +63,13 @@ class _Recorder:
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory) -> dict[str, Path]:
+def files(tmp_path_factory, long_form_head) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("ct2_streaming")
     paused = folder / "paused.wav"  # speech between 3 s runs of digital silence (~56 s)
     media.paused_clip([EVAL_DIR / f"{name}.wav" for name in PAUSED_CLIPS], 3.0, paused)
     minute = load_audio(LONG_FORM)[: 60 * SAMPLE_RATE]
     return {
-        "long form": LONG_FORM,
+        "long form": long_form_head,  # 96.5 s: past a 60 s history
         "paused": paused,
         "minute": media.write_wav(folder / "minute.wav", minute),
     }

@@ -280,8 +280,12 @@ def test_the_converted_tiny_en_carries_alignment_heads():
 
 # ---------------------------------------------------------------- through backend.transcribe
 
-LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"  # 182 s: seven windows, offsets from seek
-TRANSCRIBED = [*CLIPS, *([LONG_FORM] if LONG_FORM.exists() else [])]
+LONG_FORM = "long_form_head"  # a fixture's file: 96.5 s, four windows, offsets from seek
+TRANSCRIBED = [*CLIPS, LONG_FORM]
+
+
+def _clip(clip: Path | str, request: pytest.FixtureRequest) -> Path:
+    return request.getfixturevalue(clip) if isinstance(clip, str) else clip
 
 
 @functools.cache
@@ -290,9 +294,10 @@ def _transcribed(clip: Path, word_timestamps: bool = True, batch_size: int = 1):
     return list(_backend().transcribe(load_audio(clip), request).segments)
 
 
-@pytest.mark.parametrize("clip", TRANSCRIBED, ids=lambda c: c.stem)
+@pytest.mark.parametrize("clip", TRANSCRIBED, ids=lambda c: getattr(c, "stem", c))
 @pytest.mark.slow
-def test_transcribe_gives_each_segment_its_words_in_order(clip):
+def test_transcribe_gives_each_segment_its_words_in_order(clip, request):
+    clip = _clip(clip, request)
     segments = _transcribed(clip)
     flat = [w for s in segments for w in s.words]
     assert flat and all(s.words for s in segments)
@@ -307,9 +312,10 @@ def test_transcribe_gives_each_segment_its_words_in_order(clip):
     assert flat[-1].end <= load_audio(clip).size / SAMPLE_RATE + 0.02
 
 
-@pytest.mark.parametrize("clip", TRANSCRIBED, ids=lambda c: c.stem)
+@pytest.mark.parametrize("clip", TRANSCRIBED, ids=lambda c: getattr(c, "stem", c))
 @pytest.mark.slow
-def test_transcribed_word_starts_agree_with_faster_whisper(clip):
+def test_transcribed_word_starts_agree_with_faster_whisper(clip, request):
+    clip = _clip(clip, request)
     ours = [w for s in _transcribed(clip) for w in s.words]
     theirs = _faster_whisper_words(clip)
     differences = _start_differences(ours, theirs)
@@ -326,12 +332,12 @@ def test_words_only_when_asked_and_the_text_does_not_change():
 
 
 @pytest.mark.slow
-def test_batched_chunks_time_their_words_on_the_input_s_clock():
-    segments = _transcribed(LONG_FORM, batch_size=4)
+def test_batched_chunks_time_their_words_on_the_input_s_clock(long_form_head):
+    segments = _transcribed(long_form_head, batch_size=4)
     assert len({s.window for s in segments}) > 1  # several chunks, each with its own offset
     assert all(s.words and s.start == s.words[0].start for s in segments)
     ours = [w for s in segments for w in s.words]
     assert [w.start for w in ours] == sorted(w.start for w in ours)
-    differences = _start_differences(ours, _faster_whisper_words(LONG_FORM))
+    differences = _start_differences(ours, _faster_whisper_words(long_form_head))
     assert len(differences) >= 0.8 * len(ours)
     assert np.median(differences) <= MEDIAN_START_TOLERANCE
