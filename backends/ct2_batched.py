@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples
 from kvscribe.chunking import Chunk, ChunkResult
@@ -72,22 +73,17 @@ def setup(
     fallback: Fallback,
     word_timestamps: bool = False,
 ):
-    from faster_whisper.tokenizer import Tokenizer
-    from faster_whisper.transcribe import get_suppressed_tokens
-
-    tokenizer = Tokenizer(engine.hf_tokenizer, engine.model.is_multilingual, task, language)
+    tokenizer = adapter.tokenizer(engine, task, language)
     previous = tokenizer.encode(" " + prompt_text.strip()) if prompt_text else []
-    prompt = engine.get_prompt(tokenizer, previous_tokens=previous, without_timestamps=True)
-    suppress = get_suppressed_tokens(tokenizer, [-1])
+    prompt = adapter.prompt(engine, tokenizer, previous)
+    suppress = adapter.suppressed_tokens(tokenizer)
     plan = BatchSetup(engine, tokenizer, prompt, suppress, beams, batch, fallback, word_timestamps)
     return plan, tokenizer
 
 
 def chunk_features(engine, audio: Samples, chunk: Chunk) -> np.ndarray:
     """The chunk's log-mel, padded (in the feature domain, as faster-whisper does) to 30 s."""
-    from faster_whisper.audio import pad_or_trim
-
-    return pad_or_trim(engine.feature_extractor(chunk.samples(audio))[..., :-1])
+    return adapter.window_features(engine, chunk.samples(audio))
 
 
 def decode_group(plan: BatchSetup, audio: Samples, group: list[Chunk]) -> list[DecodedChunk]:
@@ -107,8 +103,8 @@ def _encode(engine, features: np.ndarray):
     import ctranslate2
 
     if engine.model.device != "cpu" or len(features) == 1:
-        return engine.encode(features)
-    rows = [np.asarray(engine.encode(window[None])) for window in features]
+        return adapter.encode(engine, features)
+    rows = [np.asarray(adapter.encode(engine, window[None])) for window in features]
     return ctranslate2.StorageView.from_array(np.concatenate(rows))
 
 
@@ -159,7 +155,7 @@ def _generate(plan: BatchSetup, encoded, rows: int, temperature: float) -> list[
     results = plan.engine.model.generate(
         encoded,
         [list(plan.prompt) for _ in range(rows)],
-        max_length=plan.engine.max_length,
+        max_length=adapter.max_length(plan.engine),
         suppress_blank=True,
         suppress_tokens=plan.suppress,
         return_scores=True,
@@ -200,8 +196,6 @@ def _aligned(
 ) -> list[DecodedChunk]:
     """Each spoken chunk's words, timed by cross-attention alignment in one `align` call
     for the group, punctuation glued to its word as faster-whisper glues it."""
-    from faster_whisper.transcribe import merge_punctuations
-
     rows = [
         row
         for row, result in enumerate(decoded)
@@ -209,17 +203,17 @@ def _aligned(
     ]
     if not rows:
         return decoded
-    alignments = plan.engine.find_alignment(
+    alignments = adapter.align(
+        plan.engine,
         plan.tokenizer,
         [decoded[row].tokens for row in rows],
         encoded if len(rows) == len(group) else _rows_of(encoded, rows),
         [min(FRAMES_PER_WINDOW, round(group[row].seconds * FRAMES_PER_SECOND)) for row in rows],
         MEDIAN_FILTER_WIDTH,
     )
-    prepend, append = _punctuations()
     aligned = list(decoded)
     for row, alignment in zip(rows, alignments, strict=True):
-        merge_punctuations(alignment, prepend, append)
+        adapter.merge_punctuations(alignment)
         words = tidy([_timed(word) for word in alignment if word["word"]])
         aligned[row] = replace(decoded[row], words=_on_original_clock(words, group[row]))
     return aligned
@@ -244,16 +238,6 @@ def _timed(word: dict) -> TimedWord:
         float(word["probability"]),
         tuple(word["tokens"]),
     )
-
-
-def _punctuations() -> tuple[str, str]:
-    """faster-whisper's transcribe() defaults for gluing punctuation to the words beside it."""
-    import inspect
-
-    from faster_whisper import WhisperModel
-
-    parameters = inspect.signature(WhisperModel.transcribe).parameters
-    return parameters["prepend_punctuations"].default, parameters["append_punctuations"].default
 
 
 # -- segments ---------------------------------------------------------------------------

@@ -44,8 +44,10 @@ class SpeechClock:
 
     @classmethod
     def of(cls, audio: Samples, vad: VadFilter) -> SpeechClock:
-        from faster_whisper.vad import SpeechTimestampsMap, VadOptions
+        from faster_whisper.vad import VadOptions
         from kvscribe.backends.ct2_vad import regions_of, speech_timestamps
+
+        from kvscribe.adapters.faster_whisper import speech_clock
 
         options = VadOptions(
             threshold=vad.threshold,
@@ -56,7 +58,7 @@ class SpeechClock:
         chunks = speech_timestamps(audio, options)
         if not chunks:
             return cls(Joined(audio, []), None, vad.pad_seconds)
-        clock = SpeechTimestampsMap(chunks, SAMPLE_RATE)
+        clock = speech_clock(chunks, SAMPLE_RATE)
         return cls(Joined(audio, regions_of(chunks, audio.size)), clock, vad.pad_seconds)
 
     def restore(self, segment):

@@ -28,10 +28,9 @@ the input's length (`np.broadcast_to`: an ndarray with the right shape, no sampl
 
 from __future__ import annotations
 
-import copy
-
 import numpy as np
 
+from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.audio_stream import Samples
 from kvscribe.streamed_mel import NumpyFrontEnd, StreamedMel
 
@@ -44,10 +43,10 @@ def transcribe(engine, audio: Samples, **options):
     filters, block-fed, before)."""
     if options.get("vad_filter"):
         raise ValueError("streamed audio is VAD-filtered before transcribe (ct2_silence)")
-    mel = StreamedMel(audio, NumpyFrontEnd(engine.feature_extractor))
+    extractor = adapter.feature_extractor(engine)
+    mel = StreamedMel(audio, NumpyFrontEnd(extractor))
     standin = np.broadcast_to(np.float32(0), (audio.size,))
-    view = copy.copy(engine)
-    view.feature_extractor = _FeaturesFor(engine.feature_extractor, standin, mel)
+    view = adapter.with_feature_extractor(engine, _FeaturesFor(extractor, standin, mel))
     return view.transcribe(standin, **options)
 
 

@@ -2,9 +2,10 @@
 
 faster-whisper's own function takes the whole file as one array (an hour: 230 MB of
 samples, padded again). This module gives the same speech timestamps, to the sample, from
-any Samples read in blocks: the probabilities come from faster-whisper's ONNX session fed
-the windows its `SileroVADModel` would run (512 samples each, after the previous window's
-last 64), with the model's state carried from one block to the next, and the hysteresis below
+any Samples read in blocks: the probabilities come from the silero model faster-whisper ships,
+fed the windows its `SileroVADModel` would run (512 samples each, after the previous
+window's last 64) by kvscribe's own front end (kvscribe.live.vad.SileroVad, which carries
+the model's state from one block to the next), and the hysteresis below
 is `get_speech_timestamps`' loop, copied (faster-whisper 1.2, MIT; from silero-vad).
 tests/test_ct2_streaming.py checks both against faster-whisper's on real audio.
 """
@@ -15,8 +16,8 @@ import numpy as np
 
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples
+from kvscribe.live.vad import WINDOW, SileroVad
 
-WINDOW = 512  # samples per probability
 CONTEXT = 64  # samples of the previous window each window sees first
 # Windows per session run. SileroVADModel runs 10,000 (320 s: about 45 MB of input
 # rows alone); with the state carried, fewer give the same probabilities to the bit
@@ -27,31 +28,23 @@ BLOCK_WINDOWS = 1_000
 
 def speech_probabilities(samples: Samples) -> np.ndarray:
     """SileroVADModel()(audio padded as get_speech_timestamps pads it), computed a block of
-    windows at a time: one probability per 512 samples, plus one for the padding."""
-    from faster_whisper.vad import get_vad_model
-
-    session = get_vad_model().session
+    windows at a time through kvscribe's silero front end (the same model file, one
+    thread as faster-whisper runs it): one probability per 512 samples, plus one for the
+    padding."""
+    vad = SileroVad(threads=1)
     padded = samples.size + WINDOW - samples.size % WINDOW  # always pads, 1..512 zeros
     block = BLOCK_WINDOWS * WINDOW
-    h = np.zeros((1, 1, 128), dtype=np.float32)
-    c = np.zeros((1, 1, 128), dtype=np.float32)
-    context = np.zeros(CONTEXT, dtype=np.float32)
     found = []
     for start in range(0, padded, block):
         stop = min(start + block, padded)
         piece = np.zeros(stop - start, dtype=np.float32)
         real = samples[start : min(stop, samples.size)]
         piece[: real.size] = real
-        windows = piece.reshape(-1, WINDOW)
-        contexts = np.concatenate([context[None], windows[:-1, -CONTEXT:]])
         if stop == padded:
             # SileroVADModel zeroes its context rows through a view of the audio, which
             # also zeroes the last window's final 64 samples: so must we, to match it.
-            windows[-1, -CONTEXT:] = 0
-        context = windows[-1, -CONTEXT:].copy()
-        batch = np.concatenate([contexts, windows], axis=1)
-        output, h, c = session.run(None, {"input": batch, "h": h, "c": c})
-        found.append(np.asarray(output, dtype=np.float32).reshape(-1))
+            piece[-CONTEXT:] = 0
+        found.append(vad.probabilities(piece))
     return np.concatenate(found)
 
 

@@ -39,8 +39,8 @@ class SileroVad:
         """`threads`: 1 for live mode (0.1 ms a window leaves the cores to Whisper); a whole
         file scanned before decoding may use more."""
         try:
+            import faster_whisper  # noqa: F401
             import onnxruntime
-            from faster_whisper.utils import get_assets_path
         except ImportError as exc:
             raise BackendUnavailableError(
                 f"{exc.name} is not installed",
@@ -51,7 +51,9 @@ class SileroVad:
         options.inter_op_num_threads = 1
         options.intra_op_num_threads = threads
         options.log_severity_level = 4
-        path = model_path(Path(get_assets_path()))
+        from kvscribe.adapters.faster_whisper import assets_folder
+
+        path = model_path(assets_folder())
         self._session = onnxruntime.InferenceSession(
             str(path), providers=["CPUExecutionProvider"], sess_options=options
         )

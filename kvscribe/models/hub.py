@@ -22,17 +22,18 @@ _PATTERNS = [
 
 def short_names() -> dict[str, str]:
     """Short model name -> hub repository, exactly as faster-whisper's `WhisperModel(name)`
-    maps it. faster-whisper keeps the map current as repositories move (a private name, but
-    the only copy); imported here, not at module import, since it loads the whole engine."""
+    maps it (imported here, not at module import, since it loads the whole engine)."""
     try:
-        from faster_whisper.utils import _MODELS
+        import faster_whisper  # noqa: F401
     except ImportError as exc:
         raise ModelNotFoundError(
-            "model names need faster-whisper, which is missing or too old",
+            "model names need faster-whisper, which is missing",
             subject="--model",
-            hint="pip install -U faster-whisper, or pass --model PATH",
+            hint="pip install faster-whisper, or pass --model PATH",
         ) from exc
-    return dict(_MODELS)
+    from kvscribe.adapters import faster_whisper as adapter
+
+    return adapter.model_repositories()
 
 
 def repo_for(name: str) -> str | None:
