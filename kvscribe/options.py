@@ -47,8 +47,61 @@ class EngineOptions:
     kv_policy: str | None = _shaping(None)  # overrides the profile's self-attention policy
     kv_cross: str | None = _shaping(None)  # overrides the profile's cross-attention policy
     threads: int | None = None  # overrides the backend section's thread count
+    # Temperature fallback and the no-speech test, as openai-whisper names and defaults them.
+    temperature: float = _shaping_added(0.0)
+    temperature_increment_on_fallback: float = _shaping_added(0.2)  # 0: no fallback
+    best_of: int = _shaping_added(5)
+    compression_ratio_threshold: float = _shaping_added(2.4)
+    logprob_threshold: float = _shaping_added(-1.0)
+    no_speech_threshold: float = _shaping_added(0.6)
     stats_json: Path | None = None
     quiet: bool = False
+
+    def fallback(self) -> Fallback:
+        return Fallback(
+            temperatures=temperatures_from(
+                self.temperature, self.temperature_increment_on_fallback
+            ),
+            compression_ratio_threshold=self.compression_ratio_threshold,
+            logprob_threshold=self.logprob_threshold,
+            no_speech_threshold=self.no_speech_threshold,
+            best_of=self.best_of,
+        )
+
+    def request_fields(self) -> dict[str, Any]:
+        """What every decode of the run is asked (kvscribe.runner.decode_request); each
+        command adds its own."""
+        return {
+            "language": self.language,
+            "task": self.task,
+            "beam_size": self.beam_size,
+            "fallback": self.fallback(),
+        }
+
+    def _check_engine(self) -> None:
+        _check_decoding(self.task, self.beam_size)
+        if self.device is not None and self.device not in DEVICES:
+            raise UsageError(
+                f"must be one of {', '.join(DEVICES)}",
+                subject="--device",
+                hint=f"got {self.device!r}",
+            )
+        _check_kv(self.kv_policy, self.kv_cross)
+        _check_threads(self.threads)
+        self._check_fallback()
+
+    def _check_fallback(self) -> None:
+        _in_range("--temperature", self.temperature, 0.0, 1.0)
+        _in_range(
+            "--temperature-increment-on-fallback", self.temperature_increment_on_fallback, 0.0, 1.0
+        )
+        _in_range("--compression-ratio-threshold", self.compression_ratio_threshold, 1.0, 100.0)
+        _in_range("--logprob-threshold", self.logprob_threshold, -100.0, 0.0)
+        _in_range("--no-speech-threshold", self.no_speech_threshold, 0.0, 1.0)
+        if not 1 <= self.best_of <= 16:
+            raise UsageError(
+                "must be between 1 and 16", subject="--best-of", hint=f"got {self.best_of}"
+            )
 
 
 def output_shaping_fields(options: EngineOptions | type[EngineOptions]) -> tuple[str, ...]:
@@ -77,12 +130,6 @@ class TranscribeOptions(EngineOptions):
     # Decoding, as openai-whisper / faster-whisper name and default it.
     initial_prompt: str | None = _shaping_added(None)
     condition_on_previous_text: bool | None = _shaping_added(None)  # None: the profile's
-    temperature: float = _shaping_added(0.0)
-    temperature_increment_on_fallback: float = _shaping_added(0.2)  # 0: no fallback
-    best_of: int = _shaping_added(5)
-    compression_ratio_threshold: float = _shaping_added(2.4)
-    logprob_threshold: float = _shaping_added(-1.0)
-    no_speech_threshold: float = _shaping_added(0.6)
     word_timestamps: bool = _shaping_added(False)
     # Silence cut out before decoding (faster-whisper's vad_filter), in seconds.
     vad_filter: bool = _shaping_added(False)
@@ -115,16 +162,7 @@ class TranscribeOptions(EngineOptions):
                 subject="FILE",
                 hint="pass one or more audio files or folders",
             )
-        _check_decoding(self.task, self.beam_size)
-        if self.device is not None and self.device not in DEVICES:
-            raise UsageError(
-                f"must be one of {', '.join(DEVICES)}",
-                subject="--device",
-                hint=f"got {self.device!r}",
-            )
-        _check_kv(self.kv_policy, self.kv_cross)
-        _check_threads(self.threads)
-        self._check_fallback()
+        self._check_engine()
         self._check_vad()
         self._check_words()
         self._check_stdin()
@@ -156,16 +194,14 @@ class TranscribeOptions(EngineOptions):
                 hint="add --output-dir DIR",
             )
 
-    def fallback(self) -> Fallback:
-        return Fallback(
-            temperatures=temperatures_from(
-                self.temperature, self.temperature_increment_on_fallback
-            ),
-            compression_ratio_threshold=self.compression_ratio_threshold,
-            logprob_threshold=self.logprob_threshold,
-            no_speech_threshold=self.no_speech_threshold,
-            best_of=self.best_of,
-        )
+    def request_fields(self) -> dict[str, Any]:
+        return super().request_fields() | {
+            "batch_size": self.batch_size,
+            "prompt": self.initial_prompt,
+            "word_timestamps": self.word_timestamps,
+            "condition_on_previous_text": self.condition_on_previous_text,
+            "vad": self.vad(),
+        }
 
     def vad(self) -> VadFilter | None:
         if not self.vad_filter:
@@ -189,19 +225,6 @@ class TranscribeOptions(EngineOptions):
     @property
     def reads_stdin(self) -> bool:
         return any(str(path) == STDIN for path in self.inputs)
-
-    def _check_fallback(self) -> None:
-        _in_range("--temperature", self.temperature, 0.0, 1.0)
-        _in_range(
-            "--temperature-increment-on-fallback", self.temperature_increment_on_fallback, 0.0, 1.0
-        )
-        _in_range("--compression-ratio-threshold", self.compression_ratio_threshold, 1.0, 100.0)
-        _in_range("--logprob-threshold", self.logprob_threshold, -100.0, 0.0)
-        _in_range("--no-speech-threshold", self.no_speech_threshold, 0.0, 1.0)
-        if not 1 <= self.best_of <= 16:
-            raise UsageError(
-                "must be between 1 and 16", subject="--best-of", hint=f"got {self.best_of}"
-            )
 
     def _check_vad(self) -> None:
         _in_range("--vad-threshold", self.vad_threshold, 0.05, 0.95)
@@ -304,6 +327,10 @@ class LiveOptions(EngineOptions):
     min_silence: float = 0.7
     vad_threshold: float = 0.5
 
+    def request_fields(self) -> dict[str, Any]:
+        # Word times place commits and buffer cuts at the words' real ends.
+        return super().request_fields() | {"prompt": self.prompt, "word_timestamps": True}
+
     def __post_init__(self) -> None:
         _in_range("--step", self.step, 0.2, 10.0)
         _in_range("--min-silence", self.min_silence, 0.1, 5.0)
@@ -320,9 +347,7 @@ class LiveOptions(EngineOptions):
                 subject="--mic",
                 hint="use one of --mic and --input",
             )
-        _check_decoding(self.task, self.beam_size)
-        _check_kv(self.kv_policy, self.kv_cross)
-        _check_threads(self.threads)
+        self._check_engine()
 
 
 def _check_decoding(task: str, beam_size: int | None) -> None:

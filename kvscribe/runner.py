@@ -16,7 +16,7 @@ from kvscribe.devices import device_for
 from kvscribe.errors import KvscribeError, UsageError
 from kvscribe.inputs import Input
 from kvscribe.memtrace import HeapTrimmer, MemoryTrace
-from kvscribe.options import TranscribeOptions
+from kvscribe.options import EngineOptions, TranscribeOptions
 from kvscribe.stats import FileStats, RunStats
 from kvscribe.types import Segment, Transcript
 from kvscribe.writers import write_outputs
@@ -123,18 +123,9 @@ def from_command_line(opts) -> list[str]:
     return [name for name, value in given.items() if value is not None]
 
 
-def decode_request(opts: TranscribeOptions) -> DecodeRequest:
-    return DecodeRequest(
-        language=opts.language,
-        task=opts.task,
-        beam_size=opts.beam_size,
-        batch_size=opts.batch_size,
-        prompt=opts.initial_prompt,
-        word_timestamps=opts.word_timestamps,
-        condition_on_previous_text=opts.condition_on_previous_text,
-        fallback=opts.fallback(),
-        vad=opts.vad(),
-    )
+def decode_request(opts: EngineOptions) -> DecodeRequest:
+    """The one request a file run or a live session decodes with, from its options."""
+    return DecodeRequest(**opts.request_fields())
 
 
 class Runner:

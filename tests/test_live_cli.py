@@ -213,3 +213,28 @@ def test_on_a_terminal_tentative_text_is_dim_and_a_status_line_shows(tmp_path):
     assert "\x1b[2m" in text  # the tentative tail, dimmed
     assert "latency" in text and "KV" in text and "Ctrl-C to stop" in text  # the status line
     assert "your country" in text  # committed text stays on screen
+
+
+def test_mic_decodes_with_the_fallback_flags_a_file_run_takes(tmp_path):
+    """The decoding flags mean the same in `mic` as in a file run: the stats of both say
+    the same temperature fallback (the row each backend words from the request)."""
+    flags = ("--temperature-increment-on-fallback", "0.5", "--best-of", "2")
+    flags += ("--logprob-threshold", "-0.8", "--no-speech-threshold", "0.5")
+    live_stats, file_stats = tmp_path / "live.json", tmp_path / "file.json"
+    done = _live(
+        "--input", SAMPLE, "--as-fast-as-possible", "-q", *flags, "--stats-json", live_stats
+    )
+    assert done.returncode == 0, done.stderr
+    ran = run_cli(SAMPLE, "-q", *flags, "--stats-json", file_stats)
+    assert ran.code == 0, ran.stderr
+    live = json.loads(live_stats.read_text())["settings"]["temperature fallback"]
+    assert live == json.loads(file_stats.read_text())["settings"]["temperature fallback"]
+    assert live.startswith("0.0-1.0 step 0.5, best of 2") and "logprob < -0.8" in live
+
+
+def test_a_bad_decoding_flag_on_mic_is_a_one_line_usage_error():
+    done = _live("--input", SAMPLE, "--best-of", "0")
+    assert done.returncode == 2 and done.stdout == b""
+    assert done.stderr.decode().strip().splitlines() == [
+        "kvscribe: error: --best-of: must be between 1 and 16 (got 0)"
+    ]

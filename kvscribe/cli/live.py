@@ -76,6 +76,12 @@ def mic(
         metavar="TEXT",
         help="Context for the decoder, e.g. names and terms it should spell your way.",
     ),
+    temperature: float = shared.TEMPERATURE.option(mic=True),
+    temperature_increment_on_fallback: float = shared.TEMPERATURE_INCREMENT.option(mic=True),
+    best_of: int = shared.BEST_OF.option(mic=True),
+    compression_ratio_threshold: float = shared.COMPRESSION_RATIO_THRESHOLD.option(mic=True),
+    logprob_threshold: float = shared.LOGPROB_THRESHOLD.option(mic=True),
+    no_speech_threshold: float = shared.NO_SPEECH_THRESHOLD.option(mic=True),
     step: float = typer.Option(
         1.0, "--step", help="Seconds of new audio between re-decodes.", rich_help_panel=_STREAMING
     ),
@@ -123,6 +129,12 @@ def mic(
             kv_cross=kv_cross,
             threads=threads,
             prompt=prompt,
+            temperature=temperature,
+            temperature_increment_on_fallback=temperature_increment_on_fallback,
+            best_of=best_of,
+            compression_ratio_threshold=compression_ratio_threshold,
+            logprob_threshold=logprob_threshold,
+            no_speech_threshold=no_speech_threshold,
             step=step,
             min_silence=min_silence,
             vad_threshold=vad_threshold,
@@ -161,13 +173,12 @@ def _open_source(options: LiveOptions):
 
 
 def _run(options: LiveOptions, console) -> int:
-    from kvscribe.backends.base import DecodeRequest
     from kvscribe.cli.live_view import LiveView, TranscriptFile
     from kvscribe.live.capture import Capture
     from kvscribe.live.session import LiveSession, StreamSettings
     from kvscribe.live.stats import LiveStats
     from kvscribe.live.vad import SileroVad, VadSettings, VoiceDetector
-    from kvscribe.runner import load_backend
+    from kvscribe.runner import decode_request, load_backend
 
     source = _open_source(options)  # a missing file or microphone fails before the model loads
     vad = VadSettings(threshold=options.vad_threshold, min_silence=options.min_silence)
@@ -187,13 +198,7 @@ def _run(options: LiveOptions, console) -> int:
     transcript = TranscriptFile(options.output) if options.output is not None else None
     session = LiveSession(
         engine,
-        DecodeRequest(
-            language=options.language,
-            task=options.task,
-            beam_size=options.beam_size,
-            prompt=options.prompt,
-            word_timestamps=True,  # commits and buffer cuts at the words' real ends
-        ),
+        decode_request(options),
         Capture(source),
         detector,
         LiveView(stats, transcript, options.quiet),

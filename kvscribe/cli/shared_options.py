@@ -124,6 +124,39 @@ QUIET = SharedOption(
 )
 DEBUG = SharedOption("debug", ("--debug",), "Show tracebacks and debug logs.", default=False)
 
+DECODING_PANEL = "Decoding (openai-whisper's defaults)"
+_DECODING = {"rich_help_panel": DECODING_PANEL}
+TEMPERATURE = SharedOption(
+    "temperature", ("--temperature",), "Sampling temperature of the first try.", _DECODING
+)
+TEMPERATURE_INCREMENT = SharedOption(
+    "temperature_increment_on_fallback",
+    ("--temperature-increment-on-fallback",),
+    "Retry a failed window this much hotter, up to 1.0 (0: never retry).",
+    _DECODING,
+)
+BEST_OF = SharedOption(
+    "best_of", ("--best-of",), "Samples drawn per retry above temperature 0.", _DECODING
+)
+COMPRESSION_RATIO_THRESHOLD = SharedOption(
+    "compression_ratio_threshold",
+    ("--compression-ratio-threshold",),
+    "A window whose text compresses better than this (repetition) is retried.",
+    _DECODING,
+)
+LOGPROB_THRESHOLD = SharedOption(
+    "logprob_threshold",
+    ("--logprob-threshold",),
+    "A window whose mean token log-probability is lower is retried.",
+    _DECODING,
+)
+NO_SPEECH_THRESHOLD = SharedOption(
+    "no_speech_threshold",
+    ("--no-speech-threshold",),
+    "A window this likely to hold no speech (and below --logprob-threshold) is skipped.",
+    _DECODING,
+)
+
 SHARED = (
     BACKEND,
     PROFILE,
@@ -135,6 +168,12 @@ SHARED = (
     KV_POLICY,
     KV_CROSS,
     THREADS,
+    TEMPERATURE,
+    TEMPERATURE_INCREMENT,
+    BEST_OF,
+    COMPRESSION_RATIO_THRESHOLD,
+    LOGPROB_THRESHOLD,
+    NO_SPEECH_THRESHOLD,
     STATS_JSON,
     QUIET,
     DEBUG,

@@ -22,7 +22,7 @@ from kvscribe.cli.terminal import TerminalListener
 from kvscribe.errors import ExitCode, KvscribeError
 from kvscribe.options import TranscribeOptions, parse_formats
 
-_DECODING = "Decoding (openai-whisper's defaults)"
+_DECODING = shared.DECODING_PANEL
 _WORDS = "Word timestamps"
 _VAD = "Voice activity (--vad-filter)"
 
@@ -88,42 +88,12 @@ def transcribe(
         help="Prompt each window with the text before it (off: less looping, less context).",
         rich_help_panel=_DECODING,
     ),
-    temperature: float = typer.Option(
-        0.0,
-        "--temperature",
-        help="Sampling temperature of the first try.",
-        rich_help_panel=_DECODING,
-    ),
-    temperature_increment_on_fallback: float = typer.Option(
-        0.2,
-        "--temperature-increment-on-fallback",
-        help="Retry a failed window this much hotter, up to 1.0 (0: never retry).",
-        rich_help_panel=_DECODING,
-    ),
-    best_of: int = typer.Option(
-        5,
-        "--best-of",
-        help="Samples drawn per retry above temperature 0.",
-        rich_help_panel=_DECODING,
-    ),
-    compression_ratio_threshold: float = typer.Option(
-        2.4,
-        "--compression-ratio-threshold",
-        help="A window whose text compresses better than this (repetition) is retried.",
-        rich_help_panel=_DECODING,
-    ),
-    logprob_threshold: float = typer.Option(
-        -1.0,
-        "--logprob-threshold",
-        help="A window whose mean token log-probability is lower is retried.",
-        rich_help_panel=_DECODING,
-    ),
-    no_speech_threshold: float = typer.Option(
-        0.6,
-        "--no-speech-threshold",
-        help="A window this likely to hold no speech (and below --logprob-threshold) is skipped.",
-        rich_help_panel=_DECODING,
-    ),
+    temperature: float = shared.TEMPERATURE.option(),
+    temperature_increment_on_fallback: float = shared.TEMPERATURE_INCREMENT.option(),
+    best_of: int = shared.BEST_OF.option(),
+    compression_ratio_threshold: float = shared.COMPRESSION_RATIO_THRESHOLD.option(),
+    logprob_threshold: float = shared.LOGPROB_THRESHOLD.option(),
+    no_speech_threshold: float = shared.NO_SPEECH_THRESHOLD.option(),
     word_timestamps: bool = typer.Option(
         False,
         "--word-timestamps",

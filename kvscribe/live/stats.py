@@ -45,6 +45,7 @@ class LiveStats:
     def record_decode(self, seconds: float, report: DecoderReport) -> None:
         self.decode_seconds.append(seconds)
         self.kv.add(report)
+        self.settings.update(report.settings)  # the decoding it ran, worded as for files
         if len(self.decode_seconds) > 4 * _MAX_SAMPLES:  # long sessions: keep the recent ones
             del self.decode_seconds[:_MAX_SAMPLES]
 
