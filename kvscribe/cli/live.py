@@ -107,6 +107,7 @@ def mic(
     grows and the words two decodes in a row agree on are committed. Ctrl-C finishes the
     utterance in progress, writes it, prints the stats and exits 0.
     """
+    given = dict(locals())  # first: the parameters alone
     console = stderr_console()
     setup_logging(debug)
 
@@ -114,32 +115,15 @@ def mic(
         if list_devices:
             return _list_devices()
         options = LiveOptions(
+            **shared.engine_values(given),
             source=source,
             paced=not as_fast_as_possible,
             mic=mic_device,
             output=output,
-            backend=backend,
-            profile=profile,
-            model=model,
-            language=language,
-            task=task,
-            beam_size=beam_size,
-            device=device,
-            kv_policy=kv_policy,
-            kv_cross=kv_cross,
-            threads=threads,
             prompt=prompt,
-            temperature=temperature,
-            temperature_increment_on_fallback=temperature_increment_on_fallback,
-            best_of=best_of,
-            compression_ratio_threshold=compression_ratio_threshold,
-            logprob_threshold=logprob_threshold,
-            no_speech_threshold=no_speech_threshold,
             step=step,
             min_silence=min_silence,
             vad_threshold=vad_threshold,
-            stats_json=stats_json,
-            quiet=quiet,
         )
         return _run(options, console)
 

@@ -178,3 +178,9 @@ SHARED = (
     QUIET,
     DEBUG,
 )
+
+
+def engine_values(parameters: dict[str, Any]) -> dict[str, Any]:
+    """The shared options' values among a command's parameters (its `locals()` on entry),
+    as EngineOptions takes them: a shared flag is passed on in this one place."""
+    return {option.name: parameters[option.name] for option in SHARED if option is not DEBUG}

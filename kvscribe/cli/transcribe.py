@@ -191,6 +191,7 @@ def transcribe(
     With --output-dir it is a batch: the output folder mirrors the input tree, a
     manifest there makes a rerun skip what is done and redo what changed or failed.
     """
+    given = dict(locals())  # first: the parameters alone
     console = stderr_console()
     setup_logging(debug)
     from kvscribe.inputs import read_files_from
@@ -201,31 +202,14 @@ def transcribe(
         on_cluster = cluster_run(cluster, ship_audio, jobs, output_dir)
         listed = read_files_from(files_from) if files_from else []
         options = TranscribeOptions(
+            **shared.engine_values(given),
             inputs=(*(files or ()), *listed),
-            backend=backend,
-            profile=profile,
-            model=model,
-            language=language,
-            task=task,
             formats=parse_formats(output_format, to_dir=output_dir is not None),
             output_dir=output_dir,
-            beam_size=beam_size,
             batch_size=batch_size,
-            device=device,
-            stats_json=stats_json,
-            quiet=quiet,
-            kv_policy=kv_policy,
-            kv_cross=kv_cross,
             compute_type=compute_type,
-            threads=threads,
             initial_prompt=initial_prompt,
             condition_on_previous_text=condition_on_previous_text,
-            temperature=temperature,
-            temperature_increment_on_fallback=temperature_increment_on_fallback,
-            best_of=best_of,
-            compression_ratio_threshold=compression_ratio_threshold,
-            logprob_threshold=logprob_threshold,
-            no_speech_threshold=no_speech_threshold,
             word_timestamps=word_timestamps,
             highlight_words=highlight_words,
             max_line_width=max_line_width,
