@@ -196,5 +196,6 @@ class Backend(abc.ABC):
             raise UsageError(
                 f"unknown language code {request.language!r}",
                 subject="--language",
-                hint=f"use a code such as {', '.join(known[:8])}, ... or omit it",
+                hint=f"use a code such as {', '.join(known[:8])}, ..., a name such as "
+                "English, or omit it",
             )

@@ -10,6 +10,7 @@ from typing import Any
 from kvscribe.decoding import Fallback, VadFilter, temperatures_from
 from kvscribe.errors import UsageError
 from kvscribe.kvcache.spec import parse_cross, validate_policy
+from kvscribe.languages import language_code
 from kvscribe.writers import FORMATS, WriterOptions
 
 TASKS = ("transcribe", "translate")
@@ -79,6 +80,9 @@ class EngineOptions:
         }
 
     def _check_engine(self) -> None:
+        # openai-whisper's names (English) and any case are held as the code (en) itself,
+        # so a batch's resume key and every backend see one spelling.
+        object.__setattr__(self, "language", language_code(self.language))
         _check_decoding(self.task, self.beam_size)
         if self.device is not None and self.device not in DEVICES:
             raise UsageError(

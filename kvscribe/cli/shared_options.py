@@ -72,7 +72,8 @@ MODEL = SharedOption(
 LANGUAGE = SharedOption(
     "language",
     ("--language", "-l"),
-    "Spoken language code, e.g. en, de; detected when omitted.",
+    "Spoken language: a code or openai-whisper's name, e.g. en, de, English; detected "
+    "when omitted.",
     {"show_default": "detect"},
     mic_differs={"help": "Spoken language code.", "show_default": "detected once"},
 )
