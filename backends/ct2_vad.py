@@ -56,81 +56,97 @@ def speech_timestamps(samples: Samples, options) -> list[dict]:
 
 def timestamps_of(speech_probs: np.ndarray, vad_options, audio_length_samples: int) -> list[dict]:
     """get_speech_timestamps' hysteresis over probabilities already computed (its code,
-    names kept so the two read side by side)."""
-    sampling_rate = SAMPLE_RATE
-    threshold = vad_options.threshold
-    neg_threshold = vad_options.neg_threshold
-    min_speech_duration_ms = vad_options.min_speech_duration_ms
-    max_speech_duration_s = vad_options.max_speech_duration_s
-    min_silence_duration_ms = vad_options.min_silence_duration_ms
-    window_size_samples = WINDOW
-    speech_pad_ms = vad_options.speech_pad_ms
-    min_speech_samples = sampling_rate * min_speech_duration_ms / 1000
-    speech_pad_samples = sampling_rate * speech_pad_ms / 1000
-    max_speech_samples = (
-        sampling_rate * max_speech_duration_s - window_size_samples - 2 * speech_pad_samples
-    )
-    min_silence_samples = sampling_rate * min_silence_duration_ms / 1000
-    min_silence_samples_at_max_speech = sampling_rate * 98 / 1000
-
-    triggered = False
-    speeches = []
-    current_speech = {}
-    if neg_threshold is None:
-        neg_threshold = max(threshold - 0.15, 0.01)
-    temp_end = 0  # a potential end of speech (some silence is tolerated)
-    prev_end = next_start = 0  # potential limits when a chunk reaches its maximum size
-
+    names kept so the two read side by side; its loop is _Hysteresis.step)."""
+    hysteresis = _Hysteresis(vad_options)
     for i, speech_prob in enumerate(speech_probs):
-        if (speech_prob >= threshold) and temp_end:
-            temp_end = 0
-            if next_start < prev_end:
-                next_start = window_size_samples * i
-
-        if (speech_prob >= threshold) and not triggered:
-            triggered = True
-            current_speech["start"] = window_size_samples * i
-            continue
-
-        if triggered and (window_size_samples * i) - current_speech["start"] > max_speech_samples:
-            if prev_end:
-                current_speech["end"] = prev_end
-                speeches.append(current_speech)
-                current_speech = {}
-                if next_start < prev_end:  # reached silence and is still not speech
-                    triggered = False
-                else:
-                    current_speech["start"] = next_start
-                prev_end = next_start = temp_end = 0
-            else:
-                current_speech["end"] = window_size_samples * i
-                speeches.append(current_speech)
-                current_speech = {}
-                prev_end = next_start = temp_end = 0
-                triggered = False
-                continue
-
-        if (speech_prob < neg_threshold) and triggered:
-            if not temp_end:
-                temp_end = window_size_samples * i
-            if (window_size_samples * i) - temp_end > min_silence_samples_at_max_speech:
-                prev_end = temp_end
-            if (window_size_samples * i) - temp_end < min_silence_samples:
-                continue
-            current_speech["end"] = temp_end
-            if (current_speech["end"] - current_speech["start"]) > min_speech_samples:
-                speeches.append(current_speech)
-            current_speech = {}
-            prev_end = next_start = temp_end = 0
-            triggered = False
-            continue
-
-    if current_speech and (audio_length_samples - current_speech["start"]) > min_speech_samples:
-        current_speech["end"] = audio_length_samples
-        speeches.append(current_speech)
-
-    _pad(speeches, speech_pad_samples, audio_length_samples)
+        hysteresis.step(i, speech_prob)
+    speeches = hysteresis.finish(audio_length_samples)
+    _pad(speeches, hysteresis.speech_pad_samples, audio_length_samples)
     return speeches
+
+
+class _Hysteresis:
+    """get_speech_timestamps' state between windows, and its loop body."""
+
+    def __init__(self, vad_options) -> None:
+        sampling_rate = SAMPLE_RATE
+        self.threshold = vad_options.threshold
+        neg_threshold = vad_options.neg_threshold
+        if neg_threshold is None:
+            neg_threshold = max(self.threshold - 0.15, 0.01)
+        self.neg_threshold = neg_threshold
+        self.speech_pad_samples = sampling_rate * vad_options.speech_pad_ms / 1000
+        self.min_speech_samples = sampling_rate * vad_options.min_speech_duration_ms / 1000
+        self.max_speech_samples = (
+            sampling_rate * vad_options.max_speech_duration_s - WINDOW - 2 * self.speech_pad_samples
+        )
+        self.min_silence_samples = sampling_rate * vad_options.min_silence_duration_ms / 1000
+        self.min_silence_samples_at_max_speech = sampling_rate * 98 / 1000
+        self.triggered = False
+        self.speeches: list[dict] = []
+        self.current_speech: dict = {}
+        self.temp_end = 0  # a potential end of speech (some silence is tolerated)
+        self.prev_end = self.next_start = 0  # potential limits when a chunk reaches its maximum
+
+    def step(self, i: int, speech_prob: float) -> None:
+        if (speech_prob >= self.threshold) and self.temp_end:
+            self.temp_end = 0
+            if self.next_start < self.prev_end:
+                self.next_start = WINDOW * i
+
+        if (speech_prob >= self.threshold) and not self.triggered:
+            self.triggered = True
+            self.current_speech["start"] = WINDOW * i
+            return
+
+        too_long = (
+            self.triggered and (WINDOW * i) - self.current_speech["start"] > self.max_speech_samples
+        )
+        if too_long and self._end_at_max_speech(i):
+            return
+
+        if (speech_prob < self.neg_threshold) and self.triggered:
+            self._quiet(i)
+
+    def _end_at_max_speech(self, i: int) -> bool:
+        """A chunk at its maximum length ends; True: the loop moves to the next window."""
+        if self.prev_end:
+            self.current_speech["end"] = self.prev_end
+            self.speeches.append(self.current_speech)
+            self.current_speech = {}
+            if self.next_start < self.prev_end:  # reached silence and is still not speech
+                self.triggered = False
+            else:
+                self.current_speech["start"] = self.next_start
+            self.prev_end = self.next_start = self.temp_end = 0
+            return False
+        self.current_speech["end"] = WINDOW * i
+        self.speeches.append(self.current_speech)
+        self.current_speech = {}
+        self.prev_end = self.next_start = self.temp_end = 0
+        self.triggered = False
+        return True
+
+    def _quiet(self, i: int) -> None:
+        if not self.temp_end:
+            self.temp_end = WINDOW * i
+        if (WINDOW * i) - self.temp_end > self.min_silence_samples_at_max_speech:
+            self.prev_end = self.temp_end
+        if (WINDOW * i) - self.temp_end < self.min_silence_samples:
+            return
+        self.current_speech["end"] = self.temp_end
+        if (self.current_speech["end"] - self.current_speech["start"]) > self.min_speech_samples:
+            self.speeches.append(self.current_speech)
+        self.current_speech = {}
+        self.prev_end = self.next_start = self.temp_end = 0
+        self.triggered = False
+
+    def finish(self, audio_length_samples: int) -> list[dict]:
+        current = self.current_speech
+        if current and (audio_length_samples - current["start"]) > self.min_speech_samples:
+            current["end"] = audio_length_samples
+            self.speeches.append(current)
+        return self.speeches
 
 
 def _pad(speeches: list[dict], speech_pad_samples: float, audio_length_samples: int) -> None:
