@@ -6,12 +6,14 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
 
 from kvscribe.atomic_file import atomic_write_text
 from kvscribe.cli import shared_options as shared
+from kvscribe.cli.parameters import ParameterTable, option_values, takes
 from kvscribe.cli.render import (
     BYTES_UNIT,
     exit_with,
@@ -28,106 +30,190 @@ from kvscribe.options import LiveOptions
 _STREAMING = "Streaming"
 
 
-def mic(
-    live: bool = typer.Option(
-        True, "--live", help="Show text as it is spoken (the only mode: kept for scripts)."
+PARAMETERS: ParameterTable = {
+    "live": (
+        bool,
+        typer.Option(
+            True, "--live", help="Show text as it is spoken (the only mode: kept for scripts)."
+        ),
     ),
-    list_devices: bool = typer.Option(
-        False, "--list-devices", help="List the input devices and exit."
+    "list_devices": (
+        bool,
+        typer.Option(False, "--list-devices", help="List the input devices and exit."),
     ),
-    mic_device: str = typer.Option(
-        None,
-        "--mic",
-        metavar="INDEX|NAME",
-        show_default="the system's default input",
-        help="Record from this input device (see --list-devices).",
+    "mic_device": (
+        str,
+        typer.Option(
+            None,
+            "--mic",
+            metavar="INDEX|NAME",
+            show_default="the system's default input",
+            help="Record from this input device (see --list-devices).",
+        ),
     ),
-    source: str = typer.Option(
-        None,
-        "--input",
-        "-i",
-        metavar="FILE|-",
-        help="Instead of a microphone: replay an audio FILE at real-time pace, or read raw "
-        "s16le 16 kHz mono PCM from stdin ('-').",
+    "source": (
+        str,
+        typer.Option(
+            None,
+            "--input",
+            "-i",
+            metavar="FILE|-",
+            help="Instead of a microphone: replay an audio FILE at real-time pace, or read raw "
+            "s16le 16 kHz mono PCM from stdin ('-').",
+        ),
     ),
-    as_fast_as_possible: bool = typer.Option(
-        False, "--as-fast-as-possible", help="Replay --input FILE as fast as it is decoded."
+    "as_fast_as_possible": (
+        bool,
+        typer.Option(
+            False, "--as-fast-as-possible", help="Replay --input FILE as fast as it is decoded."
+        ),
     ),
-    output: Path = typer.Option(
-        None,
-        "--output",
-        "-o",
-        dir_okay=False,
-        help="Append committed text to this file as it is committed (one line per utterance).",
+    "output": (
+        Path,
+        typer.Option(
+            None,
+            "--output",
+            "-o",
+            dir_okay=False,
+            help="Append committed text to this file as it is committed (one line per utterance).",
+        ),
     ),
-    backend: str = shared.BACKEND.option(mic=True),
-    profile: str = shared.PROFILE.option(mic=True),
-    model: str = shared.MODEL.option(mic=True),
-    language: str = shared.LANGUAGE.option(mic=True),
-    task: shared.Task = shared.TASK.option(mic=True),
-    beam_size: int = shared.BEAM_SIZE.option(mic=True),
-    device: shared.Device = shared.DEVICE.option(mic=True),
-    kv_policy: str = shared.KV_POLICY.option(mic=True),
-    kv_cross: str = shared.KV_CROSS.option(mic=True),
-    threads: int = shared.THREADS.option(mic=True),
-    prompt: str = typer.Option(
-        None,
-        "--prompt",
-        metavar="TEXT",
-        help="Context for the decoder, e.g. names and terms it should spell your way.",
+    "backend": (
+        str,
+        shared.BACKEND.option(mic=True),
     ),
-    temperature: float = shared.TEMPERATURE.option(mic=True),
-    temperature_increment_on_fallback: float = shared.TEMPERATURE_INCREMENT.option(mic=True),
-    best_of: int = shared.BEST_OF.option(mic=True),
-    compression_ratio_threshold: float = shared.COMPRESSION_RATIO_THRESHOLD.option(mic=True),
-    logprob_threshold: float = shared.LOGPROB_THRESHOLD.option(mic=True),
-    no_speech_threshold: float = shared.NO_SPEECH_THRESHOLD.option(mic=True),
-    step: float = typer.Option(
-        1.0, "--step", help="Seconds of new audio between re-decodes.", rich_help_panel=_STREAMING
+    "profile": (
+        str,
+        shared.PROFILE.option(mic=True),
     ),
-    min_silence: float = typer.Option(
-        0.7,
-        "--min-silence",
-        help="Seconds of silence that end an utterance.",
-        rich_help_panel=_STREAMING,
+    "model": (
+        str,
+        shared.MODEL.option(mic=True),
     ),
-    vad_threshold: float = typer.Option(
-        0.5,
-        "--vad-threshold",
-        help="Speech probability that starts an utterance.",
-        rich_help_panel=_STREAMING,
+    "language": (
+        str,
+        shared.LANGUAGE.option(mic=True),
     ),
-    stats_json: Path = shared.STATS_JSON.option(mic=True),
-    quiet: bool = shared.QUIET.option(mic=True),
-    debug: bool = shared.DEBUG.option(mic=True),
-) -> None:
+    "task": (
+        shared.Task,
+        shared.TASK.option(mic=True),
+    ),
+    "beam_size": (
+        int,
+        shared.BEAM_SIZE.option(mic=True),
+    ),
+    "device": (
+        shared.Device,
+        shared.DEVICE.option(mic=True),
+    ),
+    "kv_policy": (
+        str,
+        shared.KV_POLICY.option(mic=True),
+    ),
+    "kv_cross": (
+        str,
+        shared.KV_CROSS.option(mic=True),
+    ),
+    "threads": (
+        int,
+        shared.THREADS.option(mic=True),
+    ),
+    "prompt": (
+        str,
+        typer.Option(
+            None,
+            "--prompt",
+            metavar="TEXT",
+            help="Context for the decoder, e.g. names and terms it should spell your way.",
+        ),
+    ),
+    "temperature": (
+        float,
+        shared.TEMPERATURE.option(mic=True),
+    ),
+    "temperature_increment_on_fallback": (
+        float,
+        shared.TEMPERATURE_INCREMENT.option(mic=True),
+    ),
+    "best_of": (
+        int,
+        shared.BEST_OF.option(mic=True),
+    ),
+    "compression_ratio_threshold": (
+        float,
+        shared.COMPRESSION_RATIO_THRESHOLD.option(mic=True),
+    ),
+    "logprob_threshold": (
+        float,
+        shared.LOGPROB_THRESHOLD.option(mic=True),
+    ),
+    "no_speech_threshold": (
+        float,
+        shared.NO_SPEECH_THRESHOLD.option(mic=True),
+    ),
+    "step": (
+        float,
+        typer.Option(
+            1.0,
+            "--step",
+            help="Seconds of new audio between re-decodes.",
+            rich_help_panel=_STREAMING,
+        ),
+    ),
+    "min_silence": (
+        float,
+        typer.Option(
+            0.7,
+            "--min-silence",
+            help="Seconds of silence that end an utterance.",
+            rich_help_panel=_STREAMING,
+        ),
+    ),
+    "vad_threshold": (
+        float,
+        typer.Option(
+            0.5,
+            "--vad-threshold",
+            help="Speech probability that starts an utterance.",
+            rich_help_panel=_STREAMING,
+        ),
+    ),
+    "stats_json": (
+        Path,
+        shared.STATS_JSON.option(mic=True),
+    ),
+    "quiet": (
+        bool,
+        shared.QUIET.option(mic=True),
+    ),
+    "debug": (
+        bool,
+        shared.DEBUG.option(mic=True),
+    ),
+}
+
+
+@takes(PARAMETERS)
+def mic(**given: Any) -> None:
     """Transcribe as you speak: committed text as it settles, stats at the end.
 
     Voice activity detection cuts the stream into utterances; each is re-decoded as it
     grows and the words two decodes in a row agree on are committed. Ctrl-C finishes the
     utterance in progress, writes it, prints the stats and exits 0.
     """
-    given = dict(locals())  # first: the parameters alone
     console = stderr_console()
-    setup_logging(debug)
+    setup_logging(given["debug"])
 
     def body() -> int:
-        if list_devices:
+        if given["list_devices"]:
             return _list_devices()
         options = LiveOptions(
-            **shared.engine_values(given),
-            source=source,
-            paced=not as_fast_as_possible,
-            mic=mic_device,
-            output=output,
-            prompt=prompt,
-            step=step,
-            min_silence=min_silence,
-            vad_threshold=vad_threshold,
+            **option_values(given, LiveOptions)
+            | {"paced": not given["as_fast_as_possible"], "mic": given["mic_device"]}
         )
         return _run(options, console)
 
-    exit_with(body, console, debug)
+    exit_with(body, console, given["debug"])
 
 
 def _list_devices() -> int:

@@ -1,7 +1,8 @@
 """The flags `kvscribe transcribe` and `kvscribe mic` share, each declared once here.
 
-A command takes one as `backend: str = BACKEND.option()` (`mic` passes `mic=True`). Defaults
-come from kvscribe.options.EngineOptions, whose fields also say which options shape outputs.
+A command's parameter table (cli.parameters) lists one as `"backend": (str, BACKEND.option())`
+(`mic` passes `mic=True`). Defaults come from kvscribe.options.EngineOptions, whose fields also
+say which options shape outputs and which request each decode is given.
 """
 
 from __future__ import annotations
@@ -179,9 +180,3 @@ SHARED = (
     QUIET,
     DEBUG,
 )
-
-
-def engine_values(parameters: dict[str, Any]) -> dict[str, Any]:
-    """The shared options' values among a command's parameters (its `locals()` on entry),
-    as EngineOptions takes them: a shared flag is passed on in this one place."""
-    return {option.name: parameters[option.name] for option in SHARED if option is not DEBUG}
