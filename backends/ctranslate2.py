@@ -251,7 +251,7 @@ class CTranslate2Backend(Backend):
             kv_provenance=make_provenance(ESTIMATED), settings=self.describe_settings()
         )
         report.settings["beam size"] = str(beams)
-        report.settings["temperature fallback"] = describe_fallback(request.fallback)
+        report.settings["temperature fallback"] = request.fallback.describe()
         if request.word_timestamps:
             report.settings["word timestamps"] = "cross-attention alignment (faster-whisper)"
         if request.vad is not None:
@@ -361,21 +361,3 @@ def _chunk_rules(vad: VadFilter | None) -> ChunkRules:
 
 def _word(word) -> Word:
     return Word(float(word.start), float(word.end), word.word, float(word.probability))
-
-
-def describe_fallback(fallback: Fallback) -> str:
-    """One short line: "0.0-1.0 step 0.2, compression > 2.4, logprob < -1.0, no speech > 0.6"."""
-    temperatures = fallback.temperatures or (0.0,)
-    if len(temperatures) == 1:
-        parts = [f"{temperatures[0]:.1f} only"]
-    else:
-        step = temperatures[1] - temperatures[0]
-        parts = [f"{temperatures[0]:.1f}-{temperatures[-1]:.1f} step {step:.1f}"]
-        parts.append(f"best of {fallback.best_of}")
-    if fallback.compression_ratio_threshold is not None:
-        parts.append(f"compression > {fallback.compression_ratio_threshold:g}")
-    if fallback.logprob_threshold is not None:
-        parts.append(f"logprob < {fallback.logprob_threshold:g}")
-    if fallback.no_speech_threshold is not None:
-        parts.append(f"no speech > {fallback.no_speech_threshold:g}")
-    return ", ".join(parts)

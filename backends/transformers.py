@@ -138,13 +138,12 @@ class TransformersBackend(Backend):
         return bool(self.settings.get("condition_on_previous_text", True))
 
     def _request_settings(self, request: DecodeRequest, beams: int) -> dict[str, str]:
-        from kvscribe.backends.hf.fallback import describe
 
         return {
             **self.describe_settings(),
             "beam size": str(beams),
             "previous-text prompt": "on" if self._conditioned(request) else "off",
-            "temperature fallback": describe(request.fallback),
+            "temperature fallback": request.fallback.describe(),
         }
 
     def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:

@@ -8,6 +8,7 @@ decoder for transformers) and says in its report what it could not honour.
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from dataclasses import dataclass
 
@@ -49,6 +50,32 @@ class Fallback:
         if self.no_speech_threshold is None or no_speech_prob <= self.no_speech_threshold:
             return False
         return self.logprob_threshold is None or avg_logprob < self.logprob_threshold
+
+    def describe(self) -> str:
+        """The rule in force, one line for every backend's stats report: "0.0-1.0 step 0.2,
+        best of 5, compression > 2.4, logprob < -1.0, no speech > 0.6"."""
+        temperatures = self.temperatures or (0.0,)
+        if len(temperatures) == 1:
+            parts = [f"{_number(temperatures[0])} only (no retry)"]
+        else:
+            steps = {round(b - a, 6) for a, b in itertools.pairwise(temperatures)}
+            spread = " ".join(map(_number, temperatures))
+            if len(steps) == 1:
+                spread = f"{_number(temperatures[0])}-{_number(temperatures[-1])}"
+                spread += f" step {_number(steps.pop())}"
+            parts = [spread, f"best of {self.best_of}"]
+        tests = (
+            ("compression >", self.compression_ratio_threshold),
+            ("logprob <", self.logprob_threshold),
+            ("no speech >", self.no_speech_threshold),
+        )
+        parts += [f"{name} {_number(value)}" for name, value in tests if value is not None]
+        return ", ".join(parts)
+
+
+def _number(value: float) -> str:
+    """0.0, 0.2, 2.4, -1.0 as openai-whisper's flags write them; 0.25 kept whole."""
+    return f"{value:.1f}" if round(value, 1) == value else f"{value:g}"
 
 
 def temperatures_from(start: float, increment: float | None) -> tuple[float, ...]:

@@ -254,7 +254,7 @@ def test_single_temperature_and_settings(ct2_backend):
 
     default_run, _ = _decode(ct2_backend, audio, batch_size=1)
     assert default_run.report.settings["temperature fallback"] == (
-        "0.0-1.0 step 0.2, best of 5, compression > 2.4, logprob < -1, no speech > 0.6"
+        "0.0-1.0 step 0.2, best of 5, compression > 2.4, logprob < -1.0, no speech > 0.6"
     )
     assert default_run.report.settings["previous-text prompt"] == "on"  # cpu-laptop's
 

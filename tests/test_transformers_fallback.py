@@ -130,10 +130,12 @@ def test_when_every_temperature_fails_the_likeliest_readable_attempt_is_kept():
 
 
 def test_the_report_describes_the_rule_in_force():
-    assert fallback.describe(Fallback()) == (
+    assert Fallback().describe() == (
         "0.0-1.0 step 0.2, best of 5, compression > 2.4, logprob < -1.0, no speech > 0.6"
     )
-    assert fallback.describe(NO_FALLBACK).startswith("off (temperature 0.0 only)")
+    assert NO_FALLBACK.describe().startswith("0.0 only (no retry), compression > 2.4")
+    uneven = Fallback(temperatures=(0.0, 0.5, 0.6), logprob_threshold=None, best_of=2)
+    assert uneven.describe() == "0.0 0.5 0.6, best of 2, compression > 2.4, no speech > 0.6"
 
 
 # -- conditioning and the initial prompt -----------------------------------------------------

@@ -9,7 +9,6 @@ paths both decide with `decided`.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -80,34 +79,3 @@ def generator(device: torch.device, window_frame: int, attempt: int) -> torch.Ge
     seeded = torch.Generator(device=device)
     seeded.manual_seed(SAMPLING_SEED + 1_000_003 * attempt + window_frame)
     return seeded
-
-
-def describe(fallback: Fallback) -> str:
-    """The rule in force, for the report's settings."""
-    temps = temperatures(fallback)
-    compression = fallback.compression_ratio_threshold
-    logprob = fallback.logprob_threshold
-    no_speech = fallback.no_speech_threshold
-    silence = "no silence rule"
-    if no_speech is not None:
-        silence = f"no speech > {_number(no_speech)}"
-        silence += f" with logprob < {_number(logprob)}" if logprob is not None else ""
-    if len(temps) == 1:
-        return f"off (temperature {_number(temps[0])} only), silence: {silence}"
-    steps = {round(b - a, 6) for a, b in itertools.pairwise(temps)}
-    spread = " ".join(map(_number, temps))
-    if len(steps) == 1:
-        spread = f"{_number(temps[0])}-{_number(temps[-1])} step {_number(steps.pop())}"
-    tests = [f"{spread}, best of {fallback.best_of}"]
-    if compression is not None:
-        tests.append(f"compression > {_number(compression)}")
-    if logprob is not None:
-        tests.append(f"logprob < {_number(logprob)}")
-    if no_speech is not None:
-        tests.append(f"no speech > {_number(no_speech)}")
-    return ", ".join(tests)
-
-
-def _number(value: float) -> str:
-    """0.0, 0.2, 2.4, -1.0 as openai-whisper's flags write them; 0.25 kept whole."""
-    return f"{value:.1f}" if round(value, 1) == value else f"{value:g}"
