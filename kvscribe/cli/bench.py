@@ -17,7 +17,7 @@ PARAMETERS: ParameterTable = {
             None,
             "--manifest",
             dir_okay=False,
-            show_default="the shipped JFK clip, and a 44 s clip made from it",
+            show_default="the shipped JFK clip and 50 s of real speech",
             help="TSV: audio path <TAB> reference text or .txt path.",
         ),
     ),
