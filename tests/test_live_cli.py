@@ -238,3 +238,10 @@ def test_a_bad_decoding_flag_on_mic_is_a_one_line_usage_error():
     assert done.stderr.decode().strip().splitlines() == [
         "kvscribe: error: --best-of: must be between 1 and 16 (got 0)"
     ]
+
+
+def test_mic_takes_the_prompt_under_the_name_file_runs_give_it():
+    args = ("--input", SAMPLE, "--as-fast-as-possible", "-q")
+    runs = [_live(*args, flag, "Glossary: Kennedy.") for flag in ("--prompt", "--initial-prompt")]
+    assert [r.returncode for r in runs] == [0, 0], [r.stderr for r in runs]
+    assert runs[0].stdout == runs[1].stdout and runs[0].stdout.strip()

@@ -123,8 +123,10 @@ PARAMETERS: ParameterTable = {
         typer.Option(
             None,
             "--prompt",
+            "--initial-prompt",
             metavar="TEXT",
-            help="Context for the decoder, e.g. names and terms it should spell your way.",
+            help="Context for the decoder, e.g. names and terms it should spell your way "
+            "(--initial-prompt, as file runs spell it, works too).",
         ),
     ),
     "temperature": (
