@@ -80,6 +80,7 @@ class EngineOptions:
         }
 
     def _check_engine(self) -> None:
+        """Settle the language's spelling, then validate what picks and drives the engine."""
         # openai-whisper's names (English) and any case are held as the code (en) itself,
         # so a batch's resume key and every backend see one spelling.
         object.__setattr__(self, "language", language_code(self.language))

@@ -118,14 +118,18 @@ def bench(**given: Any) -> None:
 
     console = stderr_console()
     setup_logging(given["debug"])
-    options = bench_run.BenchOptions(
-        **option_values(given, bench_run.BenchOptions)
-        | {
-            "backends": tuple(given["backend"] or ()),
-            "profiles": tuple(given["profile"] or ()),
-            "policies": tuple(given["policy"]) if given["policy"] else None,
-            "batch_sizes": tuple(given["batch_sizes"]) if given["batch_sizes"] else None,
-            "models": tuple(given["model"] or ()),
-        }
-    )
-    exit_with(lambda: bench_run.main(options, console), console, given["debug"])
+
+    def body() -> int:  # options built inside exit_with, so a bad one is one line too
+        options = bench_run.BenchOptions(
+            **option_values(given, bench_run.BenchOptions)
+            | {
+                "backends": tuple(given["backend"] or ()),
+                "profiles": tuple(given["profile"] or ()),
+                "policies": tuple(given["policy"]) if given["policy"] else None,
+                "batch_sizes": tuple(given["batch_sizes"]) if given["batch_sizes"] else None,
+                "models": tuple(given["model"] or ()),
+            }
+        )
+        return bench_run.main(options, console)
+
+    exit_with(body, console, given["debug"])

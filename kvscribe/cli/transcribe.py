@@ -35,6 +35,7 @@ def transcribe(**given: Any) -> None:
 
 
 def _transcribe(given: dict[str, Any]) -> int:
+    """The command's parameters as TranscribeOptions, run to stdout, a folder or a cluster."""
     from kvscribe.cluster.flags import cluster_run
     from kvscribe.inputs import read_files_from
 
