@@ -1,9 +1,10 @@
 """transformers backend: PyTorch Whisper whose decoder KV cache follows the profile's policy.
 
-The weights are a transformers WhisperForConditionalGeneration (converted once
-from the embedded CTranslate2 model when needed). The encoder is the model's
-own; decoding runs the decoder's modules through kvscribe's per-layer cache
-(backends/hf/decoder.py says why not through generate()).
+The weights are a transformers Whisper checkpoint (converted once from the embedded
+CTranslate2 model when needed), loaded into plain torch modules with transformers' names
+(backends/hf/network.py: importing transformers itself would cost each run 1.5 s). The
+encoder repeats transformers' own; decoding runs the decoder's modules through kvscribe's
+per-layer cache (backends/hf/decoder.py says why not through transformers' generate()).
 
 The audio is read in slices, never whole (a file arrives as a StreamedAudio): the
 sequential path's log-mel is a StreamedMel, computed one 30 s window at a time and equal
@@ -25,7 +26,7 @@ from kvscribe.backends.base import (
 
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples, hold_history
-from kvscribe.errors import BackendUnavailableError, UsageError
+from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
 from kvscribe.provenance import MEASURED, make_provenance
 from kvscribe.types import Segment
@@ -62,18 +63,14 @@ class TransformersBackend(Backend):
         streams_audio=True,
     )
 
-    requires = ("torch", "transformers")
+    requires = ("torch", "safetensors", "tokenizers")
     settings_schema = _SETTINGS
     install_hint = "pip install 'kvscribe[transformers]'"
 
     def load(self) -> None:
         import torch
-        from kvscribe.backends.hf import weights
+        from kvscribe.backends.hf import network, weights
         from tokenizers import Tokenizer
-        from transformers import WhisperForConditionalGeneration
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # its tqdm bar would litter stderr on every load
 
         self.settings = self.profile_settings(_SETTINGS)
         present = {"cuda": torch.cuda.is_available, "mps": torch.backends.mps.is_available}
@@ -86,11 +83,7 @@ class TransformersBackend(Backend):
         if self.settings.get("threads"):
             torch.set_num_threads(self.settings["threads"])
         self.dtype = torch.float32 if self.device == "cpu" else torch.float16
-        self.network = (
-            WhisperForConditionalGeneration.from_pretrained(str(self.model.path), dtype=self.dtype)
-            .to(self.device)
-            .eval()
-        )
+        self.network = self._load_network(network)
         if self.device == "cpu":
             weights.relayout_vocab_projection(self.network)
         self.compute_type = self._compute_type()
@@ -102,6 +95,18 @@ class TransformersBackend(Backend):
         self.self_specs = parse_policy(self.profile.kv_self, layers)
         self.cross_spec = parse_cross(self.profile.kv_cross)
         self._chunk_bytes: dict = {}  # (beams, policies) -> KV bytes one chunk holds
+
+    def _load_network(self, network):
+        from safetensors import SafetensorError
+
+        try:
+            return network.load(self.model.path, self.dtype, self.device)
+        except (OSError, ValueError, KeyError, SafetensorError) as error:
+            raise ModelNotFoundError(
+                f"not a loadable Whisper checkpoint: {error}",
+                subject=str(self.model.path),
+                hint="give --model a transformers Whisper folder (config.json, model.safetensors)",
+            ) from error
 
     def _load_vocab(self) -> None:
         from kvscribe.models.vocab import special_tokens
@@ -367,8 +372,8 @@ class TransformersBackend(Backend):
             features = batched.to(self.dtype)
             encoder = self.network.model.encoder
             if self.device != "cpu":
-                return encoder(features).last_hidden_state
-            return torch.cat([encoder(one[None]).last_hidden_state for one in features])
+                return encoder(features)
+            return torch.cat([encoder(one[None]) for one in features])
 
     def _detect_language(self, mel) -> tuple[str, float]:
         """Most likely language token after <|startoftranscript|> on the first window, and its

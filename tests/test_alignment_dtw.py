@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
 
 from kvscribe.backends.hf.alignment import dtw, median_filter  # noqa: E402
 

@@ -14,7 +14,6 @@ from typing import ClassVar
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
 
 from kvscribe.backends.base import DecodeRequest  # noqa: E402
 

@@ -163,7 +163,6 @@ def seed_command(p) -> str:
 @pytest.mark.slow
 def test_the_printed_seed_command_runs_the_tables_version_exactly(tmp_path):
     pytest.importorskip("torch")
-    pytest.importorskip("transformers")
     seed = profile.load("tiny-vram").seed
     shown = run_cli("profiles", "show", "tiny-vram").stdout.splitlines()
     printed = next(line for line in shown if line.startswith("    kvscribe FILE "))

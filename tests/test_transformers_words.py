@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
 
 from kvscribe.backends.base import DecodeRequest  # noqa: E402
 

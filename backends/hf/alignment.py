@@ -206,7 +206,11 @@ class WordAligner:
 
 
 def _config_heads(network) -> tuple[tuple[int, int], ...]:
-    heads = getattr(network.generation_config, "alignment_heads", None) or ()
+    """The heads the network was loaded with (backends/hf/network.py), or a transformers
+    model's generation config's."""
+    heads = getattr(network, "alignment_heads", None)
+    if heads is None:
+        heads = getattr(network.generation_config, "alignment_heads", None) or ()
     return tuple((int(layer), int(head)) for layer, head in heads)
 
 

@@ -1,5 +1,5 @@
-"""One decoder's cache for one 30 s window: a transformers `Cache` of policy layers,
-plus the cross-attention keys/values of the encoder output.
+"""One decoder's cache for one 30 s window: a self-attention layer per decoder layer,
+each following its policy, plus the cross-attention keys/values of the encoder output.
 
 Every byte figure is the storage the cache keeps alive, read at the time: the distinct
 storages behind its tensors, each counted once (`storage.held_bytes`).
@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import torch
-from transformers.cache_utils import Cache
 
 from kvscribe.kvcache.layers import KVLayer, make_layer, split_heads
 from kvscribe.kvcache.quant import Quantized, dequantize, quantize
@@ -18,11 +17,11 @@ from kvscribe.kvcache.spec import CrossSpec, LayerSpec
 from kvscribe.kvcache.storage import held_bytes, owned
 
 
-class PolicyCache(Cache):
+class PolicyCache:
     """Self-attention cache whose layers follow per-layer specs."""
 
     def __init__(self, specs: tuple[LayerSpec, ...]) -> None:
-        super().__init__(layers=[make_layer(spec) for spec in specs])
+        self.layers = [make_layer(spec) for spec in specs]
         self.peak_bytes = 0
         self.trace: list[tuple[int, int]] = []  # (positions seen, bytes stored) after each step
 
@@ -37,6 +36,10 @@ class PolicyCache(Cache):
     @property
     def held_bytes(self) -> int:
         return held_bytes(self.tensors())
+
+    def get_seq_length(self) -> int:
+        """Positions seen (every layer sees every position)."""
+        return self.layers[0].get_seq_length()
 
     @property
     def recompute_macs(self) -> int:

@@ -1,4 +1,4 @@
-"""Per-layer self-attention cache strategies, on transformers' cache layer interface.
+"""Per-layer self-attention cache strategies.
 
 A layer keeps its first `sink` tokens and (when windowed) its newest `window`
 tokens; quantized layers keep older tokens in ggml blocks. Positions stay
@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import torch
-from transformers.cache_utils import CacheLayerMixin
 
 from kvscribe.kvcache.spec import LayerSpec
 from kvscribe.kvcache.storage import held_bytes
@@ -60,14 +59,16 @@ def _with(stored: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
     return new if stored is None else torch.cat([stored, new], dim=-2)
 
 
-class KVLayer(CacheLayerMixin):
-    """Keys and values, trimmed and/or quantized by a LayerSpec."""
+class KVLayer:
+    """Keys and values, trimmed and/or quantized by a LayerSpec.
 
-    is_sliding = False
+    Its update() / get_seq_length() / reorder_cache() read as transformers' cache layers'
+    do (tests/test_kvcache.py holds a full layer to transformers' DynamicLayer), without
+    importing transformers."""
 
     def __init__(self, spec: LayerSpec) -> None:
-        super().__init__()
         self.spec = spec
+        self.is_initialized = False
         self.seen = 0
         self.recompute_macs = 0
         self._keys = _Trimmed(spec, self._body)
@@ -120,12 +121,6 @@ class KVLayer(CacheLayerMixin):
 
     def get_seq_length(self) -> int:
         return self.seen
-
-    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-        return self.stored + query_length, self.seen - self.stored
-
-    def get_max_length(self) -> int:
-        return -1 if self.spec.window is None else self.spec.sink + self.spec.window
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         if self.seen:
