@@ -23,9 +23,8 @@ pytestmark = [pytest.mark.transformers]
 
 @pytest.fixture(scope="module")
 def both():
-    from transformers import WhisperForConditionalGeneration
-
     from kvscribe.backends.hf import network
+    from transformers import WhisperForConditionalGeneration
 
     path = models.resolve("tiny.en", ("transformers",)).path
     ours = network.load(path, torch.float32, "cpu")
