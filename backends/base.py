@@ -43,6 +43,10 @@ class Capabilities:
     # the cut (backends/ct2_batched.py), so the runner's digital-silence cut would only
     # hide those pauses from the segment rules.
     batched_cuts_pauses: bool = False
+    # The optional DecodeRequest fields (OPTIONAL_FIELDS) the engine honours on every path;
+    # `Backend.honours` narrows it per path. A field a request sets that its path does not
+    # honour is reported "not applicable" by the runner, worded once (not_honoured).
+    honours: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,37 @@ class DecodeRequest:
     condition_on_previous_text: bool | None = None  # None: the profile's setting
     fallback: Fallback = field(default_factory=Fallback)
     vad: VadFilter | None = None  # only reaches backends whose capabilities say vad_filter
+    # --clip-timestamps: the only spans decoded, (start s, end s or None: the file's end).
+    # The runner cuts them out and maps times back (kvscribe.vadfilter); never a backend.
+    clips: tuple[tuple[float, float | None], ...] = ()
+    # Optional decoding controls (OPTIONAL_FIELDS), as faster-whisper names them; a backend
+    # honours those its Capabilities.honours lists, and the runner reports the rest.
+    hotwords: str | None = None  # words to favour, given as prompt text before the window
+    max_new_tokens: int | None = None  # at most this many tokens per window (None: 224)
+    # Token ids never sampled; -1 stands for the model's own list (the default).
+    suppress_tokens: tuple[int, ...] = (-1,)
+    # With word times: skip a silence longer than this around a likely hallucination.
+    hallucination_silence_threshold: float | None = None
+
+
+# The DecodeRequest fields a backend may not honour, and the flag that sets each.
+OPTIONAL_FIELDS = {
+    "hotwords": "--hotwords",
+    "max_new_tokens": "--max-new-tokens",
+    "suppress_tokens": "--suppress-tokens",
+    "hallucination_silence_threshold": "--hallucination-silence-threshold",
+}
+
+
+def not_honoured(request: DecodeRequest, honoured: frozenset[str], backend: str) -> list[str]:
+    """ "not applicable" rows for the optional fields `request` sets away from their defaults
+    that `honoured` does not hold."""
+    defaults = DecodeRequest()
+    return [
+        f"{flag}: the {backend} backend cannot honour it here; decoded without it"
+        for name, flag in OPTIONAL_FIELDS.items()
+        if getattr(request, name) != getattr(defaults, name) and name not in honoured
+    ]
 
 
 @dataclass
@@ -166,6 +201,17 @@ class Backend(abc.ABC):
                     hint="allowed: " + ", ".join(f"{k} ({t.__name__})" for k, t in schema.items()),
                 )
         return section
+
+    def honours(self, request: DecodeRequest, batched: bool) -> frozenset[str]:
+        """The optional request fields this backend honours on the path that decodes
+        `request` (batched: speech chunks decoded together)."""
+        return self.capabilities.honours
+
+    def unhonoured(self, request: DecodeRequest, seconds: float) -> list[str]:
+        """ "not applicable" rows for what `request` asks that decoding `seconds` of audio
+        here will not do (the runner and live mode add them to the report)."""
+        batched = self.batch_size_for(request, seconds) > 1
+        return not_honoured(request, self.honours(request, batched), self.name)
 
     def batch_size_for(self, request: DecodeRequest, seconds: float) -> int:
         """Chunks to decode at once for `seconds` of audio: the request's, else the profile's

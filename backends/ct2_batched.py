@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
+from kvscribe.backends.base import DecodeRequest
 
 from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.audio import SAMPLE_RATE
@@ -36,6 +37,7 @@ class BatchSetup:
     tokenizer: object  # faster_whisper.tokenizer.Tokenizer
     prompt: list[int]
     suppress: list[int]
+    max_length: int  # prompt plus the tokens a chunk may decode
     beams: int
     batch: int
     fallback: Fallback
@@ -63,21 +65,28 @@ class DecodedChunk(ChunkResult):
         return round(self.words[-1].end * SAMPLE_RATE)
 
 
-def setup(
-    engine,
-    language: str,
-    task: str,
-    prompt_text: str | None,
-    beams: int,
-    batch: int,
-    fallback: Fallback,
-    word_timestamps: bool = False,
-):
-    tokenizer = adapter.tokenizer(engine, task, language)
-    previous = tokenizer.encode(" " + prompt_text.strip()) if prompt_text else []
-    prompt = adapter.prompt(engine, tokenizer, previous)
-    suppress = adapter.suppressed_tokens(tokenizer)
-    plan = BatchSetup(engine, tokenizer, prompt, suppress, beams, batch, fallback, word_timestamps)
+def setup(engine, language: str, request: DecodeRequest, beams: int, batch: int):
+    """The batch's prompt (the request's prompt text and hotwords, as faster-whisper's
+    transcribe() builds it without timestamps), suppressed tokens and length limit."""
+    tokenizer = adapter.tokenizer(engine, request.task, language)
+    text = request.prompt
+    previous = tokenizer.encode(" " + text.strip()) if text else []
+    prompt = adapter.prompt(engine, tokenizer, previous, request.hotwords)
+    suppress = adapter.suppressed_tokens(tokenizer, request.suppress_tokens)
+    limit = adapter.max_length(engine)
+    if request.max_new_tokens is not None:
+        limit = min(limit, len(prompt) + request.max_new_tokens)
+    plan = BatchSetup(
+        engine,
+        tokenizer,
+        prompt,
+        suppress,
+        limit,
+        beams,
+        batch,
+        request.fallback,
+        request.word_timestamps,
+    )
     return plan, tokenizer
 
 
@@ -155,7 +164,7 @@ def _generate(plan: BatchSetup, encoded, rows: int, temperature: float) -> list[
     results = plan.engine.model.generate(
         encoded,
         [list(plan.prompt) for _ in range(rows)],
-        max_length=adapter.max_length(plan.engine),
+        max_length=plan.max_length,
         suppress_blank=True,
         suppress_tokens=plan.suppress,
         return_scores=True,

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from kvscribe.backends import ct2_stream
 from kvscribe.backends.base import (
+    OPTIONAL_FIELDS,
     Backend,
     Capabilities,
     DecodeRequest,
@@ -69,6 +70,7 @@ class CTranslate2Backend(Backend):
         vad_filter=True,
         streams_audio=True,
         batched_cuts_pauses=True,
+        honours=frozenset(OPTIONAL_FIELDS),
     )
 
     requires = ("ctranslate2", "faster_whisper")
@@ -134,6 +136,10 @@ class CTranslate2Backend(Backend):
             initial_prompt=request.prompt or None,
             word_timestamps=request.word_timestamps,
             vad_filter=False,  # done above (its functions, block-fed), to restore times better
+            hotwords=request.hotwords,
+            max_new_tokens=request.max_new_tokens,
+            suppress_tokens=list(request.suppress_tokens),
+            hallucination_silence_threshold=request.hallucination_silence_threshold,
         )
         if clock is not None:
             raw = map(clock.restore, raw)
@@ -157,16 +163,7 @@ class CTranslate2Backend(Backend):
         # A group's unfinished tails are decoded after the group: keep its span readable.
         hold_history(audio, batch * MAX_SECONDS + MAX_SECONDS)
         language, probability = self._language_of(audio, chunks, request)
-        plan, tokenizer = ct2_batched.setup(
-            self.engine,
-            language,
-            request.task,
-            request.prompt,
-            beams,
-            batch,
-            request.fallback,
-            request.word_timestamps,
-        )
+        plan, tokenizer = ct2_batched.setup(self.engine, language, request, beams, batch)
         report = self._base_report(beams, request)
         rows = min(batch, max(1, len(chunks)))
         report.batch_size = batch
@@ -204,6 +201,13 @@ class CTranslate2Backend(Backend):
             report.kv_self_full_bytes = report.kv_self_peak_bytes
 
         return Transcription(language, probability, stream(), report)
+
+    def honours(self, request: DecodeRequest, batched: bool) -> frozenset[str]:
+        # The hallucination test reads word times across a window's neighbours, which only
+        # faster-whisper's sequential transcribe() has.
+        if batched:
+            return self.capabilities.honours - {"hallucination_silence_threshold"}
+        return self.capabilities.honours
 
     def _language_of(self, audio, chunks, request: DecodeRequest) -> tuple[str, float | None]:
         """The request's language, else the one detected on the first speech chunk."""

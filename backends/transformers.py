@@ -61,6 +61,7 @@ class TransformersBackend(Backend):
         ),
         batched=True,
         streams_audio=True,
+        honours=frozenset({"hotwords", "max_new_tokens", "suppress_tokens"}),
     )
 
     requires = ("torch", "safetensors", "tokenizers")
@@ -182,9 +183,13 @@ class TransformersBackend(Backend):
         return self._detect_language(mel)
 
     def _prompt_tokens(self, request: DecodeRequest) -> list[int]:
-        if not request.prompt:
+        return self._text_tokens(request.prompt)
+
+    def _text_tokens(self, text: str | None) -> list[int]:
+        """Prompt text as tokens, with the leading space Whisper's prompts get."""
+        if not text:
             return []
-        return self.tokenizer.encode(" " + request.prompt.strip(), add_special_tokens=False).ids
+        return self.tokenizer.encode(" " + text.strip(), add_special_tokens=False).ids
 
     def _transcribe_batched(
         self, audio: Samples, request: DecodeRequest, beams: int, batch: int
@@ -281,27 +286,14 @@ class TransformersBackend(Backend):
                     words=piece.words,
                 )
                 next_id += 1
-        self._fill_report(report, stats)
+        stats.fill(report)
 
     def _stream(self, plan, mel, report: DecoderReport, prompt: list[int]):
         from kvscribe.backends.hf import longform
 
         stats = longform.WindowStats()
         yield from longform.transcribe(plan, mel, self._text, stats, prompt)
-        self._fill_report(report, stats)
-
-    @staticmethod
-    def _fill_report(report: DecoderReport, stats) -> None:
-        report.tokens, report.windows = stats.tokens, stats.windows
-        report.kv_self_peak_bytes = stats.self_peak_bytes
-        report.kv_self_full_bytes = stats.self_full_bytes
-        report.kv_cross_bytes = stats.cross_bytes
-        report.encoder_seconds = stats.encoder_seconds
-        report.step_seconds = stats.step_seconds
-        report.recompute_macs = stats.recompute_macs
-        report.first_token_seconds = stats.first_token_seconds
-        report.kv_trace = stats.kv_trace
-        report.settings["fallback re-decodes"] = str(stats.fallback_attempts)
+        stats.fill(report)
 
     def _text(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=False)
@@ -312,7 +304,7 @@ class TransformersBackend(Backend):
         request = request or DecodeRequest(task=task)
         import torch
         from kvscribe.backends.hf.decoder import PolicyDecoder
-        from kvscribe.backends.hf.longform import WindowPlan
+        from kvscribe.backends.hf.longform import PROMPT_MAX, WindowPlan
         from kvscribe.backends.hf.rules import TokenRules
         from kvscribe.backends.hf.search import SearchSetup
 
@@ -323,7 +315,11 @@ class TransformersBackend(Backend):
             task_token = special.translate if task == "translate" else special.transcribe
             sot_sequence = (special.sot, special.languages[language], task_token)
         rules = TokenRules(
-            special, config.vocab_size, self.suppress, timestamps=True, device=self.device
+            special,
+            config.vocab_size,
+            self._suppressed(request.suppress_tokens),
+            timestamps=True,
+            device=self.device,
         )
         setup = SearchSetup(
             PolicyDecoder(self.network),
@@ -347,7 +343,15 @@ class TransformersBackend(Backend):
             kv_bytes_per_position=bytes_per_position,
             fallback=request.fallback,
             align_words=self._aligner() if request.word_timestamps else None,
+            hotwords=tuple(self._text_tokens(request.hotwords)[:PROMPT_MAX]),
+            max_new_tokens=request.max_new_tokens,
         )
+
+    def _suppressed(self, requested: tuple[int, ...]) -> list[int]:
+        """The ids never sampled: those asked for, with -1 standing for the model's own list
+        (generation_config.json's suppress_tokens), as openai-whisper reads it."""
+        own = self.suppress if -1 in requested else []
+        return sorted({*own, *(token for token in requested if token >= 0)})
 
     def _aligner(self):
         """Word times from the alignment heads' cross-attention (None where the module is
@@ -376,22 +380,11 @@ class TransformersBackend(Backend):
             return torch.cat([encoder(one[None]) for one in features])
 
     def _detect_language(self, mel) -> tuple[str, float]:
-        """Most likely language token after <|startoftranscript|> on the first window, and its
-        probability among the language tokens (openai-whisper's detect_language)."""
-        import torch
-        from kvscribe.backends.hf.decoder import PolicyDecoder
+        from kvscribe.backends.hf.language import detect_language
 
-        from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
         from kvscribe.mel import FRAMES_PER_WINDOW
 
-        cross = CrossAttentionStore(self.cross_spec, 1)
-        cross.fill(self._encode(mel[:, :FRAMES_PER_WINDOW]), self.network.model.decoder)
-        start = torch.tensor([[self.special.sot]], device=self.device)
-        logits = PolicyDecoder(self.network).logits(start, PolicyCache(self.self_specs), cross)[
-            0, -1
-        ]
-        codes = list(self.special.languages)
-        ids = torch.tensor([self.special.languages[c] for c in codes], device=self.device)
-        probabilities = torch.softmax(logits[ids].float(), dim=-1)
-        best = int(probabilities.argmax())
-        return codes[best], float(probabilities[best])
+        encoded = self._encode(mel[:, :FRAMES_PER_WINDOW])
+        return detect_language(
+            self.network, encoded, self.special, self.self_specs, self.cross_spec
+        )

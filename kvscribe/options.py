@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -16,6 +17,9 @@ from kvscribe.writers import FORMATS, WriterOptions
 TASKS = ("transcribe", "translate")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 MAX_BATCH = 64
+# Whisper's 448-token text context less its longest prompt (223 previous tokens, the
+# start-of-previous and start sequences, the no-timestamps token).
+MAX_NEW_TOKENS = 220
 
 # Field metadata: a different value can change what an output file contains, so a batch
 # redoes its inputs when the value changes (kvscribe.batch derives its resume key from it).
@@ -55,6 +59,12 @@ class EngineOptions:
     compression_ratio_threshold: float = _shaping_added(2.4)
     logprob_threshold: float = _shaping_added(-1.0)
     no_speech_threshold: float = _shaping_added(0.6)
+    # Optional decoding controls, as faster-whisper / openai-whisper name them; a backend
+    # that cannot honour one says so in the stats ("not applicable").
+    hotwords: str | None = _shaping_added(None)
+    max_new_tokens: int | None = _shaping_added(None)
+    suppress_tokens: str = _shaping_added("-1")  # comma-separated ids; -1: the model's list
+    hallucination_silence_threshold: float | None = _shaping_added(None)
     stats_json: Path | None = None
     quiet: bool = False
 
@@ -77,6 +87,10 @@ class EngineOptions:
             "task": self.task,
             "beam_size": self.beam_size,
             "fallback": self.fallback(),
+            "hotwords": self.hotwords,
+            "max_new_tokens": self.max_new_tokens,
+            "suppress_tokens": suppressed_ids(self.suppress_tokens),
+            "hallucination_silence_threshold": self.hallucination_silence_threshold,
         }
 
     def _check_engine(self) -> None:
@@ -94,6 +108,22 @@ class EngineOptions:
         _check_kv(self.kv_policy, self.kv_cross)
         _check_threads(self.threads)
         self._check_fallback()
+        self._check_optional()
+
+    def _check_optional(self) -> None:
+        if self.hotwords is not None and not self.hotwords.strip():
+            raise UsageError("is empty", subject="--hotwords", hint="give words, or leave it out")
+        if self.max_new_tokens is not None and not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
+            raise UsageError(
+                f"must be between 1 and {MAX_NEW_TOKENS} (room for the longest prompt)",
+                subject="--max-new-tokens",
+                hint=f"got {self.max_new_tokens}",
+            )
+        suppressed_ids(self.suppress_tokens)
+        if self.hallucination_silence_threshold is not None:
+            _in_range(
+                "--hallucination-silence-threshold", self.hallucination_silence_threshold, 0, 30
+            )
 
     def _check_fallback(self) -> None:
         _in_range("--temperature", self.temperature, 0.0, 1.0)
@@ -107,6 +137,37 @@ class EngineOptions:
             raise UsageError(
                 "must be between 1 and 16", subject="--best-of", hint=f"got {self.best_of}"
             )
+
+
+def parse_clips(text: str) -> tuple[tuple[float, float | None], ...]:
+    bad = UsageError(
+        "must be start,end pairs in seconds, in order (the last end may be left off)",
+        subject="--clip-timestamps",
+        hint=f"got {text!r}; e.g. 0,30 or 10,20,45",
+    )
+    try:
+        times = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise bad from None
+    if any(t < 0 for t in times) or any(b <= a for a, b in itertools.pairwise(times)):
+        raise bad
+    ends: list[float | None] = [*times[1::2], *([None] if len(times) % 2 else [])]
+    return tuple(zip(times[::2], ends, strict=True))
+
+
+def suppressed_ids(text: str) -> tuple[int, ...]:
+    """`--suppress-tokens "-1,50363"` -> (-1, 50363): token ids, -1 the model's own list."""
+    try:
+        ids = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        ids = ()
+    if not ids or any(token < -1 for token in ids):
+        raise UsageError(
+            "must be comma-separated token ids (-1: the model's own list)",
+            subject="--suppress-tokens",
+            hint=f"got {text!r}; e.g. -1 or -1,50363",
+        )
+    return ids
 
 
 def output_shaping_fields(options: EngineOptions | type[EngineOptions]) -> tuple[str, ...]:
@@ -142,6 +203,8 @@ class TranscribeOptions(EngineOptions):
     vad_min_speech: float = _shaping_added(0.0)
     vad_min_silence: float = _shaping_added(2.0)
     vad_pad: float = _shaping_added(0.4)
+    # openai-whisper's --clip-timestamps: only these spans (s) are decoded.
+    clip_timestamps: str | None = _shaping_added(None)
     # Subtitles from word times (need word_timestamps).
     highlight_words: bool = _shaping_added(False)
     max_line_width: int | None = _shaping_added(None)
@@ -171,6 +234,13 @@ class TranscribeOptions(EngineOptions):
         self._check_vad()
         self._check_words()
         self._check_stdin()
+        self.clips()
+        if self.hallucination_silence_threshold is not None and not self.word_timestamps:
+            raise UsageError(
+                "skips silences found from word times",
+                subject="--hallucination-silence-threshold",
+                hint="add --word-timestamps",
+            )
         if self.batch_size is not None and not 1 <= self.batch_size <= MAX_BATCH:
             raise UsageError(
                 f"must be between 1 and {MAX_BATCH}",
@@ -206,7 +276,15 @@ class TranscribeOptions(EngineOptions):
             "word_timestamps": self.word_timestamps,
             "condition_on_previous_text": self.condition_on_previous_text,
             "vad": self.vad(),
+            "clips": self.clips(),
         }
+
+    def clips(self) -> tuple[tuple[float, float | None], ...]:
+        """`--clip-timestamps "0,10,30"` -> ((0, 10), (30, None)): spans in seconds, in
+        order; an end left off runs to the end of the file (openai-whisper's reading)."""
+        if self.clip_timestamps is None:
+            return ()
+        return parse_clips(self.clip_timestamps)
 
     def vad(self) -> VadFilter | None:
         if not self.vad_filter:

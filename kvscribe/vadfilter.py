@@ -198,6 +198,14 @@ def transcribe_speech(backend: Backend, samples: Samples, request: DecodeRequest
     none, and long digital silence cut out (a pause costs no window of its own and no lost
     context, as a clip boundary would; a backend whose batched chunks cut pauses itself
     sees them, so its segments end there), times mapped back to the input."""
+    if request.clips:  # first: the rest (VAD, digital silence) acts on the spans kept
+        clipped, time_map = clipped_audio(samples, request.clips)
+        note = f"{_seconds(clipped)} of {_seconds(samples)} s decoded ({len(request.clips)} spans)"
+        if clipped.size == 0:
+            return _nothing_to_decode(request, ("clip timestamps", note))
+        run = transcribe_speech(backend, clipped, dataclasses.replace(request, clips=()))
+        run.report.settings["clip timestamps"] = note
+        return dataclasses.replace(run, segments=time_map.segments(run.segments))
     capabilities = backend.capabilities
     if not capabilities.streams_audio:  # a backend written for arrays: the whole file
         samples = samples[0 : samples.size]
@@ -213,6 +221,18 @@ def transcribe_speech(backend: Backend, samples: Samples, request: DecodeRequest
     return backend.transcribe(samples, request)
 
 
+def clipped_audio(audio: Samples, clips) -> tuple[Joined, TimeMap]:
+    """The spans of `audio` that --clip-timestamps names, joined, and the time map back;
+    spans past the end of the audio are cut short or dropped."""
+    regions = []
+    for start, end in clips:
+        begin = min(round(start * SAMPLE_RATE), audio.size)
+        stop = audio.size if end is None else min(round(end * SAMPLE_RATE), audio.size)
+        if stop > begin:
+            regions.append((begin, stop))
+    return Joined(audio, regions), TimeMap(tuple(regions))
+
+
 def _cuts_pauses_itself(backend: Backend, samples: Samples, request: DecodeRequest) -> bool:
     """Whether `backend` will decode `samples` in batched chunks with the pauses cut out."""
     seconds = samples.size / SAMPLE_RATE
@@ -221,16 +241,23 @@ def _cuts_pauses_itself(backend: Backend, samples: Samples, request: DecodeReque
 
 def _on_kept_audio(backend: Backend, kept, time_map: TimeMap, request, note: tuple[str, str]):
     """Decode only `kept` (audio cut out of the input), times mapped back to the input."""
-    from kvscribe.backends.base import DecoderReport, Transcription
+    from kvscribe.backends.base import Transcription
 
-    if kept.size == 0:  # nothing to decode: no text, and no engine call on empty audio
-        report = DecoderReport(settings=dict([note]))
-        return Transcription(request.language or "en", None, iter(()), report)
+    if kept.size == 0:
+        return _nothing_to_decode(request, note)
     run = backend.transcribe(kept, dataclasses.replace(request, vad=None))
     run.report.settings[note[0]] = note[1]
     return Transcription(
         run.language, run.language_probability, time_map.segments(run.segments), run.report
     )
+
+
+def _nothing_to_decode(request: DecodeRequest, note: tuple[str, str]) -> Transcription:
+    """No text, and no engine call on empty audio."""
+    from kvscribe.backends.base import DecoderReport, Transcription
+
+    report = DecoderReport(settings=dict([note]))
+    return Transcription(request.language or "en", None, iter(()), report)
 
 
 def _seconds(samples) -> float:

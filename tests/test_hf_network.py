@@ -66,6 +66,7 @@ def test_encoder_and_decoder_logits_equal_transformers_to_the_bit(both):
     assert torch.equal(*logits)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_missing_a_weight_is_a_one_line_error(tmp_path):
     from safetensors.torch import load_file, save_file
 
@@ -81,6 +82,7 @@ def test_a_checkpoint_missing_a_weight_is_a_one_line_error(tmp_path):
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_a_transformers_run_imports_no_transformers(monkeypatch):
     """Importing transformers' Whisper costs a run 1.5 s: the backend must not."""
     monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # every import, to stderr

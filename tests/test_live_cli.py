@@ -240,6 +240,20 @@ def test_a_bad_decoding_flag_on_mic_is_a_one_line_usage_error():
     ]
 
 
+@pytest.mark.slow
+def test_mic_honours_the_optional_decoding_flags_a_file_run_takes(tmp_path):
+    """--max-new-tokens caps every live decode as it caps a file's windows; the stats
+    list nothing as not honoured."""
+    args = ("--input", SAMPLE, "--as-fast-as-possible", "-q")
+    stats = tmp_path / "stats.json"
+    full = _live(*args)
+    cut = _live(*args, "--max-new-tokens", "3", "--hotwords", "Kennedy", "--stats-json", stats)
+    assert [full.returncode, cut.returncode] == [0, 0], cut.stderr
+    assert 0 < len(cut.stdout.split()) <= len(full.stdout.split()) // 2, cut.stdout
+    not_applicable = json.loads(stats.read_text())["not_applicable"]
+    assert not [row for row in not_applicable if row.startswith(("--max-new", "--hotwords"))]
+
+
 def test_mic_takes_the_prompt_under_the_name_file_runs_give_it():
     args = ("--input", SAMPLE, "--as-fast-as-possible", "-q")
     runs = [_live(*args, flag, "Glossary: Kennedy.") for flag in ("--prompt", "--initial-prompt")]

@@ -50,6 +50,11 @@ DIFFERENT = {
     "max_line_count": 2,
     "max_words_per_line": 5,
     "word_level_tsv": True,
+    "hotwords": "Kennedy",
+    "max_new_tokens": 50,
+    "suppress_tokens": "-1,50363",
+    "hallucination_silence_threshold": 2.0,
+    "clip_timestamps": "0,5",
 }
 
 # Where outputs go, which formats, how fast, how loudly: never what a transcript says.
@@ -106,7 +111,8 @@ def test_each_output_shaping_option_changes_the_resume_key(name):
     if name not in DIFFERENT:
         pytest.fail(f"add a value of {name} that changes outputs to DIFFERENT")
     needs = {"max_line_count": {"max_line_width": 42}}.get(name, {})  # valid alone otherwise
-    words = {"word_timestamps": True} if name in _WORD_LAYOUT else {}
+    needs_words = _WORD_LAYOUT | {"hallucination_silence_threshold"}
+    words = {"word_timestamps": True} if name in needs_words else {}
     changed = dataclasses.replace(BASE, **words, **needs, **{name: DIFFERENT[name]})
     if words:  # the layout flag must change the key beyond what --word-timestamps does
         base_words = dataclasses.replace(BASE, **words, **needs)

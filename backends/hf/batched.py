@@ -25,7 +25,7 @@ from kvscribe.mel import FRAMES_PER_WINDOW, HOP
 from kvscribe.types import Word
 
 from . import fallback
-from .longform import PROMPT_MAX, WindowPlan, WindowStats
+from .longform import WindowPlan, WindowStats
 from .search import expand, no_speech_probs, sample, select_rows
 
 
@@ -129,7 +129,7 @@ def _decode_at(
     stats.cross_bytes = max(stats.cross_bytes, cross.held_bytes)
     cache = PolicyCache(plan.self_specs)
     sot_index = len(prompt) - len(plan.sot_sequence)
-    max_new = min(plan.text_ctx // 2, plan.text_ctx - len(prompt))
+    max_new = plan.max_new(len(prompt))
 
     def note(rows: int) -> None:
         _note_step(stats, plan, cache, rows)
@@ -236,7 +236,7 @@ def _beam_batch(
     cache = PolicyCache(plan.self_specs)
     chunks = encoded.shape[0]
     sot_index = len(prompt) - len(plan.sot_sequence)
-    max_new = min(plan.text_ctx // 2, plan.text_ctx - len(prompt))
+    max_new = plan.max_new(len(prompt))
 
     step_started = time.perf_counter()
     tokens = torch.tensor([prompt] * chunks, device=setup.device)
@@ -315,10 +315,9 @@ def _note_step(stats: WindowStats, plan: WindowPlan, cache: PolicyCache, rows: i
 
 
 def full_prompt(plan: WindowPlan, prompt: list[int]) -> list[int]:
-    """The decoder prompt of every chunk: the user's prompt text (if any), then the sot
-    sequence; no previous text, since the chunks decode side by side."""
-    previous = [plan.special.sot_prev, *prompt[-PROMPT_MAX:]] if prompt else []
-    return previous + list(plan.sot_sequence)
+    """The decoder prompt of every chunk: the hotwords and the user's prompt text (if
+    any), then the sot sequence; no previous text, since the chunks decode side by side."""
+    return plan.prompt_for(prompt)
 
 
 @torch.inference_mode()

@@ -48,6 +48,20 @@ class WindowPlan:
     kv_bytes_per_position: int  # K+V of one position in every layer, one beam
     fallback: Fallback = field(default_factory=Fallback)
     align_words: AlignWords | None = None  # set when word timestamps are asked for
+    hotwords: tuple[int, ...] = ()  # prompt tokens before any previous text (--hotwords)
+    max_new_tokens: int | None = None  # --max-new-tokens: at most this many per window
+
+    def prompt_for(self, history: list[int]) -> list[int]:
+        """The decoder prompt: <|startofprev|>, the hotwords, the last PROMPT_MAX tokens of
+        `history` (faster-whisper's order), then the sot sequence."""
+        before = [*self.hotwords, *history[-PROMPT_MAX:]]
+        return ([self.special.sot_prev, *before] if before else []) + list(self.sot_sequence)
+
+    def max_new(self, prompt_length: int) -> int:
+        """Tokens a window may decode after a prompt of `prompt_length`: half the text
+        context (openai-whisper's sample_len), or fewer when asked."""
+        limit = min(self.text_ctx // 2, self.text_ctx - prompt_length)
+        return limit if self.max_new_tokens is None else min(limit, self.max_new_tokens)
 
 
 @dataclass
@@ -64,6 +78,19 @@ class WindowStats:
     started: float = field(default_factory=time.perf_counter)
     first_token_seconds: float | None = None
     kv_trace: list[tuple[int, int]] = field(default_factory=list)  # of the longest window
+
+    def fill(self, report) -> None:
+        """Copy what was counted into the input's DecoderReport."""
+        report.tokens, report.windows = self.tokens, self.windows
+        report.kv_self_peak_bytes = self.self_peak_bytes
+        report.kv_self_full_bytes = self.self_full_bytes
+        report.kv_cross_bytes = self.cross_bytes
+        report.encoder_seconds = self.encoder_seconds
+        report.step_seconds = self.step_seconds
+        report.recompute_macs = self.recompute_macs
+        report.first_token_seconds = self.first_token_seconds
+        report.kv_trace = self.kv_trace
+        report.settings["fallback re-decodes"] = str(self.fallback_attempts)
 
 
 def transcribe(
@@ -166,8 +193,7 @@ def _decode_with_fallback(
 ) -> list[fallback.Attempt]:
     """Decode the window at each temperature in turn until an attempt is final; all of
     them, in order (the last one final, or every temperature tried)."""
-    prompt = [plan.special.sot_prev, *history[-PROMPT_MAX:]] if history else []
-    prompt += plan.sot_sequence
+    prompt = plan.prompt_for(history)
     attempts: list[fallback.Attempt] = []
     for index, temperature in enumerate(fallback.temperatures(plan.fallback)):
         stats.fallback_attempts += 1 if index else 0
@@ -199,7 +225,7 @@ def _decode_window(
     cross.fill(encoded, plan.decoder_module)
     cache = PolicyCache(plan.self_specs)
     sot_index = len(prompt) - len(plan.sot_sequence)
-    max_new = min(plan.text_ctx // 2, plan.text_ctx - len(prompt))
+    max_new = plan.max_new(len(prompt))
     search_started = time.perf_counter()
     if temperature == 0:
         result = search(plan.setup, prompt, sot_index, cache, cross, plan.beams, max_new)

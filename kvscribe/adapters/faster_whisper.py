@@ -72,15 +72,19 @@ def tokenizer(engine, task: str, language: str):
         return make(engine.hf_tokenizer, engine.model.is_multilingual, task, language)
 
 
-def prompt(engine, tokens, previous: list[int]) -> list[int]:
-    """The decoder prompt transcribe() builds, without timestamp tokens."""
+def prompt(engine, tokens, previous: list[int], hotwords: str | None = None) -> list[int]:
+    """The decoder prompt transcribe() builds, without timestamp tokens (hotwords go
+    before the previous text)."""
     with _part("WhisperModel.get_prompt"):
-        return engine.get_prompt(tokens, previous_tokens=previous, without_timestamps=True)
+        return engine.get_prompt(
+            tokens, previous_tokens=previous, without_timestamps=True, hotwords=hotwords
+        )
 
 
-def suppressed_tokens(tokens) -> list[int]:
-    """transcribe()'s default `suppress_tokens=[-1]`, resolved for `tokens`."""
-    return list(_attribute("faster_whisper.transcribe", "get_suppressed_tokens")(tokens, [-1]))
+def suppressed_tokens(tokens, requested: tuple[int, ...] = (-1,)) -> list[int]:
+    """transcribe()'s `suppress_tokens` (-1: the model's own list) resolved for `tokens`."""
+    resolve = _attribute("faster_whisper.transcribe", "get_suppressed_tokens")
+    return list(resolve(tokens, list(requested)))
 
 
 def max_length(engine) -> int:

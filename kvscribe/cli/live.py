@@ -153,6 +153,22 @@ PARAMETERS: ParameterTable = {
         float,
         shared.NO_SPEECH_THRESHOLD.option(mic=True),
     ),
+    "hotwords": (
+        str,
+        shared.HOTWORDS.option(mic=True),
+    ),
+    "max_new_tokens": (
+        int,
+        shared.MAX_NEW_TOKENS.option(mic=True),
+    ),
+    "suppress_tokens": (
+        str,
+        shared.SUPPRESS_TOKENS.option(mic=True),
+    ),
+    "hallucination_silence_threshold": (
+        float,
+        shared.HALLUCINATION_SILENCE_THRESHOLD.option(mic=True),
+    ),
     "step": (
         float,
         typer.Option(

@@ -158,6 +158,30 @@ NO_SPEECH_THRESHOLD = SharedOption(
     "A window this likely to hold no speech (and below --logprob-threshold) is skipped.",
     _DECODING,
 )
+HOTWORDS = SharedOption(
+    "hotwords",
+    ("--hotwords",),
+    "Words to favour (names, terms), given to the decoder before any previous text.",
+    {"metavar": "TEXT", **_DECODING},
+)
+MAX_NEW_TOKENS = SharedOption(
+    "max_new_tokens",
+    ("--max-new-tokens",),
+    "At most this many tokens per 30 s window.",
+    {"show_default": "224", **_DECODING},
+)
+SUPPRESS_TOKENS = SharedOption(
+    "suppress_tokens",
+    ("--suppress-tokens",),
+    "Token ids never decoded, comma-separated; -1 is the model's own list of symbols.",
+    _DECODING,
+)
+HALLUCINATION_SILENCE_THRESHOLD = SharedOption(
+    "hallucination_silence_threshold",
+    ("--hallucination-silence-threshold",),
+    "With word times: skip a silence longer than this (s) around a likely hallucination.",
+    {"show_default": "off", **_DECODING},
+)
 
 SHARED = (
     BACKEND,
@@ -176,6 +200,10 @@ SHARED = (
     COMPRESSION_RATIO_THRESHOLD,
     LOGPROB_THRESHOLD,
     NO_SPEECH_THRESHOLD,
+    HOTWORDS,
+    MAX_NEW_TOKENS,
+    SUPPRESS_TOKENS,
+    HALLUCINATION_SILENCE_THRESHOLD,
     STATS_JSON,
     QUIET,
     DEBUG,

@@ -156,6 +156,33 @@ PARAMETERS: ParameterTable = {
         float,
         shared.NO_SPEECH_THRESHOLD.option(),
     ),
+    "hotwords": (
+        str,
+        shared.HOTWORDS.option(),
+    ),
+    "max_new_tokens": (
+        int,
+        shared.MAX_NEW_TOKENS.option(),
+    ),
+    "suppress_tokens": (
+        str,
+        shared.SUPPRESS_TOKENS.option(),
+    ),
+    "hallucination_silence_threshold": (
+        float,
+        shared.HALLUCINATION_SILENCE_THRESHOLD.option(),
+    ),
+    "clip_timestamps": (
+        str,
+        typer.Option(
+            None,
+            "--clip-timestamps",
+            metavar="START,END,...",
+            help="Decode only these spans (s), e.g. 0,30,95: 0-30 s and 95 s to the end; "
+            "times stay the file's.",
+            rich_help_panel=_DECODING,
+        ),
+    ),
     "word_timestamps": (
         bool,
         typer.Option(

@@ -180,6 +180,9 @@ class LiveSession:
         samples = self._audio[start - self._origin : stop - self._origin]
         started = time.perf_counter()
         run = self.backend.transcribe(samples, self.request)
+        run.report.not_applicable += self.backend.unhonoured(
+            self.request, samples.size / SAMPLE_RATE
+        )
         segments = list(run.segments)
         self.stats.record_decode(time.perf_counter() - started, run.report)
         self._language = run.language
