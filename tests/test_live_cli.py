@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from kvscribe import audio
-from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, pooled_wer, run_cli
+from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, pooled_wer, run_cli
 
 pytestmark = [pytest.mark.model, pytest.mark.eval]
 
@@ -246,10 +246,10 @@ def test_mic_honours_the_optional_decoding_flags_a_file_run_takes(tmp_path):
     list nothing as not honoured."""
     args = ("--input", SAMPLE, "--as-fast-as-possible", "-q")
     stats = tmp_path / "stats.json"
-    full = _live(*args)
     cut = _live(*args, "--max-new-tokens", "3", "--hotwords", "Kennedy", "--stats-json", stats)
-    assert [full.returncode, cut.returncode] == [0, 0], cut.stderr
-    assert 0 < len(cut.stdout.split()) <= len(full.stdout.split()) // 2, cut.stdout
+    assert cut.returncode == 0, cut.stderr
+    # Whole, the live transcript is the sample's 22 words (the other tests here).
+    assert 0 < len(cut.stdout.split()) <= len(SAMPLE_TEXT.split()) // 2, cut.stdout
     not_applicable = json.loads(stats.read_text())["not_applicable"]
     assert not [row for row in not_applicable if row.startswith(("--max-new", "--hotwords"))]
 
