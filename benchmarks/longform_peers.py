@@ -14,6 +14,7 @@ Configurations (CONFIGS):
   int8, beam 5, batch 8 on files over 30 s).
 - kvscribe-batch1: the same with --batch-size 1 (sequential, previous-text prompts).
 - kvscribe-transformers: the same with --backend transformers (float32, batch 8).
+- kvscribe-transformers-int8: the same with --compute-type int8 (int8 linear layers).
 
 Both engines read the same CTranslate2 model folder (kvscribe.models.resolve), and every
 process gets `--threads` CPU threads (faster-whisper's cpu_threads, kvscribe's --threads).
@@ -87,6 +88,11 @@ CONFIGS = {  # name -> (engine, extra flags)
     "kvscribe-default": ("kvscribe", []),
     "kvscribe-batch1": ("kvscribe", ["--batch-size", "1"]),
     "kvscribe-transformers": ("kvscribe", ["--backend", "transformers"]),
+    # its int8 linear layers (torch's dynamic quantisation), as ctranslate2 runs int8
+    "kvscribe-transformers-int8": (
+        "kvscribe",
+        ["--backend", "transformers", "--compute-type", "int8"],
+    ),
 }
 
 
