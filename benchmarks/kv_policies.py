@@ -1,10 +1,11 @@
 """KV-cache policies side by side on the eval clips, transformers backend, one process.
 
     .venv/bin/python benchmarks/kv_policies.py [--model tiny.en] [--beam-size N]
-        [--policy "full|shared" --policy "sink=4,window=128|shared,q8_0" ...]
-        [--clips DIR] [--results-name NAME]
+        [--batch-size N] [--policy "full|shared" --policy "sink=4,window=128|shared,q8_0" ...]
+        [--clips DIR | --clip FILE --clip FILE ...] [--results-name NAME]
 
-Each policy is `SELF|CROSS`; clips decode sequentially (batch size 1). Prints a
+Each policy is `SELF|CROSS`; clips decode sequentially (batch size 1) unless --batch-size
+says otherwise (speech chunks of a file over 30 s decoded N at a time). Prints a
 markdown table: pooled WER (Whisper's English normaliser), WER delta vs the first
 policy, whether every clip's tokens equal the first policy's, self-attention KV held
 at peak vs a full cache (all clips, and the long-form clip alone), cross-attention KV
@@ -48,17 +49,18 @@ def main() -> None:
     parser.add_argument("--model", default=None)
     parser.add_argument("--beam-size", type=int, default=5)
     parser.add_argument("--policy", action="append")
+    parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--clips", type=Path, default=CLIPS)
+    parser.add_argument("--clip", type=Path, action="append", help="instead of --clips")
     parser.add_argument("--results-name", help="default: kv_policies_beamN")
     args = parser.parse_args()
-    clips = [
-        (p.name, load_audio(p), p.with_suffix(".txt").read_text())
-        for p in sorted(args.clips.glob("*.wav"))
-    ]
+    paths = args.clip or sorted(args.clips.glob("*.wav"))
+    clips = [(p.name, load_audio(p), p.with_suffix(".txt").read_text()) for p in paths]
     audio_seconds = sum(a.size for _, a, _ in clips) / 16000
     model = models.resolve(args.model, ("transformers",))
     lines = [
-        f"{len(clips)} clips, {audio_seconds:.1f} s, beam {args.beam_size}",
+        f"{len(clips)} clips, {audio_seconds:.1f} s, beam {args.beam_size}, "
+        f"batch size {args.batch_size}",
         "",
         "| self policy | cross | pooled WER | dWER | same tokens | self KV held / full "
         "(all, MB) | long-form | cross KV held (MB) | transcribe s |",
@@ -77,13 +79,15 @@ def main() -> None:
     meta = {
         "device": "cpu",
         "backend": "transformers",
-        "profile": "cpu-laptop with kv_self / kv_cross replaced per row, batch size 1",
+        "profile": "cpu-laptop with kv_self / kv_cross replaced per row, "
+        f"batch size {args.batch_size}",
         "dtype": settings.get("dtype"),
         "previous_text_prompt": settings.get("previous-text prompt"),
         "model": model.name,
         "beam_size": args.beam_size,
         "policies": policies,
-        "clips_dir": str(args.clips),
+        "clips_dir": str(args.clips) if not args.clip else None,
+        "clip_files": [str(p) for p in args.clip or ()],
         "clips": len(clips),
         "audio_seconds": audio_seconds,
         "timing": "transcribe s: sum over clips, one process, after an untimed warm-up "
@@ -103,9 +107,9 @@ def _run(policy: str, clips, model, args):
     )
     backend = backend_cls(model, chosen, "cpu")
     backend.load()
-    # Sequential, one window after another: where a policy's window meets long-form speech
-    # (the profile's batch of 8 would cut the long clip into chunks of at most 30 s).
-    request = DecodeRequest(beam_size=args.beam_size, batch_size=1)
+    # Sequential by default, one window after another: where a policy's window meets
+    # long-form speech (a batch cuts a long clip into chunks of at most 30 s).
+    request = DecodeRequest(beam_size=args.beam_size, batch_size=args.batch_size)
     list(backend.transcribe(clips[0][1], request).segments)  # warm-up
     normalize = EnglishTextNormalizer()
     row = {
