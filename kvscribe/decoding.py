@@ -51,9 +51,10 @@ class Fallback:
             return False
         return self.logprob_threshold is None or avg_logprob < self.logprob_threshold
 
-    def describe(self) -> str:
+    def describe(self, repetition_test: str | None = None) -> str:
         """The rule in force, one line for every backend's stats report: "0.0-1.0 step 0.2,
-        best of 5, compression > 2.4, logprob < -1.0, no speech > 0.6"."""
+        best of 5, compression > 2.4, logprob < -1.0, no speech > 0.6". An engine whose
+        repetition test is not the compression ratio names its own (`repetition_test`)."""
         temperatures = self.temperatures or (0.0,)
         if len(temperatures) == 1:
             parts = [f"{_number(temperatures[0])} only (no retry)"]
@@ -69,8 +70,10 @@ class Fallback:
             ("logprob <", self.logprob_threshold),
             ("no speech >", self.no_speech_threshold),
         )
-        parts += [f"{name} {_number(value)}" for name, value in tests if value is not None]
-        return ", ".join(parts)
+        words = [f"{name} {_number(value)}" for name, value in tests if value is not None]
+        if repetition_test and self.compression_ratio_threshold is not None:
+            words[0] = repetition_test
+        return ", ".join(parts + words)
 
 
 def _number(value: float) -> str:

@@ -70,6 +70,22 @@ def test_not_honoured_names_each_flag_set_away_from_its_default():
     assert not_honoured(DecodeRequest(), frozenset(), "whispercpp") == []
 
 
+def test_whisper_cpp_words_its_fallback_rule_as_every_backend():
+    """One "temperature fallback" row in every backend's stats (Fallback.describe); whisper.cpp's
+    names the entropy test it runs instead of the compression ratio, and the temperatures it
+    steps through, with its flags in a row of their own."""
+    from kvscribe.decoding import Fallback
+    from kvscribe.whispercpp.flags import fallback_flags
+
+    default = fallback_flags(Fallback()).settings
+    assert default["temperature fallback"] == Fallback().describe().replace(
+        "compression > 2.4", "entropy < 2.4 (whisper.cpp's repetition test)"
+    )
+    assert default["fallback flags"] == "-tp 0 -tpi 0.2 -et 2.4 -lpt -1 -nth 0.6 -bo 5"
+    uneven = fallback_flags(Fallback(temperatures=(0.0, 0.5, 0.6), best_of=2)).settings
+    assert uneven["temperature fallback"].startswith("0.0-1.0 step 0.5, best of 2, entropy")
+
+
 @pytest.mark.parametrize(
     ("flags", "named"),
     [

@@ -332,10 +332,8 @@ def test_one_temperature_and_no_thresholds_still_transcribe_jfk(whisper_cli):
     run = _backend().transcribe(load_audio(SAMPLE), DecodeRequest(fallback=none))
     assert wer(SAMPLE_TEXT, "".join(s.text for s in run.segments)) <= 0.1
     settings = run.report.settings
-    assert settings["temperatures (-tp, -nf)"] == "0 (no fallback)"
-    assert (
-        settings["logprob threshold (-lpt)"] == "off" and settings["repetition test (-et)"] == "off"
-    )
+    assert settings["temperature fallback"] == none.describe() == "0.0 only (no retry)"
+    assert settings["fallback flags"] == "-tp 0 -nf -et 0 -lpt -inf -nth 1 -bo 5"
 
 
 # -- language -------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ or off (-et 0) when the ratio test is off.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from kvscribe.decoding import Fallback, temperatures_from
@@ -41,14 +42,19 @@ class Flags:
 
 
 def fallback_flags(fallback: Fallback) -> Flags:
-    """-tp/-tpi/-nf, -et, -lpt, -nth and -bo for a Fallback."""
+    """-tp/-tpi/-nf, -et, -lpt, -nth and -bo for a Fallback, and the rule they run worded
+    as every backend words it (Fallback.describe), whisper.cpp's entropy test named."""
     flags = Flags()
-    _temperatures(fallback.temperatures, flags)
+    ladder = _temperatures(fallback.temperatures, flags)
     _repetition(fallback.compression_ratio_threshold, flags)
     _thresholds(fallback, flags)
     check_decoders(fallback.best_of, "--best-of")
     flags.argv += ["-bo", str(fallback.best_of)]
-    flags.settings["best of (-bo)"] = str(fallback.best_of)
+    ran = dataclasses.replace(fallback, temperatures=ladder)
+    flags.settings["temperature fallback"] = ran.describe(
+        repetition_test=f"entropy < {_number(ENTROPY_THRESHOLD)} (whisper.cpp's repetition test)"
+    )
+    flags.settings["fallback flags"] = " ".join(flags.argv)
     return flags
 
 
@@ -61,36 +67,32 @@ def check_decoders(count: int, subject: str) -> None:
         )
 
 
-def _temperatures(temperatures: tuple[float, ...], flags: Flags) -> None:
+def _temperatures(temperatures: tuple[float, ...], flags: Flags) -> tuple[float, ...]:
+    """The flags for `temperatures`, and the temperatures whisper.cpp will run."""
     if not temperatures:
         raise UsageError("no temperature to decode at", subject="--temperature", hint="e.g. 0")
     start = temperatures[0]
     flags.argv += ["-tp", _number(start)]
     if len(temperatures) == 1:
         flags.argv.append("-nf")
-        flags.settings["temperatures (-tp, -nf)"] = f"{_number(start)} (no fallback)"
-        return
+        return (start,)
     increment = round(temperatures[1] - start, 6)
     flags.argv += ["-tpi", _number(increment)]
     ladder = temperatures_from(start, increment) if increment > 0 else (start,)
-    flags.settings["temperatures (-tp, -tpi)"] = ", ".join(_number(t) for t in ladder)
     if tuple(round(t, 6) for t in temperatures) != ladder:
         flags.not_applicable.append(
             f"temperatures {', '.join(_number(t) for t in temperatures)}: whisper.cpp steps "
             f"evenly from its first up to 1.0 (-tp {_number(start)} -tpi "
             f"{_number(increment)}), so it ran {', '.join(_number(t) for t in ladder)}"
         )
+    return ladder
 
 
 def _repetition(ratio: float | None, flags: Flags) -> None:
     if ratio is None:
         flags.argv += ["-et", ENTROPY_OFF]
-        flags.settings["repetition test (-et)"] = "off"
         return
     flags.argv += ["-et", _number(ENTROPY_THRESHOLD)]
-    flags.settings["repetition test (-et)"] = (
-        f"entropy of the last 32 tokens below {ENTROPY_THRESHOLD} (whisper.cpp's own)"
-    )
     flags.not_applicable.append(
         f"compression ratio threshold {_number(ratio)}: whisper.cpp has no compression-ratio "
         f"test; it retries a decode whose last 32 tokens have an entropy below "
@@ -102,10 +104,6 @@ def _thresholds(fallback: Fallback, flags: Flags) -> None:
     logprob, no_speech = fallback.logprob_threshold, fallback.no_speech_threshold
     flags.argv += ["-lpt", LOGPROB_OFF if logprob is None else _number(logprob)]
     flags.argv += ["-nth", NO_SPEECH_OFF if no_speech is None else _number(no_speech)]
-    flags.settings["logprob threshold (-lpt)"] = "off" if logprob is None else _number(logprob)
-    flags.settings["no-speech threshold (-nth)"] = (
-        "off" if no_speech is None else _number(no_speech)
-    )
     if logprob is None and no_speech is not None:
         flags.not_applicable.append(
             f"no-speech threshold {_number(no_speech)} without a logprob threshold: whisper.cpp "
