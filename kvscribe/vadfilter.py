@@ -218,7 +218,15 @@ def transcribe_speech(backend: Backend, samples: Samples, request: DecodeRequest
         if cut is not None:
             note = f"{_seconds(samples) - _seconds(cut[0]):.1f} s not decoded"
             return _on_kept_audio(backend, *cut, request, ("digital silence", note))
-    return backend.transcribe(samples, request)
+    return _decoded(backend, samples, request)
+
+
+def _decoded(backend: Backend, samples: Samples, request: DecodeRequest) -> Transcription:
+    """`backend`'s transcription of exactly `samples`, with a "not applicable" row for each
+    optional field of `request` the path that decodes them does not honour."""
+    run = backend.transcribe(samples, request)
+    run.report.not_applicable += backend.unhonoured(request, samples.size / SAMPLE_RATE)
+    return run
 
 
 def clipped_audio(audio: Samples, clips) -> tuple[Joined, TimeMap]:
@@ -245,7 +253,7 @@ def _on_kept_audio(backend: Backend, kept, time_map: TimeMap, request, note: tup
 
     if kept.size == 0:
         return _nothing_to_decode(request, note)
-    run = backend.transcribe(kept, dataclasses.replace(request, vad=None))
+    run = _decoded(backend, kept, dataclasses.replace(request, vad=None))
     run.report.settings[note[0]] = note[1]
     return Transcription(
         run.language, run.language_probability, time_map.segments(run.segments), run.report

@@ -172,6 +172,10 @@ def test_hallucination_silence_threshold_on_the_sequential_path_only(tmp_path):
     batched = _run(tmp_path / "batched", "ctranslate2", *flags, "--batch-size", "8", audio=JOINED)
     assert "--hallucination-silence-threshold" in _unhonoured(batched)
     assert "the ctranslate2 backend cannot honour it" in str(batched["stats"]["not_applicable"])
+    # What decides is the audio decoded: 20 s of the same file is one window, sequential.
+    clipped = _run(tmp_path / "clipped", "ctranslate2", *flags, "--batch-size", "8",
+                   "--clip-timestamps", "0,20", audio=JOINED)  # fmt: skip
+    assert "--hallucination-silence-threshold" not in _unhonoured(clipped)
 
 
 @pytest.mark.slow
