@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from kvscribe.decoding import Fallback, VadFilter, temperatures_from
 from kvscribe.errors import UsageError
-from kvscribe.kvcache.spec import parse_cross, validate_policy
 from kvscribe.languages import language_code
-from kvscribe.writers import FORMATS, WriterOptions
+from kvscribe.option_values import (
+    check_decoding,
+    check_kv,
+    check_threads,
+    in_range,
+    parse_clips,
+    suppressed_ids,
+)
+from kvscribe.writers import WriterOptions
 
-TASKS = ("transcribe", "translate")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 MAX_BATCH = 64
 # Whisper's 448-token text context less its longest prompt (223 previous tokens, the
@@ -98,15 +102,15 @@ class EngineOptions:
         # openai-whisper's names (English) and any case are held as the code (en) itself,
         # so a batch's resume key and every backend see one spelling.
         object.__setattr__(self, "language", language_code(self.language))
-        _check_decoding(self.task, self.beam_size)
+        check_decoding(self.task, self.beam_size)
         if self.device is not None and self.device not in DEVICES:
             raise UsageError(
                 f"must be one of {', '.join(DEVICES)}",
                 subject="--device",
                 hint=f"got {self.device!r}",
             )
-        _check_kv(self.kv_policy, self.kv_cross)
-        _check_threads(self.threads)
+        check_kv(self.kv_policy, self.kv_cross)
+        check_threads(self.threads)
         self._check_fallback()
         self._check_optional()
 
@@ -121,53 +125,22 @@ class EngineOptions:
             )
         suppressed_ids(self.suppress_tokens)
         if self.hallucination_silence_threshold is not None:
-            _in_range(
+            in_range(
                 "--hallucination-silence-threshold", self.hallucination_silence_threshold, 0, 30
             )
 
     def _check_fallback(self) -> None:
-        _in_range("--temperature", self.temperature, 0.0, 1.0)
-        _in_range(
+        in_range("--temperature", self.temperature, 0.0, 1.0)
+        in_range(
             "--temperature-increment-on-fallback", self.temperature_increment_on_fallback, 0.0, 1.0
         )
-        _in_range("--compression-ratio-threshold", self.compression_ratio_threshold, 1.0, 100.0)
-        _in_range("--logprob-threshold", self.logprob_threshold, -100.0, 0.0)
-        _in_range("--no-speech-threshold", self.no_speech_threshold, 0.0, 1.0)
+        in_range("--compression-ratio-threshold", self.compression_ratio_threshold, 1.0, 100.0)
+        in_range("--logprob-threshold", self.logprob_threshold, -100.0, 0.0)
+        in_range("--no-speech-threshold", self.no_speech_threshold, 0.0, 1.0)
         if not 1 <= self.best_of <= 16:
             raise UsageError(
                 "must be between 1 and 16", subject="--best-of", hint=f"got {self.best_of}"
             )
-
-
-def parse_clips(text: str) -> tuple[tuple[float, float | None], ...]:
-    bad = UsageError(
-        "must be start,end pairs in seconds, in order (the last end may be left off)",
-        subject="--clip-timestamps",
-        hint=f"got {text!r}; e.g. 0,30 or 10,20,45",
-    )
-    try:
-        times = [float(part) for part in text.split(",")]
-    except ValueError:
-        raise bad from None
-    if any(t < 0 for t in times) or any(b <= a for a, b in itertools.pairwise(times)):
-        raise bad
-    ends: list[float | None] = [*times[1::2], *([None] if len(times) % 2 else [])]
-    return tuple(zip(times[::2], ends, strict=True))
-
-
-def suppressed_ids(text: str) -> tuple[int, ...]:
-    """`--suppress-tokens "-1,50363"` -> (-1, 50363): token ids, -1 the model's own list."""
-    try:
-        ids = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        ids = ()
-    if not ids or any(token < -1 for token in ids):
-        raise UsageError(
-            "must be comma-separated token ids (-1: the model's own list)",
-            subject="--suppress-tokens",
-            hint=f"got {text!r}; e.g. -1 or -1,50363",
-        )
-    return ids
 
 
 def output_shaping_fields(options: EngineOptions | type[EngineOptions]) -> tuple[str, ...]:
@@ -310,10 +283,10 @@ class TranscribeOptions(EngineOptions):
         return any(str(path) == STDIN for path in self.inputs)
 
     def _check_vad(self) -> None:
-        _in_range("--vad-threshold", self.vad_threshold, 0.05, 0.95)
-        _in_range("--vad-min-speech", self.vad_min_speech, 0.0, 10.0)
-        _in_range("--vad-min-silence", self.vad_min_silence, 0.05, 60.0)
-        _in_range("--vad-pad", self.vad_pad, 0.0, 5.0)
+        in_range("--vad-threshold", self.vad_threshold, 0.05, 0.95)
+        in_range("--vad-min-speech", self.vad_min_speech, 0.0, 10.0)
+        in_range("--vad-min-silence", self.vad_min_silence, 0.05, 60.0)
+        in_range("--vad-pad", self.vad_pad, 0.0, 5.0)
 
     def _check_words(self) -> None:
         for flag, value in (
@@ -376,27 +349,6 @@ class TranscribeOptions(EngineOptions):
 STDIN = "-"
 
 
-def parse_formats(values: Sequence[str] | None, to_dir: bool) -> tuple[str, ...]:
-    """Each -f's `txt,srt` / `all` -> one tuple of formats (`-f srt -f json` is both). With
-    a folder and no -f, write every format."""
-    if not values:
-        return FORMATS if to_dir else ()
-    names: list[str] = []
-    for part in ",".join(values).split(","):
-        name = part.strip().lower()
-        if name == "all":
-            names.extend(FORMATS)
-        elif name in FORMATS:
-            names.append(name)
-        else:
-            raise UsageError(
-                f"unknown format {name!r}",
-                subject="--output-format",
-                hint=f"use {', '.join(FORMATS)} or all (comma-separated)",
-            )
-    return tuple(dict.fromkeys(names))
-
-
 @dataclass(frozen=True)
 class LiveOptions(EngineOptions):
     """`kvscribe mic`: where audio comes from, the engine, and the streaming policy."""
@@ -415,9 +367,9 @@ class LiveOptions(EngineOptions):
         return super().request_fields() | {"prompt": self.prompt, "word_timestamps": True}
 
     def __post_init__(self) -> None:
-        _in_range("--step", self.step, 0.2, 10.0)
-        _in_range("--min-silence", self.min_silence, 0.1, 5.0)
-        _in_range("--vad-threshold", self.vad_threshold, 0.05, 0.95)
+        in_range("--step", self.step, 0.2, 10.0)
+        in_range("--min-silence", self.min_silence, 0.1, 5.0)
+        in_range("--vad-threshold", self.vad_threshold, 0.05, 0.95)
         if not self.paced and self.source in (None, "-"):
             raise UsageError(
                 "only applies to replaying a file",
@@ -431,29 +383,3 @@ class LiveOptions(EngineOptions):
                 hint="use one of --mic and --input",
             )
         self._check_engine()
-
-
-def _check_decoding(task: str, beam_size: int | None) -> None:
-    if task not in TASKS:
-        raise UsageError(
-            f"must be one of {', '.join(TASKS)}", subject="--task", hint=f"got {task!r}"
-        )
-    if beam_size is not None and not 1 <= beam_size <= 16:
-        raise UsageError("must be between 1 and 16", subject="--beam-size", hint=f"got {beam_size}")
-
-
-def _check_kv(kv_policy: str | None, kv_cross: str | None) -> None:
-    if kv_policy is not None:
-        validate_policy(kv_policy)
-    if kv_cross is not None:
-        parse_cross(kv_cross)
-
-
-def _check_threads(threads: int | None) -> None:
-    if threads is not None and not 1 <= threads <= 256:
-        raise UsageError("must be between 1 and 256", subject="--threads", hint=f"got {threads}")
-
-
-def _in_range(flag: str, value: float, low: float, high: float) -> None:
-    if not low <= value <= high:
-        raise UsageError(f"must be between {low:g} and {high:g}", subject=flag, hint=f"got {value}")

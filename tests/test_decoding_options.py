@@ -12,7 +12,7 @@ import pytest
 from kvscribe.backends.base import DecodeRequest, not_honoured
 
 from kvscribe.errors import ExitCode, UsageError
-from kvscribe.options import parse_clips, suppressed_ids
+from kvscribe.option_values import parse_clips, suppressed_ids
 from tests.conftest import ROOT, SAMPLE, SAMPLE_TEXT, run_cli
 
 pytestmark = [pytest.mark.model]

@@ -19,7 +19,8 @@ from kvscribe.cli.render import (
 from kvscribe.cli.terminal import TerminalListener
 from kvscribe.cli.transcribe_parameters import PARAMETERS
 from kvscribe.errors import ExitCode, KvscribeError
-from kvscribe.options import TranscribeOptions, parse_formats
+from kvscribe.option_values import parse_formats
+from kvscribe.options import TranscribeOptions
 
 
 @takes(PARAMETERS)

@@ -1,0 +1,91 @@
+"""Option values as the command line spells them, parsed and checked: each a one-line
+UsageError naming the flag (kvscribe.options holds what a run was asked)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from kvscribe.errors import UsageError
+from kvscribe.kvcache.spec import parse_cross, validate_policy
+from kvscribe.writers import FORMATS
+
+TASKS = ("transcribe", "translate")
+
+
+def parse_clips(text: str) -> tuple[tuple[float, float | None], ...]:
+    bad = UsageError(
+        "must be start,end pairs in seconds, in order (the last end may be left off)",
+        subject="--clip-timestamps",
+        hint=f"got {text!r}; e.g. 0,30 or 10,20,45",
+    )
+    try:
+        times = [float(part) for part in text.split(",")]
+    except ValueError:
+        raise bad from None
+    if any(t < 0 for t in times) or any(b <= a for a, b in itertools.pairwise(times)):
+        raise bad
+    ends: list[float | None] = [*times[1::2], *([None] if len(times) % 2 else [])]
+    return tuple(zip(times[::2], ends, strict=True))
+
+
+def suppressed_ids(text: str) -> tuple[int, ...]:
+    """`--suppress-tokens "-1,50363"` -> (-1, 50363): token ids, -1 the model's own list."""
+    try:
+        ids = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        ids = ()
+    if not ids or any(token < -1 for token in ids):
+        raise UsageError(
+            "must be comma-separated token ids (-1: the model's own list)",
+            subject="--suppress-tokens",
+            hint=f"got {text!r}; e.g. -1 or -1,50363",
+        )
+    return ids
+
+
+def parse_formats(values: Sequence[str] | None, to_dir: bool) -> tuple[str, ...]:
+    """Each -f's `txt,srt` / `all` -> one tuple of formats (`-f srt -f json` is both). With
+    a folder and no -f, write every format."""
+    if not values:
+        return FORMATS if to_dir else ()
+    names: list[str] = []
+    for part in ",".join(values).split(","):
+        name = part.strip().lower()
+        if name == "all":
+            names.extend(FORMATS)
+        elif name in FORMATS:
+            names.append(name)
+        else:
+            raise UsageError(
+                f"unknown format {name!r}",
+                subject="--output-format",
+                hint=f"use {', '.join(FORMATS)} or all (comma-separated)",
+            )
+    return tuple(dict.fromkeys(names))
+
+
+def check_decoding(task: str, beam_size: int | None) -> None:
+    if task not in TASKS:
+        raise UsageError(
+            f"must be one of {', '.join(TASKS)}", subject="--task", hint=f"got {task!r}"
+        )
+    if beam_size is not None and not 1 <= beam_size <= 16:
+        raise UsageError("must be between 1 and 16", subject="--beam-size", hint=f"got {beam_size}")
+
+
+def check_kv(kv_policy: str | None, kv_cross: str | None) -> None:
+    if kv_policy is not None:
+        validate_policy(kv_policy)
+    if kv_cross is not None:
+        parse_cross(kv_cross)
+
+
+def check_threads(threads: int | None) -> None:
+    if threads is not None and not 1 <= threads <= 256:
+        raise UsageError("must be between 1 and 256", subject="--threads", hint=f"got {threads}")
+
+
+def in_range(flag: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise UsageError(f"must be between {low:g} and {high:g}", subject=flag, hint=f"got {value}")
