@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from kvscribe.backends.base import DecodeRequest  # noqa: E402
 
-from kvscribe import models  # noqa: E402
+from kvscribe import models, profile  # noqa: E402
 from kvscribe.audio import load_audio  # noqa: E402
 from kvscribe.models.embedded import EMBEDDED  # noqa: E402
 from tests import loaded  # noqa: E402
@@ -129,11 +129,19 @@ def _results(profile_name: str, kv_self: str | None = None, kv_cross: str | None
 
 
 @pytest.mark.slow
-def test_no_loss_gives_the_same_tokens_as_a_full_cache_on_every_clip():
+def test_half_layers_give_the_whole_cache_s_tokens_on_every_clip():
+    """no-loss and cpu-laptop differ only in no-loss's half layers (both share one
+    cross-attention copy, beam 5, batch 8, on the CPU), and both runs are the profile test's
+    below. The shared copy against per-beam copies: tests/test_batched.py."""
     no_loss = _results("no-loss")
-    full = _results("no-loss", kv_self="full", kv_cross="full")
+    whole = _results("cpu-laptop")
+    a, b = profile.load("no-loss"), profile.load("cpu-laptop")
+    assert a.kv_self != b.kv_self and (a.kv_cross, a.settings_for("transformers")) == (
+        b.kv_cross,
+        b.settings_for("transformers"),
+    )
     for name, (tokens, _, _) in no_loss.items():
-        assert tokens == full[name][0], name
+        assert tokens == whole[name][0], name
 
 
 @pytest.mark.parametrize("name", ["cpu-laptop", "tiny-vram", "gpu", "no-loss"])

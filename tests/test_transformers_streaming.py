@@ -73,12 +73,22 @@ def _whole_file_reference(backend, audio: np.ndarray, request: DecodeRequest):
 
 
 @pytest.mark.parametrize("words", [False, True])
-def test_sequential_path_on_a_streamed_file_equals_the_whole_file(long_form_head, words):
+def test_sequential_path_on_a_streamed_file_equals_the_whole_file(
+    monkeypatch, long_form_head, words
+):
+    """Also: no call of the front end sees more than one 30 s window of samples, and the
+    stream is never turned into one array (StreamedAudio refuses np.asarray)."""
     backend = _backend()
     request = DecodeRequest(batch_size=1, word_timestamps=words)
     streamed = open_streamed(long_form_head)
     streamed.history = 30 * SAMPLE_RATE  # less than the head, as 60 s is of a long file
+    sizes = _front_end_calls(monkeypatch)
     got, language, _ = _segments(backend, streamed, request)
+    monkeypatch.undo()
+    assert max(sizes) <= (FRAMES_PER_WINDOW - 1) * HOP + N_FFT
+    assert sum(sizes) > 2 * streamed.size  # the scan for the maximum, then the windows
+    with pytest.raises(TypeError):
+        np.asarray(streamed)
     want, want_language, _ = _segments(backend, load_audio(long_form_head), request)
     assert got == want and language == want_language
     assert got[-1][1] > 90  # the whole file was transcribed
@@ -139,9 +149,8 @@ def test_vad_kept_speech_of_a_streamed_file_equals_it_as_an_array(tmp_path, batc
     assert got == want and got
 
 
-def test_features_are_computed_a_window_at_a_time(monkeypatch, long_form_head):
-    """No call of the front end sees more than one 30 s window of samples, and the stream
-    is never turned into one array (StreamedAudio refuses np.asarray)."""
+def _front_end_calls(monkeypatch) -> list[int]:
+    """The sample count of every call of the front end from now on."""
     from kvscribe.streamed_mel import TorchFrontEnd
 
     real, sizes = TorchFrontEnd.log10_mel, []
@@ -151,13 +160,7 @@ def test_features_are_computed_a_window_at_a_time(monkeypatch, long_form_head):
         return real(self, framed)
 
     monkeypatch.setattr(TorchFrontEnd, "log10_mel", measured)
-    streamed = open_streamed(long_form_head)
-    segments, _, _ = _segments(_backend(), streamed, DecodeRequest(batch_size=1))
-    assert segments
-    assert max(sizes) <= (FRAMES_PER_WINDOW - 1) * HOP + N_FFT
-    assert sum(sizes) > 2 * streamed.size  # the scan for the maximum, then the windows
-    with pytest.raises(TypeError):
-        np.asarray(streamed)
+    return sizes
 
 
 @pytest.mark.skipif(not EMBEDDED["base"].installed(), reason="needs the base model")
