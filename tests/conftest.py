@@ -174,9 +174,11 @@ def derived(tmp_path_factory) -> dict[str, Path]:
 def ct2_backend():
     """The real CTranslate2 backend with the embedded tiny.en, loaded once."""
     from kvscribe import models, profile, registry
+    from tests import loaded
 
     backend_cls = registry.get("ctranslate2")
     model = models.resolve(None, backend_cls.capabilities.model_formats)
     backend = backend_cls(model, profile.load("cpu-laptop"), "cpu")
     backend.load()
+    loaded.remember_ct2_encodings(backend)
     return backend

@@ -36,33 +36,57 @@ def fresh(name: str, profile_name: str = "cpu-laptop", model: str | None = None,
     return loaded
 
 
-# Encoder outputs, by model and input window, kept for the test run (bytes are capped).
-_ENCODED: collections.OrderedDict[tuple, object] = collections.OrderedDict()
+# Encoder outputs, by engine and input window, kept for the test run (bytes are capped).
+_ENCODED: collections.OrderedDict[tuple, tuple[object, int]] = collections.OrderedDict()
 _ENCODED_CAP = 256 * 2**20
 
 
 def _remember_encodings(encoder, model_path) -> None:
-    """The encoder is a pure function of its input, and every profile, policy and test
+    """The transformers encoder (see `_remember`)."""
+    import torch
+
+    def key(features) -> tuple:
+        mode = torch.is_inference_mode_enabled()  # an inference tensor only where it was one
+        return ("transformers", str(model_path), mode, features.detach().cpu().numpy())
+
+    _remember(encoder, "forward", key, lambda out: out.untyped_storage().nbytes())
+
+
+def remember_ct2_encodings(backend) -> None:
+    """The ctranslate2 backend's encoder (faster-whisper's `WhisperModel.encode`, which its
+    sequential, batched and streamed paths all call; see `_remember`)."""
+    import numpy as np
+
+    engine = backend.engine
+
+    def key(features) -> tuple:
+        return ("ctranslate2", str(backend.model.path), engine.model.compute_type, features)
+
+    _remember(engine, "encode", key, lambda out: np.asarray(out).nbytes)
+
+
+def _remember(owner, method: str, key_of, size_of) -> None:
+    """Whisper's encoder is a pure function of its input, and every profile, policy and test
     encodes the same eval windows again (a third of the transformers tests' time): an input
     seen before gets the output the real encoder gave it then, the same tensor bit for bit.
     The decoder, the caches and everything after the encoder run every time."""
-    import torch
-
-    real = encoder.forward
+    real = getattr(owner, method)
 
     def remembered(features, *args, **kwargs):
         if args or kwargs:
             return real(features, *args, **kwargs)
-        digest = hashlib.blake2b(features.detach().cpu().numpy().tobytes(), digest_size=16)
-        mode = torch.is_inference_mode_enabled()  # an inference tensor only where it was one
-        key = (str(model_path), mode, tuple(features.shape), str(features.dtype), digest.digest())
+        *engine, array = key_of(features)
+        if not hasattr(array, "tobytes"):  # not an array in memory: nothing to key it by
+            return real(features)
+        digest = hashlib.blake2b(array.tobytes(), digest_size=16).digest()
+        key = (*engine, array.shape, str(array.dtype), digest)
         if key in _ENCODED:
             _ENCODED.move_to_end(key)
-            return _ENCODED[key]
+            return _ENCODED[key][0]
         out = real(features)
-        _ENCODED[key] = out
-        while sum(t.untyped_storage().nbytes() for t in _ENCODED.values()) > _ENCODED_CAP:
+        _ENCODED[key] = (out, size_of(out))
+        while sum(size for _, size in _ENCODED.values()) > _ENCODED_CAP:
             _ENCODED.popitem(last=False)
         return out
 
-    encoder.forward = remembered
+    setattr(owner, method, remembered)

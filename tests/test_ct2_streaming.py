@@ -16,7 +16,7 @@ from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.audio_stream import open_streamed
 from kvscribe.decoding import Fallback, VadFilter
 from kvscribe.vadfilter import transcribe_speech
-from tests import media
+from tests import loaded, media
 from tests.conftest import EVAL_DIR
 
 pytestmark = [pytest.mark.model, pytest.mark.eval]
@@ -174,6 +174,7 @@ def multilingual_backend():
     model = models.resolve("base", backend_cls.capabilities.model_formats)
     backend = backend_cls(model, profile.load("cpu-laptop"), "cpu")
     backend.load()
+    loaded.remember_ct2_encodings(backend)
     return backend
 
 
