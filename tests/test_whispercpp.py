@@ -265,6 +265,15 @@ def test_float_wav_reaches_whisper_cli_unchanged(whisper_cli, tiny_ggml, tmp_pat
     assert outcome.peak_rss_bytes and outcome.peak_rss_bytes > 77_000_000
 
 
+def test_printed_segment_times_parse_to_the_decimals_printed():
+    """7.940 is 7.94, as whisper-cli's JSON gives it, not 7 + 0.94 (7.9399999999999995):
+    the two readings of one run must compare equal."""
+    line = "[01:02:07.940 --> 01:02:09.010]   text\n"  # two spaces, then the text
+    assert parse_segment_line(line) == (3727.94, 3729.01, " text")
+    assert parse_segment_line("[00:00:07.940 --> 00:00:08.300]  a") == (7.94, 8.3, "a")
+    assert parse_segment_line("whisper_init: loading") is None
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the child through /proc")
 def test_killed_child_is_a_one_line_error_and_writes_nothing(whisper_cli, long_wav, tmp_path):
     out = tmp_path / "out"

@@ -4,12 +4,12 @@ whisper-cli's -p (parts of the audio on their own whisper states), against the r
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from kvscribe.capacity import usable_cores
 from kvscribe.models import resolve
 from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
 
@@ -103,8 +103,7 @@ def test_batch_size_flag_reaches_whisper_cli(whisper_cli, jfk_66s, tmp_path):
     assert result.code == 0, result.stderr
     assert wer(" ".join([SAMPLE_TEXT] * 6), result.stdout) <= 0.15
     report = json.loads(stats.read_text())
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    expected = min(2, cores or 1)
+    expected = min(2, usable_cores())  # the threads kvscribe gives whisper-cli
     assert report["settings"]["batch size"] == "2"
     assert report["settings"]["processors (-p)"].startswith(f"{expected} x ")
     assert report["kv_cross_bytes"] == expected * report["engine_memory_bytes"]["kv cross"]

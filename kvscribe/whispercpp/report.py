@@ -73,9 +73,12 @@ def parse_segment_line(line: str) -> tuple[float, float, str] | None:
     if match is None:
         return None
     parts = [int(g) for g in match.groups()[:8]]
-    start = parts[0] * 3600 + parts[1] * 60 + parts[2] + parts[3] / 1000
-    end = parts[4] * 3600 + parts[5] * 60 + parts[6] + parts[7] / 1000
-    return start, end, match["text"]
+    return _seconds(*parts[:4]), _seconds(*parts[4:]), match["text"]
+
+
+def _seconds(hours: int, minutes: int, seconds: int, millis: int) -> float:
+    """The printed time as the float nearest its decimal (7.94, not 7 + 0.94)."""
+    return ((hours * 60 + minutes) * 60_000 + seconds * 1000 + millis) / 1000
 
 
 @dataclass(frozen=True)
