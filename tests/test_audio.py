@@ -90,3 +90,35 @@ def test_unreadable_file_is_an_input_error(tmp_path):
     path.chmod(0)
     with pytest.raises(InputNotFoundError, match="permission denied"):
         load_audio(path)
+
+
+def _without_id3(data: bytes) -> bytes:
+    """An MP3 file's frames without its leading ID3v2 tag (10 bytes + a syncsafe size)."""
+    if data[:3] != b"ID3":
+        return data
+    size = (data[6] << 21) | (data[7] << 14) | (data[8] << 7) | data[9]
+    return data[10 + size :]
+
+
+def test_a_stream_that_changes_sample_rate_decodes_whole(tmp_path):
+    """Two MP3 files of 22.05 and 44.1 kHz joined (as a cut-and-joined podcast is): FFmpeg's
+    decoder changes rate mid-stream, and each run of one rate gets its own resampler. One
+    resampler for the whole stream raised PyAV's ValueError (a traceback) at the join."""
+    from kvscribe.audio import stream_audio
+    from tests import media
+
+    speech = load_audio(SAMPLE)
+    parts = [
+        media.encode(
+            media.resample_linear(speech, rate), rate, tmp_path / f"{rate}.mp3", "libmp3lame"
+        )
+        for rate in (22050, 44100)
+    ]
+    joined = tmp_path / "joined.mp3"
+    joined.write_bytes(parts[0].read_bytes() + _without_id3(parts[1].read_bytes()))
+    decoded = np.concatenate(list(stream_audio(joined)))
+    assert decoded.size == pytest.approx(2 * speech.size, rel=0.02)
+    half = decoded.size // 2
+    level = float(np.sqrt(np.mean(speech**2)))
+    for part in (decoded[:half], decoded[half:]):  # both files' speech, at the original level
+        assert float(np.sqrt(np.mean(part**2))) == pytest.approx(level, rel=0.1)
