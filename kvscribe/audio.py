@@ -94,8 +94,9 @@ def load_audio(path: Path) -> np.ndarray:
 
 
 def stream_audio(path: Path) -> Iterator[np.ndarray]:
-    """Decode `path` lazily: mono 16 kHz float32 pieces of the decoder's frame sizes, so a long
-    file replays in flat memory. Raises as load_audio does (decode errors when reached)."""
+    """Decode `path` lazily: mono 16 kHz float32 pieces of about GROUP_SAMPLES decoded
+    samples each, so a long file replays in flat memory. Raises as load_audio does (decode
+    errors when reached)."""
     check_readable(path)
     _, chunks = open_stream(path)
     decoded = 0  # samples before this chunk
