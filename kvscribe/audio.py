@@ -153,9 +153,9 @@ def open_stream(path: Path) -> tuple[AudioInfo, Iterator[np.ndarray]]:
 
 
 # Decoded frames are resampled in groups of at least this many samples: FFmpeg's frames
-# hold 100-1000 samples (a 6-minute 8 kHz telephone WAV: 17,000 frames) and each resample
-# call costs about 50 us of Python and PyAV overhead, 0.8 s of a 12 s run on that file.
-# faster-whisper groups its frames the same way.
+# hold 100-1000 samples (a 6-minute 8 kHz telephone WAV: 17,136 frames), and a resample
+# call per frame took load_audio of that file 0.33 s against 0.15 s grouped (same
+# samples). faster-whisper groups its frames the same way.
 GROUP_SAMPLES = 8192
 
 
