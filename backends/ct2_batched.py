@@ -10,6 +10,8 @@ timestamps use); kvscribe.timed_words cuts the aligned words into segments.
 
 Each chunk's samples are sliced from the input (a StreamedAudio for files: decoded as it
 is read) and its features computed alone, so nothing the size of the file is ever held.
+On a CPU the rows of a batch are shared out over single-thread replicas of the model
+(backends/ct2_replicas.py).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from kvscribe.backends.base import DecodeRequest
+from kvscribe.backends.ct2_replicas import Replicas
 
 from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.audio import SAMPLE_RATE
@@ -34,6 +37,7 @@ MEDIAN_FILTER_WIDTH = 7  # openai-whisper's smoothing of the alignment heads' we
 @dataclass(frozen=True)
 class BatchSetup:
     engine: object  # faster_whisper.WhisperModel
+    replicas: Replicas  # the engine's weights, one replica per CPU thread
     tokenizer: object  # faster_whisper.tokenizer.Tokenizer
     prompt: list[int]
     suppress: list[int]
@@ -65,7 +69,9 @@ class DecodedChunk(ChunkResult):
         return round(self.words[-1].end * SAMPLE_RATE)
 
 
-def setup(engine, language: str, request: DecodeRequest, beams: int, batch: int):
+def setup(
+    engine, language: str, request: DecodeRequest, beams: int, batch: int, replicas: Replicas
+):
     """The batch's prompt (the request's prompt text and hotwords, as faster-whisper's
     transcribe() builds it without timestamps), suppressed tokens and length limit."""
     tokenizer = adapter.tokenizer(engine, request.task, language)
@@ -78,6 +84,7 @@ def setup(engine, language: str, request: DecodeRequest, beams: int, batch: int)
         limit = min(limit, len(prompt) + request.max_new_tokens)
     plan = BatchSetup(
         engine,
+        replicas,
         tokenizer,
         prompt,
         suppress,
@@ -99,21 +106,25 @@ def decode_group(plan: BatchSetup, audio: Samples, group: list[Chunk]) -> list[D
     """Encode and decode `group` (at most `plan.batch` chunks) in one batch; chunks whose
     decode fails the fallback rule are decoded again, together, at the next temperature."""
     features = np.stack([chunk_features(plan.engine, audio, chunk) for chunk in group])
-    encoded = _encode(plan.engine, features)
+    encoded = _encode(plan.replicas, features)
     decoded = _with_fallback(plan, encoded, len(group))
     return _aligned(plan, encoded, group, decoded)
 
 
-def _encode(engine, features: np.ndarray):
-    """The group's encoder output. On the CPU a window at a time: the encoder's attention
-    scratch grows with the windows encoded together (tiny, 8 windows: about 0.4 GB more
-    peak RSS) while the work is the same, and a short file would otherwise peak lower
-    than a long one only because it fills fewer rows. On a GPU the batch stays whole."""
+def _encode(replicas: Replicas, features: np.ndarray):
+    """The group's encoder output. On the CPU a window at a time, the replicas taking one
+    each: the encoder's attention scratch grows with the windows encoded together (tiny,
+    8 windows: about 0.4 GB more peak RSS) while the work is the same, and a short file
+    would otherwise peak lower than a long one only because it fills fewer rows. On a GPU
+    the batch stays whole."""
     import ctranslate2
 
+    engine = replicas.whole
     if engine.model.device != "cpu" or len(features) == 1:
         return adapter.encode(engine, features)
-    rows = [np.asarray(adapter.encode(engine, window[None])) for window in features]
+    rows = replicas.map(
+        lambda window: np.asarray(adapter.encode(replicas.engine, window[None])), list(features)
+    )
     return ctranslate2.StorageView.from_array(np.concatenate(rows))
 
 
@@ -161,16 +172,19 @@ def _generate(plan: BatchSetup, encoded, rows: int, temperature: float) -> list[
         }
     else:
         search = {"beam_size": plan.beams}
-    results = plan.engine.model.generate(
-        encoded,
-        [list(plan.prompt) for _ in range(rows)],
-        max_length=plan.max_length,
-        suppress_blank=True,
-        suppress_tokens=plan.suppress,
-        return_scores=True,
-        return_no_speech_prob=True,
+    options = {
+        "max_length": plan.max_length,
+        "suppress_blank": True,
+        "suppress_tokens": plan.suppress,
+        "return_scores": True,
+        "return_no_speech_prob": True,
         **search,
-    )
+    }
+    prompts = [list(plan.prompt) for _ in range(rows)]
+    if temperature > 0 or not plan.replicas.split(rows):  # sampled: one generator, see replicas
+        results = plan.engine.model.generate(encoded, prompts, **options)
+    else:
+        results = plan.replicas.generate(np.asarray(encoded), prompts, **options)
     return [_decoded(plan, result, temperature) for result in results]
 
 
@@ -212,13 +226,11 @@ def _aligned(
     ]
     if not rows:
         return decoded
-    alignments = adapter.align(
-        plan.engine,
-        plan.tokenizer,
-        [decoded[row].tokens for row in rows],
+    alignments = _alignments(
+        plan,
         encoded if len(rows) == len(group) else _rows_of(encoded, rows),
+        [decoded[row].tokens for row in rows],
         [min(FRAMES_PER_WINDOW, round(group[row].seconds * FRAMES_PER_SECOND)) for row in rows],
-        MEDIAN_FILTER_WIDTH,
     )
     aligned = list(decoded)
     for row, alignment in zip(rows, alignments, strict=True):
@@ -226,6 +238,31 @@ def _aligned(
         words = tidy([_timed(word) for word in alignment if word["word"]])
         aligned[row] = replace(decoded[row], words=_on_original_clock(words, group[row]))
     return aligned
+
+
+def _alignments(plan: BatchSetup, encoded, tokens: list[list[int]], frames: list[int]) -> list:
+    """CTranslate2's alignment of each row, the rows shared out over the replicas."""
+    replicas = plan.replicas
+    if not replicas.split(len(tokens)):
+        return adapter.align(
+            plan.engine, plan.tokenizer, tokens, encoded, frames, MEDIAN_FILTER_WIDTH
+        )
+    import ctranslate2
+
+    rows = np.asarray(encoded)
+
+    def align(share: range) -> list:
+        part = ctranslate2.StorageView.from_array(np.ascontiguousarray(rows[share]))
+        return adapter.align(
+            replicas.engine,
+            plan.tokenizer,
+            tokens[share.start : share.stop],
+            part,
+            frames[share.start : share.stop],
+            MEDIAN_FILTER_WIDTH,
+        )
+
+    return [found for part in replicas.map(align, replicas.shares(len(tokens))) for found in part]
 
 
 def _on_original_clock(words: list[TimedWord], chunk: Chunk) -> tuple[TimedWord, ...]:

@@ -99,6 +99,7 @@ class CTranslate2Backend(Backend):
             compute_type=self._compute_type(),
             cpu_threads=self._cpu_threads(),
         )
+        self._row_replicas = None
 
     def describe_settings(self) -> dict[str, str]:
         return {
@@ -163,11 +164,16 @@ class CTranslate2Backend(Backend):
         # A group's unfinished tails are decoded after the group: keep its span readable.
         hold_history(audio, batch * MAX_SECONDS + MAX_SECONDS)
         language, probability = self._language_of(audio, chunks, request)
-        plan, tokenizer = ct2_batched.setup(self.engine, language, request, beams, batch)
+        replicas = self._replicas()
+        plan, tokenizer = ct2_batched.setup(self.engine, language, request, beams, batch, replicas)
         report = self._base_report(beams, request)
         rows = min(batch, max(1, len(chunks)))
         report.batch_size = batch
         report.settings.update({"batch size": str(batch), "previous-text prompt": "off (batched)"})
+        if replicas.workers > 1:
+            report.settings["engine threads"] = (
+                f"{replicas.workers} replicas x 1 thread (rows shared out)"
+            )
         if request.vad is not None:
             report.settings["vad filter"] = "kvscribe's chunker (batched)"
             report.not_applicable.append(
@@ -227,6 +233,21 @@ class CTranslate2Backend(Backend):
         return request.language or "en", None
 
     # -- internals -------------------------------------------------------------------------
+
+    def _replicas(self):
+        """The model as single-thread replicas for batched rows (backends/ct2_replicas.py),
+        loaded on the first batched decode and kept: a run of short files never holds it."""
+        from kvscribe.backends.ct2_replicas import replicas
+
+        if self._row_replicas is None:
+            self._row_replicas = replicas(
+                self.engine,
+                str(self.model.path),
+                self.device,
+                self.engine.model.compute_type,
+                self._cpu_threads(),
+            )
+        return self._row_replicas
 
     def _compute_type(self) -> str:
         wanted = self.settings.get("compute_type", "int8" if self.device == "cpu" else "float16")

@@ -12,6 +12,7 @@ import pytest
 from kvscribe.backends.base import DecodeRequest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
+from kvscribe.capacity import usable_cores
 from kvscribe.chunking import (
     Chunk,
     ChunkResult,
@@ -234,6 +235,9 @@ def test_batch_size_reaches_the_stats_on_long_audio(tmp_path, monkeypatch, batch
     assert figures["files"][0]["batch_size"] == figures["kv_batch_size"] == batch
     conditioned = figures["settings"]["previous-text prompt"]
     assert conditioned == ("on" if batch == 1 else "off (batched)")
+    threads = min(4, usable_cores())  # the backend's default threads, one per replica
+    shared = f"{threads} replicas x 1 thread (rows shared out)" if threads > 1 else None
+    assert figures["settings"].get("engine threads") == (shared if batch == 8 else None)
     kv_rows = [line for line in result.stderr.splitlines() if "KV" in line]
     assert len(kv_rows) == 2
     assert all(("batch of 8" in row) == (batch == 8) for row in kv_rows)

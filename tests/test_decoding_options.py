@@ -137,13 +137,15 @@ def test_hotwords_reach_the_prompt_as_faster_whisper_builds_it():
     """Both stepped engines put the hotwords where faster-whisper's transcribe() does:
     after <|startofprev|>, before the previous text and the start sequence."""
     from kvscribe.backends import ct2_batched
+    from kvscribe.backends.ct2_replicas import Replicas
 
     from kvscribe.adapters import faster_whisper as adapter
     from tests.loaded import backend
 
     hotwords = "Kennedy, Americans"
     engine = backend("ctranslate2").engine
-    plan, tokenizer = ct2_batched.setup(engine, "en", DecodeRequest(hotwords=hotwords), 5, 8)
+    request = DecodeRequest(hotwords=hotwords)
+    plan, tokenizer = ct2_batched.setup(engine, "en", request, 5, 8, Replicas(engine, engine, 1))
     expected = adapter.prompt(engine, tokenizer, [], hotwords)
     assert plan.prompt == expected and expected[0] == tokenizer.sot_prev
     words = tokenizer.encode(" " + hotwords)

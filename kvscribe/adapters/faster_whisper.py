@@ -110,6 +110,16 @@ def feature_extractor(engine):
         return engine.feature_extractor
 
 
+def with_model(engine, model):
+    """A shallow copy of `engine` whose calls run on `model` (a ctranslate2 Whisper of the
+    same weights, loaded with other threads); `engine` keeps its own."""
+    with _part("WhisperModel.model"):
+        engine.model  # noqa: B018  # the part replaced exists
+    view = copy.copy(engine)
+    view.model = model
+    return view
+
+
 def with_feature_extractor(engine, extractor):
     """A shallow copy of `engine` whose transcribe() reads features from `extractor`; the
     engine itself (shared by every run of the backend) keeps its own."""
