@@ -13,6 +13,7 @@ import collections
 import dataclasses
 import functools
 import hashlib
+import threading
 
 
 @functools.cache
@@ -39,6 +40,7 @@ def fresh(name: str, profile_name: str = "cpu-laptop", model: str | None = None,
 # Encoder outputs, by engine and input window, kept for the test run (bytes are capped).
 _ENCODED: collections.OrderedDict[tuple, tuple[object, int]] = collections.OrderedDict()
 _ENCODED_CAP = 256 * 2**20
+_ENCODED_LOCK = threading.Lock()
 
 
 def _remember_encodings(encoder, model_path) -> None:
@@ -80,13 +82,15 @@ def _remember(owner, method: str, key_of, size_of) -> None:
             return real(features)
         digest = hashlib.blake2b(array.tobytes(), digest_size=16).digest()
         key = (*engine, array.shape, str(array.dtype), digest)
-        if key in _ENCODED:
-            _ENCODED.move_to_end(key)
-            return _ENCODED[key][0]
+        with _ENCODED_LOCK:  # the batched path encodes from a thread per replica
+            if key in _ENCODED:
+                _ENCODED.move_to_end(key)
+                return _ENCODED[key][0]
         out = real(features)
-        _ENCODED[key] = (out, size_of(out))
-        while sum(size for _, size in _ENCODED.values()) > _ENCODED_CAP:
-            _ENCODED.popitem(last=False)
+        with _ENCODED_LOCK:
+            _ENCODED[key] = (out, size_of(out))
+            while sum(size for _, size in _ENCODED.values()) > _ENCODED_CAP:
+                _ENCODED.popitem(last=False)
         return out
 
     setattr(owner, method, remembered)

@@ -65,6 +65,14 @@ def test_a_streamed_engine_reads_its_own_features_and_leaves_the_shared_one(ct2_
     assert view.model is engine.model  # the weights are shared, not copied
 
 
+def test_a_replica_view_runs_on_its_own_model_and_leaves_the_shared_one(ct2_backend):
+    engine = ct2_backend.engine
+    own = engine.model
+    view = adapter.with_model(engine, "stand-in")
+    assert view.model == "stand-in" and engine.model is own
+    assert view.feature_extractor is engine.feature_extractor
+
+
 def test_the_speech_clock_maps_kept_audio_back_to_the_input():
     clock = adapter.speech_clock([{"start": 16_000, "end": 32_000}], SAMPLE_RATE)
     assert clock.get_original_time(0.5) == pytest.approx(1.5)
