@@ -31,7 +31,7 @@ def six_minutes(tmp_path_factory) -> Path:
 
 def test_slices_equal_the_whole_file_reading_forwards_and_back(six_minutes):
     whole = load_audio(six_minutes)
-    streamed = open_streamed(six_minutes)
+    streamed = open_streamed(six_minutes, hold_seconds=0)
     assert streamed.size == whole.size and streamed.peaks.size == -(-whole.size // 160)
     window = 30 * SAMPLE_RATE
     for start in range(0, whole.size, window // 2):  # overlapping forward reads
@@ -43,8 +43,26 @@ def test_slices_equal_the_whole_file_reading_forwards_and_back(six_minutes):
     assert streamed[7:7].size == 0
 
 
+def test_a_file_of_ten_minutes_or_less_keeps_its_scan_s_samples(six_minutes, tmp_path):
+    """Held whole, the file is never decoded again: its reads still work once it is gone.
+    One sample over the limit and the file streams (and needs the file)."""
+    whole = load_audio(six_minutes)
+    copy = tmp_path / "six.wav"
+    copy.write_bytes(six_minutes.read_bytes())
+    held = open_streamed(copy)
+    copy.unlink()
+    assert np.array_equal(held[0 : held.size], whole) and held.restarts == 0
+    assert np.array_equal(held[5:1000], whole[5:1000]) and held.restarts == 0
+
+    copy.write_bytes(six_minutes.read_bytes())
+    streamed = open_streamed(copy, hold_seconds=(whole.size - 1) / SAMPLE_RATE)
+    copy.unlink()
+    with pytest.raises(AudioDecodeError):
+        streamed[0 : streamed.size]
+
+
 def test_memory_held_is_the_history_plus_the_read_not_the_file(six_minutes):
-    streamed = open_streamed(six_minutes)
+    streamed = open_streamed(six_minutes, hold_seconds=0)
     window = 30 * SAMPLE_RATE
     held = []
     for start in range(0, streamed.size, window):
@@ -60,7 +78,7 @@ def test_memory_held_is_the_history_plus_the_read_not_the_file(six_minutes):
 
 def test_a_file_that_shrinks_after_its_scan_is_a_one_line_error(tmp_path):
     path = write_wav(tmp_path / "a.wav", load_audio(SAMPLE))
-    streamed = open_streamed(path)
+    streamed = open_streamed(path, hold_seconds=0)
     write_wav(path, load_audio(SAMPLE)[:SAMPLE_RATE])
     with pytest.raises(AudioDecodeError, match="changed while") as caught:
         streamed[0 : streamed.size]
@@ -78,7 +96,7 @@ def test_joined_regions_read_like_their_concatenation():
 
 
 def test_peaks_and_vad_probabilities_streamed_equal_whole(six_minutes):
-    whole, streamed = load_audio(six_minutes), open_streamed(six_minutes)
+    whole, streamed = load_audio(six_minutes), open_streamed(six_minutes, hold_seconds=0)
     assert np.array_equal(frame_peaks(streamed), frame_peaks(whole))
     from kvscribe.live.vad import SileroVad
 
@@ -103,7 +121,7 @@ def test_streamed_mel_equals_the_whole_file_features(front, clip):
         from kvscribe.mel import log_mel
 
         whole, end = log_mel(torch.from_numpy(whole_audio), 80).numpy(), TorchFrontEnd(80)
-    mel = StreamedMel(open_streamed(clip), end)
+    mel = StreamedMel(open_streamed(clip, hold_seconds=0), end)
     assert mel.shape == whole.shape
     pieces = [np.asarray(mel[:, a : a + 3000]) for a in range(0, mel.shape[1], 3000)]
     _assert_equal_to_rounding(np.concatenate(pieces, axis=1), whole)

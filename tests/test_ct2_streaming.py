@@ -101,7 +101,7 @@ def test_streamed_file_transcribes_as_its_array(ct2_backend, files, case):
     whole = transcribe_speech(ct2_backend, load_audio(path), request)
     whole_segments = list(whole.segments)
     expected = _key(whole_segments)
-    streamed = _Recorder(open_streamed(path))
+    streamed = _Recorder(open_streamed(path, hold_seconds=0))
     run = transcribe_speech(ct2_backend, streamed, request)
     got = _key(run.segments)
 
@@ -137,7 +137,7 @@ def test_digital_silence_found_from_the_scan_as_from_the_array(files):
     path = files["paused"]
     _, time_map = without_digital_silence(load_audio(path))
     assert len(time_map.regions) == len(PAUSED_CLIPS)
-    assert without_digital_silence(open_streamed(path))[1] == time_map
+    assert without_digital_silence(open_streamed(path, hold_seconds=0))[1] == time_map
 
 
 @pytest.mark.slow
@@ -187,7 +187,7 @@ def test_language_detected_on_a_stream_as_on_its_array(multilingual_backend, fil
     request = DecodeRequest(batch_size=batch)
     whole = multilingual_backend.transcribe(load_audio(path), request)
     expected = _key(whole.segments)
-    run = multilingual_backend.transcribe(open_streamed(path), request)
+    run = multilingual_backend.transcribe(open_streamed(path, hold_seconds=0), request)
     assert (run.language, run.language_probability) == (whole.language, whole.language_probability)
     assert run.language == "en" and run.language_probability > 0.5
     assert expected and _key(run.segments) == expected

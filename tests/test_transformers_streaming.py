@@ -80,7 +80,7 @@ def test_sequential_path_on_a_streamed_file_equals_the_whole_file(
     stream is never turned into one array (StreamedAudio refuses np.asarray)."""
     backend = _backend()
     request = DecodeRequest(batch_size=1, word_timestamps=words)
-    streamed = open_streamed(long_form_head)
+    streamed = open_streamed(long_form_head, hold_seconds=0)
     streamed.history = 30 * SAMPLE_RATE  # less than the head, as 60 s is of a long file
     sizes = _front_end_calls(monkeypatch)
     got, language, _ = _segments(backend, streamed, request)
@@ -111,7 +111,7 @@ def test_beam_search_and_forced_fallback_on_a_streamed_file(tmp_path):
     backend = _backend("cpu-laptop")
     strict = Fallback(temperatures=(0.0, 0.5, 1.0), logprob_threshold=-0.05, best_of=2)
     request = DecodeRequest(batch_size=1, word_timestamps=True, fallback=strict)
-    got, _, report = _segments(backend, open_streamed(path), request)
+    got, _, report = _segments(backend, open_streamed(path, hold_seconds=0), request)
     want, _, _ = _segments(backend, load_audio(path), request)
     assert got == want and got
     assert int(report.settings["fallback re-decodes"]) >= 2  # both higher temperatures
@@ -121,7 +121,7 @@ def test_beam_search_and_forced_fallback_on_a_streamed_file(tmp_path):
 def test_batched_path_on_a_streamed_file_equals_the_array(long_form_head, profile_name):
     backend = _backend(profile_name)
     request = DecodeRequest(word_timestamps=True)
-    streamed = open_streamed(long_form_head)
+    streamed = open_streamed(long_form_head, hold_seconds=0)
     got, _, report = _segments(backend, streamed, request)
     want, _, _ = _segments(backend, load_audio(long_form_head), request)
     assert report.batch_size and report.batch_size > 1  # the batched path ran
@@ -139,7 +139,7 @@ def test_vad_kept_speech_of_a_streamed_file_equals_it_as_an_array(tmp_path, batc
 
     path = tmp_path / "paused.wav"
     paused_clip(SHORT_CLIPS, 4.0, path)
-    joined, _ = speech_only(open_streamed(path), VadFilter())
+    joined, _ = speech_only(open_streamed(path, hold_seconds=0), VadFilter())
     whole = load_audio(path)
     array = np.concatenate([whole[begin:end] for begin, end in joined.regions])
     assert 30 * SAMPLE_RATE < joined.size < whole.size  # silence was cut; still batched
@@ -170,7 +170,7 @@ def test_language_detected_on_a_streamed_file_equals_the_array(tmp_path, batch_s
     paused_clip(SHORT_CLIPS, 1.0, path)  # 45 s: batched when asked
     backend = _backend("tiny-vram", "base")
     request = DecodeRequest(batch_size=batch_size)
-    got, language, _ = _segments(backend, open_streamed(path), request)
+    got, language, _ = _segments(backend, open_streamed(path, hold_seconds=0), request)
     want, want_language, _ = _segments(backend, load_audio(path), request)
     assert language == want_language and language[0] == "en" and language[1] > 0.5
     assert got == want and got

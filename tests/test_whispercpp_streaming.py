@@ -83,7 +83,7 @@ def test_pieces_cover_the_input_at_quiet_frames_in_one_forward_pass(tmp_path):
         assert piece.end % (SAMPLE_RATE // 100) == 0  # whole centiseconds for whisper.cpp
         near = samples[piece.end - SAMPLE_RATE // 20 : piece.end + SAMPLE_RATE // 20]
         assert np.abs(near).max() < 0.05 * loudest  # a pause between sentences
-    stream = open_streamed(LONG_FORM)
+    stream = open_streamed(LONG_FORM, hold_seconds=0)
     assert [(p.start, p.end) for p in write_pieces(stream, wav, limit)] == [
         (p.start, p.end) for p in pieces
     ]
@@ -98,7 +98,7 @@ def test_pieces_of_far_apart_regions_read_the_file_once(tmp_path):
     # 41.2 s, then 22 s from 101.5 s: the search region (16.6-46.6 s) has its quietest
     # point (0.7 s of silence at 20.9 s) before the gap and none after it.
     regions = [(0, 659_200), (1_624_000, 1_976_000)]
-    stream = open_streamed(LONG_FORM)
+    stream = open_streamed(LONG_FORM, hold_seconds=0)
     joined = Joined(stream, regions)
     expected = np.concatenate([samples[a:b] for a, b in regions])
     wav = tmp_path / "piece.wav"
@@ -113,7 +113,7 @@ def test_pieces_of_far_apart_regions_read_the_file_once(tmp_path):
 def test_float_wav_from_a_stream_equals_the_arrays(tmp_path):
     from_array, from_stream = tmp_path / "a.wav", tmp_path / "s.wav"
     write_wav_f32(from_array, load_audio(SAMPLE))
-    write_wav_f32(from_stream, open_streamed(SAMPLE))
+    write_wav_f32(from_stream, open_streamed(SAMPLE, hold_seconds=0))
     assert from_stream.read_bytes() == from_array.read_bytes()
     assert np.array_equal(load_audio(from_stream), load_audio(SAMPLE))
 
@@ -140,7 +140,9 @@ def _fields(segments):
 def test_a_short_input_runs_once_as_whisper_cli_would(whisper_cli, tmp_path, caplog):
     caplog.set_level(logging.DEBUG, logger=SESSION_LOG)
     backend = _backend()
-    segments, run = _transcribed(backend, open_streamed(SAMPLE), DecodeRequest(beam_size=5))
+    segments, run = _transcribed(
+        backend, open_streamed(SAMPLE, hold_seconds=0), DecodeRequest(beam_size=5)
+    )
     assert len(_argvs(caplog)) == 1 and "pieces" not in run.report.settings
     wav = tmp_path / "jfk.wav"
     write_wav_f32(wav, load_audio(SAMPLE))
@@ -164,7 +166,7 @@ def test_streamed_pieces_give_the_arrays_transcript_with_words(
     request = DecodeRequest(beam_size=1, batch_size=1, word_timestamps=True)
     array, run = _transcribed(_backend(), load_audio(long_form_head), request)
     runs = _argvs(caplog)
-    stream = open_streamed(long_form_head)
+    stream = open_streamed(long_form_head, hold_seconds=0)
     streamed, streamed_run = _transcribed(_backend(), stream, request)
     assert _fields(streamed) == _fields(array) and stream.restarts == 0
     assert streamed_run.report.windows == run.report.windows
@@ -198,7 +200,7 @@ def test_batched_pieces_of_vad_regions_match_the_array(whisper_cli, monkeypatch,
     kept, _ = speech_only(load_audio(LONG_FORM), VadFilter())
     array, run = _transcribed(backend, kept, request)
     runs = _argvs(caplog)
-    stream = open_streamed(LONG_FORM)
+    stream = open_streamed(LONG_FORM, hold_seconds=0)
     joined, _ = speech_only(stream, VadFilter())
     streamed, _ = _transcribed(backend, joined, request)
     assert _fields(streamed) == _fields(array)
