@@ -107,7 +107,7 @@ def decode_group(plan: BatchSetup, audio: Samples, group: list[Chunk]) -> list[D
     decode fails the fallback rule are decoded again, together, at the next temperature."""
     features = np.stack([chunk_features(plan.engine, audio, chunk) for chunk in group])
     encoded = _encode(plan.replicas, features)
-    decoded = _with_fallback(plan, encoded, len(group))
+    decoded = _with_fallback(plan, encoded, [chunk.seconds for chunk in group])
     return _aligned(plan, encoded, group, decoded)
 
 
@@ -128,17 +128,18 @@ def _encode(replicas: Replicas, features: np.ndarray):
     return ctranslate2.StorageView.from_array(np.concatenate(rows))
 
 
-def _with_fallback(plan: BatchSetup, encoded, rows: int) -> list[DecodedChunk]:
-    """faster-whisper's generate_with_fallback, per row of a batch."""
+def _with_fallback(plan: BatchSetup, encoded, seconds: list[float]) -> list[DecodedChunk]:
+    """faster-whisper's generate_with_fallback, per row of a batch (`seconds`: each row's
+    audio, a guide to how long its decode runs)."""
+    rows = len(seconds)
     temperatures = plan.fallback.temperatures or (0.0,)
     tried: list[list[DecodedChunk]] = [[] for _ in range(rows)]
     accepted: list[DecodedChunk | None] = [None] * rows
     pending = list(range(rows))
     for temperature in temperatures:
         subset = encoded if len(pending) == rows else _rows_of(encoded, pending)
-        for row, result in zip(
-            pending, _generate(plan, subset, len(pending), temperature), strict=True
-        ):
+        weights = [seconds[row] for row in pending]
+        for row, result in zip(pending, _generate(plan, subset, weights, temperature), strict=True):
             tried[row].append(result)
             if not _needs_fallback(plan.fallback, result):
                 accepted[row] = result
@@ -162,7 +163,10 @@ def _best_failed(fallback: Fallback, tried: list[DecodedChunk]) -> DecodedChunk:
     return max(fluent or tried, key=lambda r: r.avg_logprob)
 
 
-def _generate(plan: BatchSetup, encoded, rows: int, temperature: float) -> list[DecodedChunk]:
+def _generate(
+    plan: BatchSetup, encoded, weights: list[float], temperature: float
+) -> list[DecodedChunk]:
+    rows = len(weights)
     if temperature > 0:
         search = {
             "beam_size": 1,
@@ -184,7 +188,7 @@ def _generate(plan: BatchSetup, encoded, rows: int, temperature: float) -> list[
     if temperature > 0 or not plan.replicas.split(rows):  # sampled: one generator, see replicas
         results = plan.engine.model.generate(encoded, prompts, **options)
     else:
-        results = plan.replicas.generate(np.asarray(encoded), prompts, **options)
+        results = plan.replicas.generate(np.asarray(encoded), prompts, weights, **options)
     return [_decoded(plan, result, temperature) for result in results]
 
 
@@ -251,18 +255,23 @@ def _alignments(plan: BatchSetup, encoded, tokens: list[list[int]], frames: list
 
     rows = np.asarray(encoded)
 
-    def align(share: range) -> list:
+    def align(share: list[int]) -> list:
         part = ctranslate2.StorageView.from_array(np.ascontiguousarray(rows[share]))
         return adapter.align(
             replicas.engine,
             plan.tokenizer,
-            tokens[share.start : share.stop],
+            [tokens[row] for row in share],
             part,
-            frames[share.start : share.stop],
+            [frames[row] for row in share],
             MEDIAN_FILTER_WIDTH,
         )
 
-    return [found for part in replicas.map(align, replicas.shares(len(tokens))) for found in part]
+    shares = replicas.shares(len(tokens), [len(row) for row in tokens])  # work: tokens
+    found: list = [None] * len(tokens)
+    for share, part in zip(shares, replicas.map(align, shares), strict=True):
+        for row, alignment in zip(share, part, strict=True):
+            found[row] = alignment
+    return found
 
 
 def _on_original_clock(words: list[TimedWord], chunk: Chunk) -> tuple[TimedWord, ...]:

@@ -19,7 +19,6 @@ would change from run to run.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -41,11 +40,19 @@ class Replicas:
     whole: object
     workers: int
 
-    def shares(self, rows: int) -> list[range]:
-        """`rows` cut into at most `workers` contiguous shares of near-equal size."""
+    def shares(self, rows: int, weights: Sequence[float] | None = None) -> list[list[int]]:
+        """`rows` dealt into at most `workers` shares, each in row order: the heaviest row
+        first, each to the lightest share so far (`weights`: each row's expected work,
+        equal when None). A replica's share decodes as long as its longest row, so a share
+        of long rows beside one of short ones would leave a core idle."""
         parts = max(1, min(self.workers, rows))
-        bounds = [round(i * rows / parts) for i in range(parts + 1)]
-        return [range(a, b) for a, b in itertools.pairwise(bounds) if b > a]
+        weights = list(weights) if weights is not None else [1.0] * rows
+        loads, dealt = [0.0] * parts, [[] for _ in range(parts)]
+        for row in sorted(range(rows), key=lambda r: -weights[r]):
+            lightest = loads.index(min(loads))
+            dealt[lightest].append(row)
+            loads[lightest] += weights[row]
+        return [sorted(share) for share in dealt if share]
 
     def map(self, work: Callable[[Item], Result], items: Sequence[Item]) -> list[Result]:
         """`work` over `items` on the replicas at once, results in order (CTranslate2 lets
@@ -60,21 +67,34 @@ class Replicas:
         serve it better than one replica)."""
         return self.workers > 1 and rows > 1
 
-    def generate(self, encoded: np.ndarray, prompts: list[list[int]], **options) -> list:
+    def generate(
+        self,
+        encoded: np.ndarray,
+        prompts: list[list[int]],
+        weights: Sequence[float] | None = None,
+        **options,
+    ) -> list:
         """CTranslate2's `generate` over the rows of `encoded` (host memory), each share
         on a replica, results in row order."""
         import ctranslate2
 
         pending = [
-            self.engine.model.generate(
-                ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded[share])),
-                prompts[share.start : share.stop],
-                asynchronous=True,
-                **options,
+            (
+                share,
+                self.engine.model.generate(
+                    ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded[share])),
+                    [prompts[row] for row in share],
+                    asynchronous=True,
+                    **options,
+                ),
             )
-            for share in self.shares(len(prompts))
+            for share in self.shares(len(prompts), weights)
         ]
-        return [result.result() for part in pending for result in part]
+        results: list = [None] * len(prompts)
+        for share, part in pending:
+            for row, result in zip(share, part, strict=True):
+                results[row] = result.result()
+        return results
 
 
 def replicas(engine, path: str, device: str, compute_type: str, threads: int) -> Replicas:
