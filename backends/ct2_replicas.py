@@ -3,11 +3,12 @@
 On a CPU, CTranslate2 splits each operation of one call over its intra-op threads; a
 decoder step over a batch is many small operations, and the threads spend much of it
 waiting on each other. Replicas of the model with one thread each (they share one copy
-of the weights), each taking a contiguous share of the rows, keep every core busy
-instead. Decoding 8 rows at beam 5 took 0.47-0.83x the time of one replica with every
-thread, encoding 8 windows 0.62-1.01x, on 2, 4 and 8 cores of two Intel Xeon machines
-(benchmarks/results/ct2_replicas*.md). The tokens are the same: a row's decode does not
-depend on the rows beside it (tests/test_ct2_replicas.py).
+of the weights), each taking a share of the rows, keep every core busy instead (the rows
+dealt so each share holds about as much work). Decoding 8 rows at beam 5 took 0.47-0.83x
+the time of one replica with every thread, encoding 8 windows 0.62-1.01x, on 2, 4 and 8
+cores of two Intel Xeon machines (benchmarks/results/ct2_replicas*.md). The tokens are
+the same: a row's decode does not depend on the rows beside it
+(tests/test_ct2_replicas.py).
 
 The replicas are a second load of the model beside the backend's one-replica engine
 (tiny.en int8: about 70 MB more), made on the first batched decode. That engine keeps
