@@ -9,7 +9,8 @@ cross-attention alignment of its text (CTranslate2's `align`, as faster-whisper'
 timestamps use); kvscribe.timed_words cuts the aligned words into segments.
 
 Each chunk's samples are sliced from the input (a StreamedAudio for files: decoded as it
-is read) and its features computed alone, so nothing the size of the file is ever held.
+is read; a file of 10 minutes or less is held as its scan decoded it) and its features
+computed alone, so nothing the size of a long file is ever held.
 On a CPU the rows of a batch are shared out over single-thread replicas of the model
 (backends/ct2_replicas.py).
 """
