@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from kvscribe.backends.base import DecodeRequest
-from kvscribe.backends.ct2_replicas import Replicas
+from kvscribe.backends.ct2_replicas import Replicas, rows_of
 
 from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.audio import SAMPLE_RATE
@@ -138,7 +138,7 @@ def _with_fallback(plan: BatchSetup, encoded, seconds: list[float]) -> list[Deco
     accepted: list[DecodedChunk | None] = [None] * rows
     pending = list(range(rows))
     for temperature in temperatures:
-        subset = encoded if len(pending) == rows else _rows_of(encoded, pending)
+        subset = encoded if len(pending) == rows else rows_of(encoded, pending)  # rare
         weights = [seconds[row] for row in pending]
         for row, result in zip(pending, _generate(plan, subset, weights, temperature), strict=True):
             tried[row].append(result)
@@ -189,7 +189,14 @@ def _generate(
     if temperature > 0 or not plan.replicas.split(rows):  # sampled: one generator, see replicas
         results = plan.engine.model.generate(encoded, prompts, **options)
     else:
-        results = plan.replicas.generate(np.asarray(encoded), prompts, weights, **options)
+        replicas = plan.replicas
+        results = replicas.over_rows(
+            lambda share: replicas.engine.model.generate(
+                rows_of(encoded, share), [prompts[row] for row in share], **options
+            ),
+            rows,
+            weights,
+        )
     return [_decoded(plan, result, temperature) for result in results]
 
 
@@ -204,16 +211,6 @@ def _decoded(plan: BatchSetup, result, temperature: float) -> DecodedChunk:
         temperature=temperature,
         compression_ratio=compression_ratio(text),
     )
-
-
-def _rows_of(encoded, rows: list[int]):
-    """Those rows of an encoder output, as a new StorageView (only fallback retries and
-    alignment subsets need this, so the copy through the host is rare)."""
-    import ctranslate2
-
-    if encoded.device != "cpu":
-        encoded = encoded.to_device(ctranslate2.Device.cpu)
-    return ctranslate2.StorageView.from_array(np.ascontiguousarray(np.asarray(encoded)[rows]))
 
 
 # -- words ------------------------------------------------------------------------------
@@ -233,7 +230,7 @@ def _aligned(
         return decoded
     alignments = _alignments(
         plan,
-        encoded if len(rows) == len(group) else _rows_of(encoded, rows),
+        encoded if len(rows) == len(group) else rows_of(encoded, rows),
         [decoded[row].tokens for row in rows],
         [min(FRAMES_PER_WINDOW, round(group[row].seconds * FRAMES_PER_SECOND)) for row in rows],
     )
@@ -252,27 +249,18 @@ def _alignments(plan: BatchSetup, encoded, tokens: list[list[int]], frames: list
         return adapter.align(
             plan.engine, plan.tokenizer, tokens, encoded, frames, MEDIAN_FILTER_WIDTH
         )
-    import ctranslate2
-
-    rows = np.asarray(encoded)
 
     def align(share: list[int]) -> list:
-        part = ctranslate2.StorageView.from_array(np.ascontiguousarray(rows[share]))
         return adapter.align(
             replicas.engine,
             plan.tokenizer,
             [tokens[row] for row in share],
-            part,
+            rows_of(encoded, share),
             [frames[row] for row in share],
             MEDIAN_FILTER_WIDTH,
         )
 
-    shares = replicas.shares(len(tokens), [len(row) for row in tokens])  # work: tokens
-    found: list = [None] * len(tokens)
-    for share, part in zip(shares, replicas.map(align, shares), strict=True):
-        for row, alignment in zip(share, part, strict=True):
-            found[row] = alignment
-    return found
+    return replicas.over_rows(align, len(tokens), [len(row) for row in tokens])  # work: tokens
 
 
 def _on_original_clock(words: list[TimedWord], chunk: Chunk) -> tuple[TimedWord, ...]:

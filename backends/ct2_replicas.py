@@ -68,34 +68,30 @@ class Replicas:
         serve it better than one replica)."""
         return self.workers > 1 and rows > 1
 
-    def generate(
+    def over_rows(
         self,
-        encoded: np.ndarray,
-        prompts: list[list[int]],
+        work: Callable[[list[int]], list],
+        rows: int,
         weights: Sequence[float] | None = None,
-        **options,
     ) -> list:
-        """CTranslate2's `generate` over the rows of `encoded` (host memory), each share
-        on a replica, results in row order."""
-        import ctranslate2
-
-        pending = [
-            (
-                share,
-                self.engine.model.generate(
-                    ctranslate2.StorageView.from_array(np.ascontiguousarray(encoded[share])),
-                    [prompts[row] for row in share],
-                    asynchronous=True,
-                    **options,
-                ),
-            )
-            for share in self.shares(len(prompts), weights)
-        ]
-        results: list = [None] * len(prompts)
-        for share, part in pending:
+        """`work(share)` (one result per row of the share) for every share at once, each
+        on a replica; the results in row order."""
+        shares = self.shares(rows, weights)
+        found: list = [None] * rows
+        for share, part in zip(shares, self.map(work, shares), strict=True):
             for row, result in zip(share, part, strict=True):
-                results[row] = result.result()
-        return results
+                found[row] = result
+        return found
+
+
+def rows_of(encoded, rows: list[int]):
+    """Those rows of an encoder output (a StorageView on any device), as a new StorageView
+    in host memory."""
+    import ctranslate2
+
+    if encoded.device != "cpu":
+        encoded = encoded.to_device(ctranslate2.Device.cpu)
+    return ctranslate2.StorageView.from_array(np.ascontiguousarray(np.asarray(encoded)[rows]))
 
 
 def replicas(engine, path: str, device: str, compute_type: str, threads: int) -> Replicas:
