@@ -6,7 +6,8 @@ Each chunk is decoded without timestamp tokens (as faster-whisper's
 `BatchedInferencePipeline` does by default: with them the model skips speech between one
 timestamp and the next, and a chunk is never decoded again) and every time comes from
 cross-attention alignment of its text (CTranslate2's `align`, as faster-whisper's word
-timestamps use); kvscribe.timed_words cuts the aligned words into segments.
+timestamps use); kvscribe.aligned_chunks makes the segments, as for the transformers
+backend.
 
 Each chunk's samples are sliced from the input (a StreamedAudio for files: decoded as it
 is read; a file of 10 minutes or less is held as its scan decoded it) and its features
@@ -23,14 +24,15 @@ import numpy as np
 from kvscribe.backends.base import DecodeRequest
 from kvscribe.backends.ct2_replicas import Replicas, rows_of
 
+from kvscribe import aligned_chunks
 from kvscribe.adapters import faster_whisper as adapter
-from kvscribe.audio import SAMPLE_RATE
+from kvscribe.aligned_chunks import AlignedChunk, on_original_clock
 from kvscribe.audio_stream import Samples
-from kvscribe.chunking import Chunk, ChunkResult
+from kvscribe.chunking import Chunk
 from kvscribe.decoding import Fallback, compression_ratio
 from kvscribe.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW
-from kvscribe.timed_words import TimedWord, is_anomalous, is_squeezed, split_segments, tidy
-from kvscribe.types import Segment, Word
+from kvscribe.timed_words import TimedWord
+from kvscribe.types import Segment
 
 MEDIAN_FILTER_WIDTH = 7  # openai-whisper's smoothing of the alignment heads' weights
 
@@ -47,27 +49,6 @@ class BatchSetup:
     batch: int
     fallback: Fallback
     word_timestamps: bool = False  # whether segments carry their words (always aligned)
-
-
-@dataclass(frozen=True)
-class DecodedChunk(ChunkResult):
-    """A chunk's accepted decode (text tokens only), with what fallback and alignment add."""
-
-    temperature: float = 0.0
-    compression_ratio: float = 0.0
-    words: tuple[TimedWord, ...] = ()  # aligned, on the original clock
-
-    def implausible(self) -> bool:
-        """openai-whisper's word anomaly test over the first words (too short to be spoken,
-        too long, or unlikely), or text squeezed past any speaking rate: a tail of a second
-        or two decoded again can come back as a remembered sentence."""
-        return is_anomalous(self.words) or is_squeezed(self.words)
-
-    def stopped_at(self, chunk: Chunk, timestamp_begin: int) -> int | None:
-        """Where the last aligned word ends: the decode has no timestamp to say it."""
-        if not self.words:
-            return None
-        return round(self.words[-1].end * SAMPLE_RATE)
 
 
 def setup(
@@ -103,7 +84,7 @@ def chunk_features(engine, audio: Samples, chunk: Chunk) -> np.ndarray:
     return adapter.window_features(engine, chunk.samples(audio))
 
 
-def decode_group(plan: BatchSetup, audio: Samples, group: list[Chunk]) -> list[DecodedChunk]:
+def decode_group(plan: BatchSetup, audio: Samples, group: list[Chunk]) -> list[AlignedChunk]:
     """Encode and decode `group` (at most `plan.batch` chunks) in one batch; chunks whose
     decode fails the fallback rule are decoded again, together, at the next temperature."""
     features = np.stack([chunk_features(plan.engine, audio, chunk) for chunk in group])
@@ -129,13 +110,13 @@ def _encode(replicas: Replicas, features: np.ndarray):
     return ctranslate2.StorageView.from_array(np.concatenate(rows))
 
 
-def _with_fallback(plan: BatchSetup, encoded, seconds: list[float]) -> list[DecodedChunk]:
+def _with_fallback(plan: BatchSetup, encoded, seconds: list[float]) -> list[AlignedChunk]:
     """faster-whisper's generate_with_fallback, per row of a batch (`seconds`: each row's
     audio, a guide to how long its decode runs)."""
     rows = len(seconds)
     temperatures = plan.fallback.temperatures or (0.0,)
-    tried: list[list[DecodedChunk]] = [[] for _ in range(rows)]
-    accepted: list[DecodedChunk | None] = [None] * rows
+    tried: list[list[AlignedChunk]] = [[] for _ in range(rows)]
+    accepted: list[AlignedChunk | None] = [None] * rows
     pending = list(range(rows))
     for temperature in temperatures:
         subset = encoded if len(pending) == rows else rows_of(encoded, pending)  # rare
@@ -150,13 +131,13 @@ def _with_fallback(plan: BatchSetup, encoded, seconds: list[float]) -> list[Deco
     return [found or _best_failed(plan.fallback, tried[row]) for row, found in enumerate(accepted)]
 
 
-def _needs_fallback(fallback: Fallback, result: DecodedChunk) -> bool:
+def _needs_fallback(fallback: Fallback, result: AlignedChunk) -> bool:
     if fallback.is_silence(result.no_speech_prob, result.avg_logprob):
         return False  # silence is dropped, not retried
     return fallback.needs_retry(result.compression_ratio, result.avg_logprob)
 
 
-def _best_failed(fallback: Fallback, tried: list[DecodedChunk]) -> DecodedChunk:
+def _best_failed(fallback: Fallback, tried: list[AlignedChunk]) -> AlignedChunk:
     """Every temperature failed: the likeliest decode that is not repetitive, else the
     likeliest (faster-whisper's choice)."""
     limit = fallback.compression_ratio_threshold
@@ -166,7 +147,7 @@ def _best_failed(fallback: Fallback, tried: list[DecodedChunk]) -> DecodedChunk:
 
 def _generate(
     plan: BatchSetup, encoded, weights: list[float], temperature: float
-) -> list[DecodedChunk]:
+) -> list[AlignedChunk]:
     rows = len(weights)
     if temperature > 0:
         search = {
@@ -200,11 +181,11 @@ def _generate(
     return [_decoded(plan, result, temperature) for result in results]
 
 
-def _decoded(plan: BatchSetup, result, temperature: float) -> DecodedChunk:
+def _decoded(plan: BatchSetup, result, temperature: float) -> AlignedChunk:
     tokens = list(result.sequences_ids[0])
     total_logprob = result.scores[0] * len(tokens)  # scores are length-normalised
     text = plan.tokenizer.decode(tokens).strip()
-    return DecodedChunk(
+    return AlignedChunk(
         tokens,
         total_logprob / (len(tokens) + 1),
         result.no_speech_prob,
@@ -217,8 +198,8 @@ def _decoded(plan: BatchSetup, result, temperature: float) -> DecodedChunk:
 
 
 def _aligned(
-    plan: BatchSetup, encoded, group: list[Chunk], decoded: list[DecodedChunk]
-) -> list[DecodedChunk]:
+    plan: BatchSetup, encoded, group: list[Chunk], decoded: list[AlignedChunk]
+) -> list[AlignedChunk]:
     """Each spoken chunk's words, timed by cross-attention alignment in one `align` call
     for the group, punctuation glued to its word as faster-whisper glues it."""
     rows = [
@@ -237,8 +218,8 @@ def _aligned(
     aligned = list(decoded)
     for row, alignment in zip(rows, alignments, strict=True):
         adapter.merge_punctuations(alignment)
-        words = tidy([_timed(word) for word in alignment if word["word"]])
-        aligned[row] = replace(decoded[row], words=_on_original_clock(words, group[row]))
+        words = [_timed(word) for word in alignment if word["word"]]
+        aligned[row] = replace(decoded[row], words=on_original_clock(words, group[row]))
     return aligned
 
 
@@ -263,17 +244,6 @@ def _alignments(plan: BatchSetup, encoded, tokens: list[list[int]], frames: list
     return replicas.over_rows(align, len(tokens), [len(row) for row in tokens])  # work: tokens
 
 
-def _on_original_clock(words: list[TimedWord], chunk: Chunk) -> tuple[TimedWord, ...]:
-    """Words timed on the chunk's joined audio, on the original clock (a pause cut out of
-    the chunk shows again as the gap it was)."""
-    time_map = chunk.time_map
-    spans = (time_map.word_span(w.start, w.end) for w in words)
-    return tuple(
-        replace(w, start=round(a, 3), end=round(b, 3))
-        for w, (a, b) in zip(words, spans, strict=True)
-    )
-
-
 def _timed(word: dict) -> TimedWord:
     return TimedWord(
         float(word["start"]),
@@ -288,49 +258,10 @@ def _timed(word: dict) -> TimedWord:
 
 
 def segments_of(
-    plan: BatchSetup, chunk: Chunk, index: int, result: DecodedChunk, first_id: int
+    plan: BatchSetup, chunk: Chunk, index: int, result: AlignedChunk, first_id: int
 ) -> list[Segment]:
-    """The chunk's segments on the original clock, cut from its aligned words
-    (kvscribe.timed_words), with the request's silence rule, the decode's scores,
-    temperature and compression ratio, its window start as `seek` and, when asked for,
-    its words."""
-    from kvscribe.backends.ct2_silence import unspoken
-
-    if plan.fallback.is_silence(result.no_speech_prob, result.avg_logprob):
-        return []
+    """The chunk's segments on the original clock (kvscribe.aligned_chunks)."""
     text = plan.tokenizer.decode(result.tokens)
-    if unspoken(plan.fallback, result.no_speech_prob, result.temperature, text):
-        return []
-    common = {
-        "avg_logprob": result.avg_logprob,
-        "no_speech_prob": result.no_speech_prob,
-        "window": index,
-        "seek": round(chunk.start * FRAMES_PER_SECOND / SAMPLE_RATE),
-        "temperature": result.temperature,
-        "compression_ratio": result.compression_ratio,
-    }
-    if not result.words:  # text without a word to time (punctuation only): the chunk's span
-        if not text.strip():
-            return []
-        end = chunk.end / SAMPLE_RATE
-        return [Segment(first_id, chunk.start_seconds, end, text, tuple(result.tokens), **common)]
-    segments = []
-    for words in split_segments(result.words):
-        if is_squeezed(words):  # text the audio does not hold
-            continue
-        segments.append(
-            Segment(
-                first_id + len(segments),
-                words[0].start,
-                words[-1].end,
-                "".join(word.word for word in words),
-                tuple(token for word in words for token in word.tokens),
-                words=tuple(_word(w) for w in words) if plan.word_timestamps else (),
-                **common,
-            )
-        )
-    return segments
-
-
-def _word(word: TimedWord) -> Word:
-    return Word(word.start, word.end, word.word, word.probability)
+    return aligned_chunks.segments_of(
+        chunk, index, result, text, first_id, plan.fallback, plan.word_timestamps
+    )

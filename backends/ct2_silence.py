@@ -1,7 +1,8 @@
 """What the ctranslate2 backend does not decode: faster-whisper's VAD filter (silero fed a
 block at a time, backends/ct2_vad.py; the speech joined lazily and times put back on the
-original clock), and text from windows the model judges silent. (Long runs of digital
-silence are cut out before any backend sees the audio: kvscribe/vadfilter.py.)
+original clock). (Long runs of digital silence are cut out before any backend sees the
+audio: kvscribe/vadfilter.py; text from windows the model judges silent is dropped by
+kvscribe.decoding.unspoken.)
 """
 
 from __future__ import annotations
@@ -12,18 +13,7 @@ import numpy as np
 
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Joined, Samples
-from kvscribe.decoding import Fallback, VadFilter
-
-
-def unspoken(fallback: Fallback, no_speech_prob: float, temperature: float, text: str) -> bool:
-    """Text from a window the model itself judges silent, that openai-whisper's silence rule
-    lets through: the beam search failed (repetition) and a sample was kept, or the text
-    holds no word. Low noise does this (tiny.en, 20 s at amplitude 0.003: beam search says
-    " . . . ." at no-speech 0.97, a sample at 0.4-0.6 then passes with " ." at logprob -0.6;
-    3 runs in 9), so without this rule silence would read as text by chance."""
-    if fallback.no_speech_threshold is None or no_speech_prob <= fallback.no_speech_threshold:
-        return False
-    return temperature > 0 or not any(ch.isalnum() for ch in text)
+from kvscribe.decoding import VadFilter
 
 
 @dataclass(frozen=True)

@@ -30,19 +30,19 @@ from kvscribe.backends.ct2_silence import (
     SpeechClock,
     describe_vad,
     to_decode,
-    unspoken,
 )
 
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples, hold_history
 from kvscribe.chunking import (
+    BATCHED,
     FILE_VAD,
     MAX_SECONDS,
     ChunkRules,
     decode_chunks,
     speech_chunks,
 )
-from kvscribe.decoding import SAMPLING_SEED, Fallback, VadFilter
+from kvscribe.decoding import SAMPLING_SEED, Fallback, VadFilter, unspoken
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.kvcache import estimate
 from kvscribe.models.ct2_file import WhisperDims, whisper_dims
@@ -379,9 +379,9 @@ def _chunk_rules(vad: VadFilter | None) -> ChunkRules:
     """The batched chunker is a VAD already: a requested filter sets its threshold and
     shortest speech; its pauses and padding stay the ones chunking is tuned for."""
     if vad is None:
-        return ChunkRules(max_gap=None, cut_pauses=True)
+        return BATCHED
     settings = replace(FILE_VAD, threshold=vad.threshold, min_speech=vad.min_speech_seconds)
-    return ChunkRules(max_gap=None, vad=settings, cut_pauses=True)
+    return replace(BATCHED, vad=settings)
 
 
 def _word(word) -> Word:

@@ -29,7 +29,6 @@ from kvscribe.audio_stream import Samples, hold_history
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
 from kvscribe.provenance import MEASURED, make_provenance
-from kvscribe.types import Segment
 
 _SETTINGS = {
     "beam_size": int,
@@ -61,6 +60,7 @@ class TransformersBackend(Backend):
         ),
         batched=True,
         streams_audio=True,
+        batched_cuts_pauses=True,
         honours=frozenset({"hotwords", "max_new_tokens", "suppress_tokens"}),
     )
 
@@ -194,14 +194,14 @@ class TransformersBackend(Backend):
     def _transcribe_batched(
         self, audio: Samples, request: DecodeRequest, beams: int, batch: int
     ) -> Transcription:
-        from kvscribe.chunking import speech_chunks
+        from kvscribe.chunking import BATCHED, speech_chunks
 
-        chunks = speech_chunks(audio)
+        chunks = speech_chunks(audio, BATCHED)
         language, probability = request.language or "en", None
         if request.language is None and self.special.is_multilingual and chunks:
-            first = self._chunk_mel(audio[chunks[0].start : chunks[0].end])
+            first = self._chunk_mel(chunks[0].samples(audio))
             language, probability = self._detect_language(first)
-        plan = self._plan(language, request.task, beams, request)
+        plan = self._plan(language, request.task, beams, request, timestamps=False)
         batch, budget_note = self._fit_budget(plan, batch)
         # A group's unfinished tails are read again after its last chunk: keep them decoded.
         hold_history(audio, batch * 30 + 30)
@@ -257,35 +257,25 @@ class TransformersBackend(Backend):
     def _stream_batched(self, plan, audio, chunks, batch, report, request: DecodeRequest):
         from kvscribe.backends.hf import batched, longform
 
+        from kvscribe import aligned_chunks
         from kvscribe.chunking import decode_chunks
-        from kvscribe.mel import HOP
 
         stats = longform.WindowStats()
         prompt = batched.full_prompt(plan, self._prompt_tokens(request))
 
         def decode_group(group):
-            mels = [self._chunk_mel(audio[chunk.start : chunk.end]) for chunk in group]
+            mels = [self._chunk_mel(chunk.samples(audio)) for chunk in group]
             return batched.decode_with_fallback(plan, group, mels, prompt, stats, self._text)
 
         next_id = 0
         decoded = decode_chunks(chunks, batch, decode_group, self.special.timestamp_begin)
         for index, chunk, result in decoded:
-            for piece in result.pieces:
-                yield Segment(
-                    next_id,
-                    chunk.start_seconds + piece.start,
-                    chunk.start_seconds + piece.end,
-                    piece.text,
-                    piece.tokens,
-                    result.avg_logprob,
-                    result.no_speech_prob,
-                    index,
-                    seek=chunk.start // HOP,
-                    temperature=result.temperature,
-                    compression_ratio=result.compression_ratio,
-                    words=piece.words,
-                )
-                next_id += 1
+            text = self._text(list(result.tokens))
+            segments = aligned_chunks.segments_of(
+                chunk, index, result, text, next_id, plan.fallback, request.word_timestamps
+            )
+            next_id += len(segments)
+            yield from segments
         stats.fill(report)
 
     def _stream(self, plan, mel, report: DecoderReport, prompt: list[int]):
@@ -298,9 +288,17 @@ class TransformersBackend(Backend):
     def _text(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens, skip_special_tokens=False)
 
-    def _plan(self, language: str, task: str, beams: int, request: DecodeRequest | None = None):
+    def _plan(
+        self,
+        language: str,
+        task: str,
+        beams: int,
+        request: DecodeRequest | None = None,
+        timestamps: bool = True,
+    ):
         """The decoding plan for one input; `request` adds its fallback, conditioning and
-        word timestamps (None: the defaults, for callers that decode chunks themselves)."""
+        word timestamps (None: the defaults, for callers that decode chunks themselves).
+        `timestamps` False: batched chunks, decoded without them and every word aligned."""
         request = request or DecodeRequest(task=task)
         import torch
         from kvscribe.backends.hf.decoder import PolicyDecoder
@@ -318,7 +316,7 @@ class TransformersBackend(Backend):
             special,
             config.vocab_size,
             self._suppressed(request.suppress_tokens),
-            timestamps=True,
+            timestamps=timestamps,
             device=self.device,
         )
         setup = SearchSetup(
@@ -342,9 +340,10 @@ class TransformersBackend(Backend):
             text_ctx=config.max_target_positions,
             kv_bytes_per_position=bytes_per_position,
             fallback=request.fallback,
-            align_words=self._aligner() if request.word_timestamps else None,
+            align_words=self._aligner() if request.word_timestamps or not timestamps else None,
             hotwords=tuple(self._text_tokens(request.hotwords)[:PROMPT_MAX]),
             max_new_tokens=request.max_new_tokens,
+            timestamps=timestamps,
         )
 
     def _suppressed(self, requested: tuple[int, ...]) -> list[int]:

@@ -19,7 +19,6 @@ import numpy as np
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples, blocks
 from kvscribe.live.vad import WINDOW, SileroVad, VadSettings, VoiceDetector
-from kvscribe.types import Segment
 from kvscribe.vadfilter import TimeMap
 
 MAX_SECONDS = 30.0  # Whisper's window
@@ -82,6 +81,10 @@ class ChunkRules:
     # pipeline does this too): a window holds more speech, so a file takes fewer windows,
     # and no pause needs to end a chunk.
     cut_pauses: bool = False
+
+
+# The batched paths' chunks (both engines): windows filled with speech, every pause cut out.
+BATCHED = ChunkRules(max_gap=None, cut_pauses=True)
 
 
 def speech_chunks(audio: Samples, rules: ChunkRules = ChunkRules()) -> list[Chunk]:
@@ -254,66 +257,3 @@ class ChunkResult:
 
 def is_silence(no_speech_prob: float, avg_logprob: float) -> bool:
     return no_speech_prob > NO_SPEECH_THRESHOLD and avg_logprob < LOGPROB_THRESHOLD
-
-
-def chunk_pieces(
-    tokens: list[int], timestamp_begin: int, seconds: float
-) -> list[tuple[float, float, list[int]]]:
-    """(start s, end s, tokens) of each segment in a chunk, cut at timestamp pairs.
-
-    Unlike a sequential window, a chunk is never decoded again, so text after the last
-    timestamp pair is kept (ending at the chunk's end, or at its own closing timestamp)."""
-    pieces: list[tuple[float, float, list[int]]] = []
-    current: list[int] = []
-    for token in tokens:
-        current.append(token)
-        is_pair = len(current) >= 2 and current[-2] >= timestamp_begin <= token
-        if is_pair and any(t < timestamp_begin for t in current):
-            pieces.append(_piece(current[:-1], timestamp_begin, seconds))
-            current = [token]
-    if any(t < timestamp_begin for t in current):
-        pieces.append(_piece(current, timestamp_begin, seconds))
-    return pieces
-
-
-def _piece(tokens: list[int], timestamp_begin: int, seconds: float):
-    stamps = [t for t in tokens if t >= timestamp_begin]
-    start = (tokens[0] - timestamp_begin) * SECONDS_PER_TIMESTAMP if tokens[0] in stamps else 0.0
-    end = (
-        (tokens[-1] - timestamp_begin) * SECONDS_PER_TIMESTAMP if tokens[-1] in stamps else seconds
-    )
-    start, end = min(start, seconds), min(end, seconds)
-    return start, max(start, end), tokens
-
-
-def chunk_segments(
-    chunk: Chunk,
-    index: int,
-    result: ChunkResult,
-    special_begin: tuple[int, int],
-    decode_text: Callable[[list[int]], str],
-    first_id: int,
-) -> list[Segment]:
-    """Segments of chunk number `index` on the original audio's clock; none for a silent
-    chunk. `special_begin`: (end-of-text, first timestamp token); ids count from `first_id`."""
-    if is_silence(result.no_speech_prob, result.avg_logprob):
-        return []
-    eot, timestamp_begin = special_begin
-    segments: list[Segment] = []
-    for start, end, tokens in chunk_pieces(result.tokens, timestamp_begin, chunk.seconds):
-        text = decode_text([t for t in tokens if t < eot])
-        if not text.strip():
-            continue
-        segments.append(
-            Segment(
-                first_id + len(segments),
-                chunk.start_seconds + start,
-                chunk.start_seconds + end,
-                text,
-                tuple(tokens),
-                result.avg_logprob,
-                result.no_speech_prob,
-                index,
-            )
-        )
-    return segments

@@ -76,6 +76,17 @@ class Fallback:
         return ", ".join(parts + words)
 
 
+def unspoken(fallback: Fallback, no_speech_prob: float, temperature: float, text: str) -> bool:
+    """Text from a window the model itself judges silent, that openai-whisper's silence rule
+    lets through: the beam search failed (repetition) and a sample was kept, or the text
+    holds no word. Low noise does this (tiny.en, 20 s at amplitude 0.003: beam search says
+    " . . . ." at no-speech 0.97, a sample at 0.4-0.6 then passes with " ." at logprob -0.6;
+    3 runs in 9), so without this rule silence would read as text by chance."""
+    if fallback.no_speech_threshold is None or no_speech_prob <= fallback.no_speech_threshold:
+        return False
+    return temperature > 0 or not any(ch.isalnum() for ch in text)
+
+
 def _number(value: float) -> str:
     """0.0, 0.2, 2.4, -1.0 as openai-whisper's flags write them; 0.25 kept whole."""
     return f"{value:.1f}" if round(value, 1) == value else f"{value:g}"

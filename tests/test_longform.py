@@ -21,8 +21,8 @@ JOINED = EVAL_DIR.parent / "clips_joined" / "joined_real.wav"
 JFK_CLOSE = "ask what you can do for your country"
 
 
-def _decode(audio, **request):
-    backend = loaded.backend("ctranslate2", "cpu-laptop")
+def _decode(audio, backend_name="ctranslate2", **request):
+    backend = loaded.backend(backend_name, "cpu-laptop")
     run = transcribe_speech(backend, audio, DecodeRequest(**request))
     return list(run.segments), run.report
 
@@ -35,15 +35,22 @@ def _normalised(segments) -> str:
 # -- batched: no words lost ---------------------------------------------------------------
 
 
+BOTH = pytest.mark.parametrize(
+    "backend_name", ["ctranslate2", pytest.param("transformers", marks=pytest.mark.transformers)]
+)
+
+
 @pytest.mark.model
 @pytest.mark.eval
-def test_batched_chunk_the_model_leaves_early_is_decoded_to_its_end(monkeypatch):
+@BOTH
+def test_batched_chunk_the_model_leaves_early_is_decoded_to_its_end(monkeypatch, backend_name):
     """The joined real clips' second chunk holds LibriVox and then JFK; decoded without
-    timestamps, tiny.en stops after the LibriVox text (with CTranslate2's AVX2 kernels;
-    its AVX512 ones read on). The words after the last aligned one are decoded again, so
-    JFK is there, and the clip's WER stays low."""
+    timestamps, tiny.en stops after the LibriVox text (with CTranslate2's AVX2 kernels and
+    in float32 with transformers; CTranslate2's AVX512 kernels read on). The words after
+    the last aligned one are decoded again, so JFK is there, and the clip's WER stays
+    low."""
     audio = load_audio(JOINED)
-    segments, report = _decode(audio, batch_size=8)
+    segments, report = _decode(audio, backend_name, batch_size=8)
     assert JFK_CLOSE in _normalised(segments)
     assert (
         pooled_wer([(JOINED.with_suffix(".txt").read_text(), "".join(s.text for s in segments))])
@@ -53,15 +60,16 @@ def test_batched_chunk_the_model_leaves_early_is_decoded_to_its_end(monkeypatch)
     # Where the fault shows (AVX2 here), the close of JFK is lost without the second
     # decode, and the repaired run decoded more windows to get it back.
     monkeypatch.setattr(chunking, "MAX_TAIL_ROUNDS", 0)
-    unrepaired, unrepaired_report = _decode(audio, batch_size=8)
+    unrepaired, unrepaired_report = _decode(audio, backend_name, batch_size=8)
     if JFK_CLOSE not in _normalised(unrepaired):
         assert report.windows > unrepaired_report.windows
 
 
 @pytest.mark.model
 @pytest.mark.eval
-def test_batched_segments_are_cut_short_and_times_rise():
-    segments, _ = _decode(load_audio(JOINED), batch_size=8, word_timestamps=True)
+@BOTH
+def test_batched_segments_are_cut_short_and_times_rise(backend_name):
+    segments, _ = _decode(load_audio(JOINED), backend_name, batch_size=8, word_timestamps=True)
     lengths = [s.end - s.start for s in segments]
     assert max(lengths) <= SegmentRules().max_seconds + 0.01
     starts = [s.start for s in segments]

@@ -20,6 +20,7 @@ import torch
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
 from kvscribe.kvcache.spec import CrossSpec, LayerSpec
 from kvscribe.models.vocab import SpecialTokens
+from kvscribe.timed_words import TimedWord
 from kvscribe.types import Word
 from kvscribe.words import (
     SegmentWords,
@@ -116,6 +117,29 @@ class WordAligner:
         for segment in segments:
             speech_end = fit_to_segment(segment, durations, speech_end)
         return [as_words(segment.words) for segment in segments]
+
+    def chunk_words(
+        self,
+        encoded: torch.Tensor,
+        tokens: Sequence[int],
+        window_frames: int,
+        *,
+        sot_sequence: Sequence[int] | None = None,
+    ) -> list[TimedWord]:
+        """The words of a chunk decoded without timestamps, in seconds from its start, each
+        with its tokens and punctuation merged into its neighbour as openai-whisper merges
+        it (kvscribe.aligned_chunks tidies them and puts them on the original clock)."""
+        sot = tuple(sot_sequence) if sot_sequence is not None else self._default_sot()
+        text_tokens = [t for t in tokens if t < self.special.eot]
+        if not text_tokens:
+            return []
+        timings = self._align(encoded, sot, text_tokens, window_frames)
+        merge_punctuations(timings)
+        return [
+            TimedWord(t.start, t.end, t.word, float(t.probability), tuple(t.tokens))
+            for t in timings
+            if t.word
+        ]
 
     def _align(
         self,

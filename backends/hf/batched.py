@@ -1,7 +1,9 @@
 """Batched decoding: several speech chunks x beams as the rows of one decoder batch.
 
 Every chunk decodes from the same prompt (no previous text: the chunks are decoded
-side by side), with the window's cache policy applied to every row. Temperature
+side by side) without timestamp tokens, with the window's cache policy applied to every
+row; its words are timed by DTW alignment and cut into segments as the ctranslate2
+backend's are (kvscribe.aligned_chunks). Temperature
 fallback works per chunk: the chunks whose decode failed the rule are decoded again
 together at the next temperature (`best_of` sampled rows each). The
 cross-attention store keeps one copy per chunk when its policy is shared (beams
@@ -12,42 +14,20 @@ its cross-attention copy from the store, so it stops costing compute and memory.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from kvscribe.chunking import Chunk, ChunkResult, chunk_pieces
+from kvscribe.aligned_chunks import AlignedChunk, on_original_clock
+from kvscribe.chunking import Chunk, ChunkResult
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
-from kvscribe.mel import FRAMES_PER_WINDOW, HOP
-from kvscribe.types import Word
+from kvscribe.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW, HOP
 
 from . import fallback
 from .longform import WindowPlan, WindowStats
 from .search import expand, no_speech_probs, sample, select_rows
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One segment of a chunk: seconds from the chunk's start, tokens, text and words."""
-
-    start: float
-    end: float
-    tokens: tuple[int, ...]
-    text: str
-    words: tuple[Word, ...] = ()
-
-
-@dataclass(frozen=True)
-class ChunkDecode(ChunkResult):
-    """A chunk's kept attempt: what chunking reads (its tokens are empty when the chunk is
-    silence, so nothing of it is decoded again), and its segments' pieces."""
-
-    temperature: float = 0.0
-    compression_ratio: float = 0.0
-    pieces: tuple[Piece, ...] = ()
 
 
 @dataclass
@@ -76,7 +56,7 @@ def decode_with_fallback(
     prompt: list[int],
     stats: WindowStats,
     decode_text: Callable[[list[int]], str],
-) -> list[ChunkDecode]:
+) -> list[AlignedChunk]:
     """Decode `chunks` (their 30 s log-mels `mels`) together under the plan's fallback rule:
     each temperature in turn for the chunks still failing, then each chunk's kept attempt
     cut into pieces (with words when asked for, from the encoder output already computed)."""
@@ -128,7 +108,7 @@ def _decode_at(
     cross.fill(encoded, plan.decoder_module)
     stats.cross_bytes = max(stats.cross_bytes, cross.held_bytes)
     cache = PolicyCache(plan.self_specs)
-    sot_index = len(prompt) - len(plan.sot_sequence)
+    sot_index = plan.sot_index(prompt)
     max_new = plan.max_new(len(prompt))
 
     def note(rows: int) -> None:
@@ -150,49 +130,28 @@ def _chunk_decode(
     encoded: torch.Tensor,
     kept: fallback.Attempt,
     decode_text: Callable[[list[int]], str],
-) -> ChunkDecode:
-    """The kept attempt as chunking and the segments need it; silence has no tokens."""
+) -> AlignedChunk:
+    """The kept attempt as chunking and the segments need it: silence has no tokens; speech
+    has its words timed from the chunk's encoder output (no aligner in this install: none,
+    and the chunk's text spans the chunk)."""
     silent = plan.fallback.is_silence(kept.no_speech_prob, kept.avg_logprob)
-    tokens = [] if silent else kept.tokens
-    pieces = []
-    for start, end, piece in chunk_pieces(tokens, plan.special.timestamp_begin, chunk.seconds):
-        text = decode_text([t for t in piece if t < plan.special.eot])
-        if text.strip():
-            pieces.append(Piece(start, end, tuple(piece), text))
-    if plan.align_words is not None and pieces:
-        pieces = _with_words(plan, chunk, encoded, pieces)
-    return ChunkDecode(
+    tokens = [] if silent else [t for t in kept.tokens if t < plan.special.eot]
+    words = []
+    if tokens and plan.align_words is not None and decode_text(tokens).strip():
+        words = plan.align_words.chunk_words(  # a WordAligner (backends/hf/alignment.py)
+            encoded,
+            tokens,
+            min(round(chunk.seconds * FRAMES_PER_SECOND), FRAMES_PER_WINDOW),
+            sot_sequence=plan.sot_sequence,
+        )
+    return AlignedChunk(
         tokens,
         kept.avg_logprob,
         kept.no_speech_prob,
-        kept.temperature,
-        kept.compression_ratio,
-        tuple(pieces),
+        temperature=kept.temperature,
+        compression_ratio=kept.compression_ratio,
+        words=on_original_clock(words, chunk),
     )
-
-
-def _with_words(
-    plan: WindowPlan, chunk: Chunk, encoded: torch.Tensor, pieces: list[Piece]
-) -> list[Piece]:
-    """The pieces with their words timed from the chunk's encoder output [1, frames, d],
-    each piece spanning its words (as openai-whisper's segments do)."""
-    offset = chunk.start_seconds
-    said = plan.align_words(
-        encoded,
-        [list(piece.tokens) for piece in pieces],
-        min((chunk.end - chunk.start) // HOP, FRAMES_PER_WINDOW),
-        offset,
-        sot_sequence=plan.sot_sequence,
-        bounds=[(offset + piece.start, offset + piece.end) for piece in pieces],
-    )
-    timed = []
-    for piece, words in zip(pieces, said, strict=True):
-        if words:
-            piece = dataclasses.replace(
-                piece, start=words[0].start - offset, end=words[-1].end - offset, words=words
-            )
-        timed.append(piece)
-    return timed
 
 
 @torch.inference_mode()
@@ -235,7 +194,7 @@ def _beam_batch(
     stats.cross_bytes = max(stats.cross_bytes, cross.held_bytes)
     cache = PolicyCache(plan.self_specs)
     chunks = encoded.shape[0]
-    sot_index = len(prompt) - len(plan.sot_sequence)
+    sot_index = plan.sot_index(prompt)
     max_new = plan.max_new(len(prompt))
 
     step_started = time.perf_counter()

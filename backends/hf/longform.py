@@ -50,12 +50,21 @@ class WindowPlan:
     align_words: AlignWords | None = None  # set when word timestamps are asked for
     hotwords: tuple[int, ...] = ()  # prompt tokens before any previous text (--hotwords)
     max_new_tokens: int | None = None  # --max-new-tokens: at most this many per window
+    # False: decoded without timestamp tokens (<|notimestamps|> after the sot sequence), the
+    # batched chunks' way: times then come from alignment (kvscribe.aligned_chunks).
+    timestamps: bool = True
 
     def prompt_for(self, history: list[int]) -> list[int]:
         """The decoder prompt: <|startofprev|>, the hotwords, the last PROMPT_MAX tokens of
-        `history` (faster-whisper's order), then the sot sequence."""
+        `history` (faster-whisper's order), the sot sequence, and <|notimestamps|> when
+        decoding without timestamps."""
         before = [*self.hotwords, *history[-PROMPT_MAX:]]
-        return ([self.special.sot_prev, *before] if before else []) + list(self.sot_sequence)
+        prompt = ([self.special.sot_prev, *before] if before else []) + list(self.sot_sequence)
+        return prompt if self.timestamps else [*prompt, self.special.no_timestamps]
+
+    def sot_index(self, prompt: list[int]) -> int:
+        """Where <|startoftranscript|> sits in a prompt made by prompt_for()."""
+        return len(prompt) - len(self.sot_sequence) - (0 if self.timestamps else 1)
 
     def max_new(self, prompt_length: int) -> int:
         """Tokens a window may decode after a prompt of `prompt_length`: half the text
@@ -224,7 +233,7 @@ def _decode_window(
     cross = CrossAttentionStore(plan.cross_spec, rows)
     cross.fill(encoded, plan.decoder_module)
     cache = PolicyCache(plan.self_specs)
-    sot_index = len(prompt) - len(plan.sot_sequence)
+    sot_index = plan.sot_index(prompt)
     max_new = plan.max_new(len(prompt))
     search_started = time.perf_counter()
     if temperature == 0:

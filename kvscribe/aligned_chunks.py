@@ -1,0 +1,106 @@
+"""A batched chunk's decode, timed by alignment, and the segments it gives: written once for
+every engine that decodes speech chunks side by side (backends/ct2_batched.py,
+backends/hf/batched.py).
+
+A chunk is decoded without timestamp tokens (with them the model skips speech between one
+timestamp and the next, docs/long-files.md); its words are timed by cross-attention
+alignment (CTranslate2's `align`, the transformers backend's DTW) on the chunk's own clock,
+tidied, and put back on the original clock through the chunk's time map;
+kvscribe.timed_words cuts them into segments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.chunking import Chunk, ChunkResult
+from kvscribe.decoding import Fallback, unspoken
+from kvscribe.mel import FRAMES_PER_SECOND
+from kvscribe.timed_words import TimedWord, is_anomalous, is_squeezed, split_segments, tidy
+from kvscribe.types import Segment, Word
+
+
+@dataclass(frozen=True)
+class AlignedChunk(ChunkResult):
+    """A chunk's accepted decode (text tokens only), with what fallback and alignment add."""
+
+    temperature: float = 0.0
+    compression_ratio: float = 0.0
+    words: tuple[TimedWord, ...] = ()  # aligned, on the original clock
+
+    def implausible(self) -> bool:
+        """openai-whisper's word anomaly test over the first words (too short to be spoken,
+        too long, or unlikely), or text squeezed past any speaking rate: a tail of a second
+        or two decoded again can come back as a remembered sentence."""
+        return is_anomalous(self.words) or is_squeezed(self.words)
+
+    def stopped_at(self, chunk: Chunk, timestamp_begin: int) -> int | None:
+        """Where the last aligned word ends: the decode has no timestamp to say it."""
+        if not self.words:
+            return None
+        return round(self.words[-1].end * SAMPLE_RATE)
+
+
+def on_original_clock(words: Sequence[TimedWord], chunk: Chunk) -> tuple[TimedWord, ...]:
+    """Words aligned on the chunk's clock (seconds into its decoded audio), tidied, on the
+    original clock (a pause cut out of the chunk shows again as the gap it was)."""
+    tidied = tidy(list(words))
+    spans = (chunk.time_map.word_span(w.start, w.end) for w in tidied)
+    return tuple(
+        replace(w, start=round(a, 3), end=round(b, 3))
+        for w, (a, b) in zip(tidied, spans, strict=True)
+    )
+
+
+def segments_of(
+    chunk: Chunk,
+    index: int,
+    result: AlignedChunk,
+    text: str,
+    first_id: int,
+    fallback: Fallback,
+    with_words: bool,
+) -> list[Segment]:
+    """Chunk number `index`'s segments on the original clock (ids from `first_id`), cut from
+    its aligned words, with the request's silence rule, the decode's scores, temperature and
+    compression ratio, its window start as `seek` and, `with_words`, its words. `text` is
+    the decoded text of `result.tokens`."""
+    if fallback.is_silence(result.no_speech_prob, result.avg_logprob):
+        return []
+    if unspoken(fallback, result.no_speech_prob, result.temperature, text):
+        return []
+    common = {
+        "avg_logprob": result.avg_logprob,
+        "no_speech_prob": result.no_speech_prob,
+        "window": index,
+        "seek": round(chunk.start * FRAMES_PER_SECOND / SAMPLE_RATE),
+        "temperature": result.temperature,
+        "compression_ratio": result.compression_ratio,
+    }
+    if not result.words:  # text without a word to time (punctuation only): the chunk's span
+        if not text.strip():
+            return []
+        end = chunk.end / SAMPLE_RATE
+        return [Segment(first_id, chunk.start_seconds, end, text, tuple(result.tokens), **common)]
+    segments = []
+    for words in split_segments(result.words):
+        if is_squeezed(words):  # text the audio does not hold
+            continue
+        segments.append(
+            Segment(
+                first_id + len(segments),
+                words[0].start,
+                words[-1].end,
+                "".join(word.word for word in words),
+                tuple(token for word in words for token in word.tokens),
+                words=tuple(_word(w) for w in words) if with_words else (),
+                **common,
+            )
+        )
+    return segments
+
+
+def _word(word: TimedWord) -> Word:
+    return Word(word.start, word.end, word.word, word.probability)
