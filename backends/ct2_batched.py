@@ -29,7 +29,7 @@ from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.aligned_chunks import AlignedChunk, on_original_clock
 from kvscribe.audio_stream import Samples
 from kvscribe.chunking import Chunk
-from kvscribe.decoding import Fallback, compression_ratio
+from kvscribe.decoding import Fallback, compression_ratio, per_row
 from kvscribe.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW
 from kvscribe.timed_words import TimedWord
 from kvscribe.types import Segment
@@ -114,35 +114,12 @@ def _with_fallback(plan: BatchSetup, encoded, seconds: list[float]) -> list[Alig
     """faster-whisper's generate_with_fallback, per row of a batch (`seconds`: each row's
     audio, a guide to how long its decode runs)."""
     rows = len(seconds)
-    temperatures = plan.fallback.temperatures or (0.0,)
-    tried: list[list[AlignedChunk]] = [[] for _ in range(rows)]
-    accepted: list[AlignedChunk | None] = [None] * rows
-    pending = list(range(rows))
-    for temperature in temperatures:
+
+    def attempt(pending: list[int], _round: int, temperature: float) -> list[AlignedChunk]:
         subset = encoded if len(pending) == rows else rows_of(encoded, pending)  # rare
-        weights = [seconds[row] for row in pending]
-        for row, result in zip(pending, _generate(plan, subset, weights, temperature), strict=True):
-            tried[row].append(result)
-            if not _needs_fallback(plan.fallback, result):
-                accepted[row] = result
-        pending = [row for row in pending if accepted[row] is None]
-        if not pending:
-            break
-    return [found or _best_failed(plan.fallback, tried[row]) for row, found in enumerate(accepted)]
+        return _generate(plan, subset, [seconds[row] for row in pending], temperature)
 
-
-def _needs_fallback(fallback: Fallback, result: AlignedChunk) -> bool:
-    if fallback.is_silence(result.no_speech_prob, result.avg_logprob):
-        return False  # silence is dropped, not retried
-    return fallback.needs_retry(result.compression_ratio, result.avg_logprob)
-
-
-def _best_failed(fallback: Fallback, tried: list[AlignedChunk]) -> AlignedChunk:
-    """Every temperature failed: the likeliest decode that is not repetitive, else the
-    likeliest (faster-whisper's choice)."""
-    limit = fallback.compression_ratio_threshold
-    fluent = [r for r in tried if limit is None or r.compression_ratio <= limit]
-    return max(fluent or tried, key=lambda r: r.avg_logprob)
+    return per_row(plan.fallback, rows, attempt)
 
 
 def _generate(

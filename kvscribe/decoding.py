@@ -10,12 +10,25 @@ from __future__ import annotations
 
 import itertools
 import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 # Sampling (a fallback's temperatures above 0) is seeded, so the same file and options
 # give the same text run after run.
 SAMPLING_SEED = 14
+
+
+class Attempted(Protocol):
+    """One decode of a window or chunk, as the fallback rule reads it."""
+
+    avg_logprob: float
+    no_speech_prob: float
+    compression_ratio: float
+
+
+A = TypeVar("A", bound=Attempted)
 
 
 @dataclass(frozen=True)
@@ -51,6 +64,22 @@ class Fallback:
             return False
         return self.logprob_threshold is None or avg_logprob < self.logprob_threshold
 
+    def is_final(self, attempt: Attempted) -> bool:
+        """No retry: silence (checked first: a silent window is never retried) or a pass."""
+        if self.is_silence(attempt.no_speech_prob, attempt.avg_logprob):
+            return True
+        return not self.needs_retry(attempt.compression_ratio, attempt.avg_logprob)
+
+    def kept(self, attempts: Sequence[A]) -> A:
+        """The attempt kept: the last one when it is final, else (every temperature failed)
+        the likeliest of those under the compression threshold, or of all (faster-whisper)."""
+        last = attempts[-1]
+        if self.is_final(last):
+            return last
+        limit = self.compression_ratio_threshold
+        readable = [a for a in attempts if limit is None or a.compression_ratio <= limit]
+        return max(readable or attempts, key=lambda a: a.avg_logprob)
+
     def describe(self, repetition_test: str | None = None) -> str:
         """The rule in force, one line for every backend's stats report: "0.0-1.0 step 0.2,
         best of 5, compression > 2.4, logprob < -1.0, no speech > 0.6". An engine whose
@@ -85,6 +114,24 @@ def unspoken(fallback: Fallback, no_speech_prob: float, temperature: float, text
     if fallback.no_speech_threshold is None or no_speech_prob <= fallback.no_speech_threshold:
         return False
     return temperature > 0 or not any(ch.isalnum() for ch in text)
+
+
+def per_row(
+    fallback: Fallback, rows: int, decode: Callable[[list[int], int, float], Sequence[A]]
+) -> list[A]:
+    """Temperature fallback per row of a batch (the batched paths of both engines): every
+    row is decoded at the first temperature, then the rows whose attempt is not final
+    again, together, at each next one; each row keeps Fallback.kept of its attempts.
+    `decode(rows, round, temperature)` gives one attempt per row asked."""
+    tried: list[list[A]] = [[] for _ in range(rows)]
+    pending = list(range(rows))
+    for round_, temperature in enumerate(fallback.temperatures or (0.0,)):
+        for row, attempt in zip(pending, decode(pending, round_, temperature), strict=True):
+            tried[row].append(attempt)
+        pending = [row for row in pending if not fallback.is_final(tried[row][-1])]
+        if not pending:
+            break
+    return [fallback.kept(attempts) for attempts in tried]
 
 
 def _number(value: float) -> str:

@@ -108,10 +108,10 @@ def _attempt(temperature, ratio, logprob, no_speech=0.1):
 def test_silence_is_final_before_the_quality_tests():
     rule = Fallback()
     silent_and_repetitive = _attempt(0.0, 5.0, -1.5, no_speech=0.9)
-    assert fallback.is_final(silent_and_repetitive, rule)
-    assert not fallback.is_final(_attempt(0.0, 5.0, -0.2), rule)
-    assert not fallback.is_final(_attempt(0.0, 1.5, -1.2), rule)
-    assert fallback.is_final(_attempt(0.0, 1.5, -0.2), rule)
+    assert rule.is_final(silent_and_repetitive)
+    assert not rule.is_final(_attempt(0.0, 5.0, -0.2))
+    assert not rule.is_final(_attempt(0.0, 1.5, -1.2))
+    assert rule.is_final(_attempt(0.0, 1.5, -0.2))
 
 
 def test_when_every_temperature_fails_the_likeliest_readable_attempt_is_kept():
@@ -122,9 +122,9 @@ def test_when_every_temperature_fails_the_likeliest_readable_attempt_is_kept():
         _attempt(0.4, 1.7, -1.3),  # kept: the likeliest under the compression threshold
         _attempt(1.0, 1.6, -2.5),
     ]
-    assert fallback.decided(attempts, rule).temperature == 0.4
+    assert rule.kept(attempts).temperature == 0.4
     loops = [_attempt(0.0, 6.0, -0.1), _attempt(0.2, 5.0, -0.3)]
-    assert fallback.decided(loops, rule).temperature == 0.0  # none readable: likeliest
+    assert rule.kept(loops).temperature == 0.0  # none readable: likeliest
     assert fallback.resets_prompt(attempts)  # the last temperature tried was over 0.5
     assert not fallback.resets_prompt(attempts[:3])
 

@@ -22,6 +22,7 @@ import torch
 
 from kvscribe.aligned_chunks import AlignedChunk, on_original_clock
 from kvscribe.chunking import Chunk, ChunkResult
+from kvscribe.decoding import per_row
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
 from kvscribe.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW, HOP
 
@@ -63,31 +64,26 @@ def decode_with_fallback(
     encoded = _encode(plan, mels, stats)
     stats.windows += len(chunks)
     frames = [chunk.start // HOP for chunk in chunks]
-    attempts: list[list[fallback.Attempt]] = [[] for _ in chunks]
-    pending = list(range(len(chunks)))
-    for index, temperature in enumerate(fallback.temperatures(plan.fallback)):
-        if not pending:
-            break
-        stats.fallback_attempts += len(pending) if index else 0
-        generators = [fallback.generator(plan.setup.device, frames[c], index) for c in pending]
+
+    def attempt(pending: list[int], round_: int, temperature: float) -> list[fallback.Attempt]:
+        stats.fallback_attempts += len(pending) if round_ else 0
+        generators = [fallback.generator(plan.setup.device, frames[c], round_) for c in pending]
         selected = encoded[pending] if len(pending) < len(chunks) else encoded
         results = _decode_at(plan, selected, prompt, stats, temperature, generators)
-        for chunk, result in zip(pending, results, strict=True):
-            text = decode_text([t for t in result.tokens if t < plan.special.eot])
-            attempts[chunk].append(
-                fallback.attempt_of(
-                    result.tokens, result.avg_logprob, result.no_speech_prob, temperature, text
-                )
+        return [
+            fallback.attempt_of(
+                r.tokens,
+                r.avg_logprob,
+                r.no_speech_prob,
+                temperature,
+                decode_text([t for t in r.tokens if t < plan.special.eot]),
             )
-        pending = [c for c in pending if not fallback.is_final(attempts[c][-1], plan.fallback)]
+            for r in results
+        ]
+
+    kept = per_row(plan.fallback, len(chunks), attempt)
     return [
-        _chunk_decode(
-            plan,
-            chunk,
-            encoded[i : i + 1],
-            fallback.decided(attempts[i], plan.fallback),
-            decode_text,
-        )
+        _chunk_decode(plan, chunk, encoded[i : i + 1], kept[i], decode_text)
         for i, chunk in enumerate(chunks)
     ]
 

@@ -3,8 +3,9 @@
 The rule is faster-whisper's generate_with_fallback (openai-whisper's, plus its pick when
 every temperature fails): decode at each temperature in turn until a decode passes the
 quality tests (kvscribe.decoding.Fallback.needs_retry) or is silence; when all fail, keep
-the likeliest decode among those that are not repetitive. The sequential and the batched
-paths both decide with `decided`.
+the likeliest decode among those that are not repetitive. The rule itself is
+kvscribe.decoding's (Fallback.is_final, Fallback.kept; per row of a batch: per_row), the
+same for every engine kvscribe steps or batches; here are the attempts and their seeds.
 """
 
 from __future__ import annotations
@@ -43,24 +44,6 @@ def attempt_of(
     (text tokens only, stripped)."""
     ratio = compression_ratio(text.strip())
     return Attempt(tokens, avg_logprob, no_speech_prob, temperature, ratio)
-
-
-def is_final(attempt: Attempt, fallback: Fallback) -> bool:
-    """No retry: silence (checked first: a silent window is never retried) or a pass."""
-    if fallback.is_silence(attempt.no_speech_prob, attempt.avg_logprob):
-        return True
-    return not fallback.needs_retry(attempt.compression_ratio, attempt.avg_logprob)
-
-
-def decided(attempts: Sequence[Attempt], fallback: Fallback) -> Attempt:
-    """The attempt kept: the last one when it is final, else (every temperature failed) the
-    likeliest of those under the compression threshold, or of all (faster-whisper)."""
-    last = attempts[-1]
-    if is_final(last, fallback):
-        return last
-    threshold = fallback.compression_ratio_threshold
-    readable = [a for a in attempts if threshold is None or a.compression_ratio <= threshold]
-    return max(readable or attempts, key=lambda a: a.avg_logprob)
 
 
 def temperatures(fallback: Fallback) -> tuple[float, ...]:

@@ -124,7 +124,7 @@ def transcribe(
         window = stats.windows
         stats.windows += 1
         attempts = _decode_with_fallback(plan, encoded, history, stats, decode_text, seek)
-        kept = fallback.decided(attempts, plan.fallback)
+        kept = plan.fallback.kept(attempts)
         if plan.fallback.is_silence(kept.no_speech_prob, kept.avg_logprob):
             seek += window_frames  # silence: nothing to say here
             continue
@@ -214,7 +214,7 @@ def _decode_with_fallback(
                 result.tokens, result.avg_logprob, result.no_speech_prob, temperature, text
             )
         )
-        if fallback.is_final(attempts[-1], plan.fallback):
+        if plan.fallback.is_final(attempts[-1]):
             break
     return attempts
 
