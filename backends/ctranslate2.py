@@ -32,6 +32,7 @@ from kvscribe.backends.ct2_silence import (
     to_decode,
 )
 
+from kvscribe.aligned_chunks import decoded_segments
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples, hold_history
 from kvscribe.chunking import (
@@ -39,7 +40,6 @@ from kvscribe.chunking import (
     FILE_VAD,
     MAX_SECONDS,
     ChunkRules,
-    decode_chunks,
     speech_chunks,
 )
 from kvscribe.decoding import SAMPLING_SEED, Fallback, VadFilter, unspoken
@@ -187,18 +187,15 @@ class CTranslate2Backend(Backend):
 
         def stream() -> Iterator[Segment]:
             windows = _WindowCounter(self.dims, conditioned=False)
-            next_id = 0
-            decoded = decode_chunks(
+            yield from decoded_segments(
                 chunks,
                 batch,
                 lambda group: ct2_batched.decode_group(plan, audio, group),
-                tokenizer.timestamp_begin,
+                tokenizer.decode,
+                plan.fallback,
+                plan.word_timestamps,
+                seen=lambda result: windows.add_chunk(len(result.tokens)),
             )
-            for calls, (index, chunk, result) in enumerate(decoded):
-                windows.add(calls, len(result.tokens))
-                for segment in ct2_batched.segments_of(plan, chunk, index, result, next_id):
-                    next_id += 1
-                    yield segment
             windows.finish()
             report.tokens, report.windows = windows.decoded, windows.count
             report.kv_self_peak_bytes = estimate.self_attention_bytes(
@@ -344,6 +341,10 @@ class _WindowCounter:
             self.count += 1
         self._window_tokens += tokens
         self.decoded += tokens
+
+    def add_chunk(self, tokens: int) -> None:
+        """A batched chunk's decode: a window of its own."""
+        self.add(self.count, tokens)
 
     def _close_window(self) -> None:
         if self._seek is None:

@@ -258,7 +258,6 @@ class TransformersBackend(Backend):
         from kvscribe.backends.hf import batched, longform
 
         from kvscribe import aligned_chunks
-        from kvscribe.chunking import decode_chunks
 
         stats = longform.WindowStats()
         prompt = batched.full_prompt(plan, self._prompt_tokens(request))
@@ -267,15 +266,9 @@ class TransformersBackend(Backend):
             mels = [self._chunk_mel(chunk.samples(audio)) for chunk in group]
             return batched.decode_with_fallback(plan, group, mels, prompt, stats, self._text)
 
-        next_id = 0
-        decoded = decode_chunks(chunks, batch, decode_group, self.special.timestamp_begin)
-        for index, chunk, result in decoded:
-            text = self._text(list(result.tokens))
-            segments = aligned_chunks.segments_of(
-                chunk, index, result, text, next_id, plan.fallback, request.word_timestamps
-            )
-            next_id += len(segments)
-            yield from segments
+        yield from aligned_chunks.decoded_segments(
+            chunks, batch, decode_group, self._text, plan.fallback, request.word_timestamps
+        )
         stats.fill(report)
 
     def _stream(self, plan, mel, report: DecoderReport, prompt: list[int]):

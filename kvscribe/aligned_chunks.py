@@ -11,11 +11,11 @@ kvscribe.timed_words cuts them into segments.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.chunking import Chunk, ChunkResult
+from kvscribe.chunking import Chunk, ChunkResult, decode_chunks
 from kvscribe.decoding import Fallback, unspoken
 from kvscribe.mel import FRAMES_PER_SECOND
 from kvscribe.timed_words import TimedWord, is_anomalous, is_squeezed, split_segments, tidy
@@ -36,7 +36,7 @@ class AlignedChunk(ChunkResult):
         or two decoded again can come back as a remembered sentence."""
         return is_anomalous(self.words) or is_squeezed(self.words)
 
-    def stopped_at(self, chunk: Chunk, timestamp_begin: int) -> int | None:
+    def stopped_at(self, chunk: Chunk) -> int | None:
         """Where the last aligned word ends: the decode has no timestamp to say it."""
         if not self.words:
             return None
@@ -52,6 +52,28 @@ def on_original_clock(words: Sequence[TimedWord], chunk: Chunk) -> tuple[TimedWo
         replace(w, start=round(a, 3), end=round(b, 3))
         for w, (a, b) in zip(tidied, spans, strict=True)
     )
+
+
+def decoded_segments(
+    chunks: list[Chunk],
+    batch: int,
+    decode_group: Callable[[list[Chunk]], list[AlignedChunk]],
+    text_of: Callable[[list[int]], str],
+    fallback: Fallback,
+    with_words: bool,
+    seen: Callable[[AlignedChunk], None] = lambda result: None,
+) -> Iterator[Segment]:
+    """The batched driver of both engines: `chunks` decoded `batch` at a time (`decode_group`:
+    the engine's encode, decode with per-row fallback, and alignment; unfinished tails are
+    decoded again, kvscribe.chunking.decode_chunks), their segments in time order with ids
+    from 0. `seen` hears every decode kept (a tail's too) before its segments."""
+    next_id = 0
+    for index, chunk, result in decode_chunks(chunks, batch, decode_group):
+        seen(result)
+        text = text_of(list(result.tokens))
+        segments = segments_of(chunk, index, result, text, next_id, fallback, with_words)
+        next_id += len(segments)
+        yield from segments
 
 
 def segments_of(

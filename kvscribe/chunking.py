@@ -107,16 +107,16 @@ def speech_probabilities(audio: Samples) -> np.ndarray:
     return np.concatenate(found) if found else np.zeros(0, dtype=np.float32)
 
 
-def unfinished(chunk: Chunk, result: ChunkResult, timestamp_begin: int) -> Chunk | None:
+def unfinished(chunk: Chunk, result: ChunkResult) -> Chunk | None:
     """The part of `chunk` after the decoder stopped, when speech goes on there.
 
-    Whisper sometimes ends a window early (with timestamps, most often when its last
-    words sit close to the window's end; without, when a new voice or topic starts
-    mid-window); a sequential decoder seeks there and decodes again, and so must a
-    chunk, or those words are lost."""
-    if not result.tokens or is_silence(result.no_speech_prob, result.avg_logprob):
+    Whisper sometimes ends a window early (without timestamps, when a new voice or topic
+    starts mid-window); a sequential decoder seeks there and decodes again, and so must a
+    chunk, or those words are lost. A chunk the request's silence rule judged silent has
+    no text, so nothing of it is decoded again."""
+    if not result.tokens:
         return None
-    stopped = result.stopped_at(chunk, timestamp_begin)
+    stopped = result.stopped_at(chunk)
     if stopped is None or chunk.speech_end - stopped < MIN_UNFINISHED * SAMPLE_RATE:
         return None
     return chunk.after(stopped)
@@ -126,24 +126,23 @@ def decode_chunks(
     chunks: list[Chunk],
     batch: int,
     decode_group: Callable[[list[Chunk]], list[ChunkResult]],
-    timestamp_begin: int,
 ) -> Iterator[tuple[int, Chunk, ChunkResult]]:
     """(chunk number, chunk, result) in time order, `batch` chunks per decoder call; the
     unfinished parts of a group are decoded (together, again while the decoder stops
     early, each round on a shorter tail) before the group is yielded."""
     for first in range(0, len(chunks), batch):
         group = chunks[first : first + batch]
-        decoded = _with_tails(group, decode_group(group), decode_group, timestamp_begin)
+        decoded = _with_tails(group, decode_group(group), decode_group)
         for offset, pieces in enumerate(decoded):
             for chunk, result in pieces:
                 yield first + offset, chunk, result
 
 
-def _with_tails(group, results, decode_group, timestamp_begin) -> list[list[tuple]]:
+def _with_tails(group, results, decode_group) -> list[list[tuple]]:
     """Per chunk of `group`: its (chunk, result) pieces, the tails decoded again included."""
     decoded = [[(chunk, result)] for chunk, result in zip(group, results, strict=True)]
     for _ in range(MAX_TAIL_ROUNDS):
-        tails = [(i, unfinished(*pieces[-1], timestamp_begin)) for i, pieces in enumerate(decoded)]
+        tails = [(i, unfinished(*pieces[-1])) for i, pieces in enumerate(decoded)]
         tails = [(i, tail) for i, tail in tails if tail is not None]
         if not tails:
             break
@@ -225,17 +224,13 @@ def _split_long(begin: int, end: int, probabilities: np.ndarray, limit: int):
     yield begin, end
 
 
-# -- from a chunk's decoded tokens to segments on the original clock ----------------------
-
-SECONDS_PER_TIMESTAMP = 0.02
-NO_SPEECH_THRESHOLD = 0.6  # with LOGPROB_THRESHOLD: openai-whisper's rule for a silent window
-LOGPROB_THRESHOLD = -1.0
+# -- what a chunk's decode says ----------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ChunkResult:
-    """What the decoder made of one chunk: sampled tokens (timestamps included, end-of-text
-    excluded) and the window scores openai-whisper's silence rule reads."""
+    """What the decoder made of one chunk: its text tokens (end-of-text excluded) and the
+    window scores openai-whisper's silence rule reads."""
 
     tokens: list[int]
     avg_logprob: float
@@ -246,14 +241,8 @@ class ChunkResult:
         how its words fall in time can tell)."""
         return False
 
-    def stopped_at(self, chunk: Chunk, timestamp_begin: int) -> int | None:
-        """The sample (original clock) where the decoded text ends, None when it ran to the
-        chunk's end: its closing timestamp (a decode without timestamps says so itself)."""
-        if self.tokens[-1] < timestamp_begin:  # text ran to the chunk's end
-            return None
-        seconds = (self.tokens[-1] - timestamp_begin) * SECONDS_PER_TIMESTAMP
-        return chunk.start + round(seconds * SAMPLE_RATE)
-
-
-def is_silence(no_speech_prob: float, avg_logprob: float) -> bool:
-    return no_speech_prob > NO_SPEECH_THRESHOLD and avg_logprob < LOGPROB_THRESHOLD
+    def stopped_at(self, chunk: Chunk) -> int | None:
+        """The sample (original clock) where the decoded text ends; None when it ran to the
+        chunk's end or cannot tell (kvscribe.aligned_chunks.AlignedChunk can: its last
+        aligned word)."""
+        return None

@@ -11,17 +11,18 @@ import numpy as np
 import pytest
 from kvscribe.backends.base import DecodeRequest
 
+from kvscribe.aligned_chunks import AlignedChunk
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.capacity import usable_cores
 from kvscribe.chunking import (
     Chunk,
-    ChunkResult,
     ChunkRules,
     join_regions,
     speech_chunks,
     unfinished,
 )
 from kvscribe.live.vad import WINDOW
+from kvscribe.timed_words import TimedWord
 from tests import loaded
 from tests.conftest import EVAL_DIR, SAMPLE, pooled_wer, run_cli
 from tests.media import paused_clip
@@ -35,7 +36,6 @@ PAUSED_FROM = [
     "ps_cards_001.wav",
     "audioeval_kokoro_en_quick_brown_fox.wav",
 ]
-TS = 50364  # tiny.en's <|0.00|>; every later timestamp is 0.02 s more
 
 
 @pytest.fixture(scope="module")
@@ -91,14 +91,18 @@ def test_a_region_longer_than_a_window_is_cut_at_its_quietest_point():
 
 
 def test_a_chunk_the_decoder_left_early_is_decoded_again_from_where_it_stopped():
+    """Where the last aligned word ends (1.0 s + 21.4 s here) the rest of the chunk is
+    decoded again, unless less than a second of its speech is left, or it said nothing."""
     chunk = Chunk(16_000, 16_000 + 27 * SAMPLE_RATE, speech_end=16_000 + 26 * SAMPLE_RATE)
-    stopped = ChunkResult([TS, 400, TS + 1070, TS + 1070], -0.2, 0.01)  # stopped at 21.40 s
-    tail = unfinished(chunk, stopped, TS)
+
+    def decoded(last_word_end: float, tokens=(400,)) -> AlignedChunk:
+        word = TimedWord(last_word_end - 0.4, last_word_end, " word", 0.9, tuple(tokens))
+        return AlignedChunk(list(tokens), -0.2, 0.01, words=(word,) if tokens else ())
+
+    tail = unfinished(chunk, decoded(22.4))
     assert tail == Chunk(16_000 + round(21.4 * SAMPLE_RATE), chunk.end, chunk.speech_end)
-    done = ChunkResult([TS, 400, TS + 1280], -0.2, 0.01)  # 25.6 s: less than 1 s of speech left
-    assert unfinished(chunk, done, TS) is None
-    silent = ChunkResult([TS, 400, TS + 100], -1.5, 0.9)
-    assert unfinished(chunk, silent, TS) is None
+    assert unfinished(chunk, decoded(26.6)) is None  # less than 1 s of speech left
+    assert unfinished(chunk, decoded(5.0, tokens=())) is None  # silence: no text
 
 
 # -- backends ---------------------------------------------------------------------------
