@@ -58,9 +58,10 @@ def decode_with_fallback(
     stats: WindowStats,
     decode_text: Callable[[list[int]], str],
 ) -> list[AlignedChunk]:
-    """Decode `chunks` (their 30 s log-mels `mels`) together under the plan's fallback rule:
-    each temperature in turn for the chunks still failing, then each chunk's kept attempt
-    cut into pieces (with words when asked for, from the encoder output already computed)."""
+    """Decode `chunks` (their 30 s log-mels `mels`) together under the plan's fallback rule
+    (kvscribe.decoding.per_row: each temperature in turn for the chunks still failing),
+    then each chunk's kept attempt with its words aligned from the encoder output already
+    computed."""
     encoded = _encode(plan, mels, stats)
     stats.windows += len(chunks)
     frames = [chunk.start // HOP for chunk in chunks]
