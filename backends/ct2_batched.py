@@ -24,7 +24,6 @@ import numpy as np
 from kvscribe.backends.base import DecodeRequest
 from kvscribe.backends.ct2_replicas import Replicas, rows_of
 
-from kvscribe import aligned_chunks
 from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.aligned_chunks import AlignedChunk, on_original_clock
 from kvscribe.audio_stream import Samples
@@ -32,7 +31,6 @@ from kvscribe.chunking import Chunk
 from kvscribe.decoding import Fallback, compression_ratio, per_row
 from kvscribe.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW
 from kvscribe.timed_words import TimedWord
-from kvscribe.types import Segment
 
 MEDIAN_FILTER_WIDTH = 7  # openai-whisper's smoothing of the alignment heads' weights
 
@@ -228,17 +226,4 @@ def _timed(word: dict) -> TimedWord:
         word["word"],
         float(word["probability"]),
         tuple(word["tokens"]),
-    )
-
-
-# -- segments ---------------------------------------------------------------------------
-
-
-def segments_of(
-    plan: BatchSetup, chunk: Chunk, index: int, result: AlignedChunk, first_id: int
-) -> list[Segment]:
-    """The chunk's segments on the original clock (kvscribe.aligned_chunks)."""
-    text = plan.tokenizer.decode(result.tokens)
-    return aligned_chunks.segments_of(
-        chunk, index, result, text, first_id, plan.fallback, plan.word_timestamps
     )
