@@ -23,7 +23,7 @@ from kvscribe.chunking import (
 )
 from kvscribe.live.vad import WINDOW
 from kvscribe.timed_words import TimedWord
-from tests import loaded
+from tests import loaded, media
 from tests.conftest import EVAL_DIR, SAMPLE, pooled_wer, run_cli
 from tests.media import paused_clip
 
@@ -215,7 +215,9 @@ def test_batch_size_flag_reaches_the_stats_and_short_audio_stays_sequential(tmp_
 def test_batch_size_reaches_the_stats_on_long_audio(tmp_path, monkeypatch, batch):
     monkeypatch.setenv("COLUMNS", "200")  # one line per stats row
     stats = tmp_path / "stats.json"
-    result = run_cli(LONG_FORM, "--batch-size", str(batch), "-f", "txt", "--stats-json", stats)
+    head = tmp_path / "head.wav"  # 70 s: more than one window, so batch 8 batches
+    media.write_wav(head, load_audio(LONG_FORM)[: 70 * SAMPLE_RATE])
+    result = run_cli(head, "--batch-size", str(batch), "-f", "txt", "--stats-json", stats)
     assert result.code == 0, result.stderr
     figures = json.loads(stats.read_text())
     assert figures["files"][0]["batch_size"] == figures["kv_batch_size"] == batch

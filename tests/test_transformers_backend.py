@@ -13,16 +13,35 @@ pytest.importorskip("transformers")
 from kvscribe.backends.base import DecodeRequest  # noqa: E402
 
 from kvscribe import models, profile  # noqa: E402
-from kvscribe.audio import load_audio  # noqa: E402
+from kvscribe.audio import SAMPLE_RATE, load_audio  # noqa: E402
 from kvscribe.models.embedded import EMBEDDED  # noqa: E402
 from tests import loaded  # noqa: E402
-from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, pooled_wer, run_cli, wer  # noqa: E402
+from tests.conftest import (  # noqa: E402
+    EVAL_DIR,
+    LONG_FORM_HEAD,
+    SAMPLE,
+    SAMPLE_TEXT,
+    pooled_wer,
+    run_cli,
+    wer,
+)
 
 pytestmark = [pytest.mark.transformers, pytest.mark.eval]
 
 CLIPS = sorted(EVAL_DIR.glob("*.wav"))
 LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"
 MODELS = ["tiny.en"] + (["base"] if EMBEDDED["base"].installed() else [])
+
+
+@functools.cache
+def _clip(path) -> tuple[np.ndarray, str]:
+    """A clip's samples and reference text; of the long-form clip its first 96.5 s (four
+    chunks decoded together, several windows in sequence) at half the decoding time."""
+    samples, text = load_audio(path), path.with_suffix(".txt").read_text(encoding="utf-8")
+    if path != LONG_FORM:
+        return samples, text
+    seconds, last_words = LONG_FORM_HEAD
+    return samples[: int(seconds * SAMPLE_RATE)], text[: text.index(last_words) + len(last_words)]
 
 
 def _features(samples: np.ndarray, n_mels: int) -> np.ndarray:
@@ -118,7 +137,7 @@ def _results(profile_name: str, kv_self: str | None = None, kv_cross: str | None
     backend = _backend(profile_name, kv_self, kv_cross)
     results = {}
     for clip in CLIPS:
-        run = backend.transcribe(load_audio(clip), DecodeRequest())
+        run = backend.transcribe(_clip(clip)[0], DecodeRequest())
         segments = list(run.segments)
         results[clip.name] = (
             [t for s in segments for t in s.tokens],
@@ -148,23 +167,20 @@ def test_half_layers_give_the_whole_cache_s_tokens_on_every_clip():
 @pytest.mark.slow
 def test_every_profile_transcribes_every_clip_with_bounded_wer(name):
     results = _results(name)
-    pairs = [
-        (clip.with_suffix(".txt").read_text(encoding="utf-8"), results[clip.name][1])
-        for clip in CLIPS
-    ]
+    pairs = [(_clip(clip)[1], results[clip.name][1]) for clip in CLIPS]
     assert len(results) == len(CLIPS) and pooled_wer(pairs) <= 0.10
 
 
 @pytest.mark.slow
 def test_tiny_vram_window_holds_at_most_half_the_full_cache_on_long_form():
     report = _results("tiny-vram")[LONG_FORM.name][2]
-    assert report.windows >= 6 and not report.kv_estimated
+    assert report.windows >= 4 and not report.kv_estimated
     assert report.kv_self_peak_bytes <= 0.5 * report.kv_self_full_bytes
 
 
 @pytest.mark.slow
 def test_q8_0_holds_at_most_28_percent_of_an_fp32_cache():
-    run = _backend("no-loss", kv_self="q8_0").transcribe(load_audio(LONG_FORM), DecodeRequest())
+    run = _backend("no-loss", kv_self="q8_0").transcribe(_clip(LONG_FORM)[0], DecodeRequest())
     list(run.segments)
     assert run.report.kv_self_peak_bytes <= 0.28 * run.report.kv_self_full_bytes
 

@@ -79,7 +79,8 @@ def test_sequential_path_on_a_streamed_file_equals_the_whole_file(
     """Also: no call of the front end sees more than one 30 s window of samples, and the
     stream is never turned into one array (StreamedAudio refuses np.asarray)."""
     backend = _backend()
-    request = DecodeRequest(batch_size=1, word_timestamps=words)
+    # Greedy: the stream against the array is the question, and beams would triple the time.
+    request = DecodeRequest(beam_size=1, batch_size=1, word_timestamps=words)
     streamed = open_streamed(long_form_head, hold_seconds=0)
     streamed.history = 30 * SAMPLE_RATE  # less than the head, as 60 s is of a long file
     sizes = _front_end_calls(monkeypatch)
@@ -169,7 +170,7 @@ def test_language_detected_on_a_streamed_file_equals_the_array(tmp_path, batch_s
     path = tmp_path / "paused.wav"
     paused_clip(SHORT_CLIPS, 1.0, path)  # 45 s: batched when asked
     backend = _backend("tiny-vram", "base")
-    request = DecodeRequest(batch_size=batch_size)
+    request = DecodeRequest(beam_size=1, batch_size=batch_size)  # greedy: detection is asked
     got, language, _ = _segments(backend, open_streamed(path, hold_seconds=0), request)
     want, want_language, _ = _segments(backend, load_audio(path), request)
     assert language == want_language and language[0] == "en" and language[1] > 0.5
