@@ -280,7 +280,7 @@ def test_live_tiny_vram_on_ctranslate2_lists_what_it_cannot_honour(tmp_path):
     path = tmp_path / "stats.json"
     result = run_cli(
         "mic", "--live", "--input", SAMPLE, "--as-fast-as-possible", "--profile", "tiny-vram",
-        "--stats-json", path,
+        "--step", "4", "--stats-json", path,
     )  # fmt: skip
     assert result.code == 0, result.stderr
     report = json.loads(path.read_text())

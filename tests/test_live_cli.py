@@ -66,8 +66,8 @@ def test_replayed_file_commits_text_close_to_offline(tmp_path):
 @pytest.mark.slow
 def test_pcm_from_a_pipe_gives_the_same_text_as_the_file():
     samples = audio.load_audio(SAMPLE)
-    piped = _live("--input", "-", "-q", stdin=_pcm(samples))
-    replayed = _live("--input", SAMPLE, "--as-fast-as-possible", "-q")
+    piped = _live("--input", "-", "-q", "--step", "4", stdin=_pcm(samples))  # fewer decodes
+    replayed = _live("--input", SAMPLE, "--as-fast-as-possible", "-q", "--step", "4")
     assert piped.returncode == replayed.returncode == 0, piped.stderr
     assert piped.stdout.strip() and piped.stderr == b""  # -q: committed lines only
     reference = SAMPLE.with_suffix(".txt").read_text(encoding="utf-8")
@@ -224,8 +224,9 @@ def test_mic_decodes_with_the_fallback_flags_a_file_run_takes(tmp_path):
     flags += ("--logprob-threshold", "-0.8", "--no-speech-threshold", "0.5")
     live_stats, file_stats = tmp_path / "live.json", tmp_path / "file.json"
     done = _live(
-        "--input", SAMPLE, "--as-fast-as-possible", "-q", *flags, "--stats-json", live_stats
-    )
+        "--input", SAMPLE, "--as-fast-as-possible", "-q", "--step", "4", *flags,
+        "--stats-json", live_stats,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     ran = run_cli(SAMPLE, "-q", *flags, "--stats-json", file_stats)
     assert ran.code == 0, ran.stderr
@@ -246,7 +247,7 @@ def test_a_bad_decoding_flag_on_mic_is_a_one_line_usage_error():
 def test_mic_honours_the_optional_decoding_flags_a_file_run_takes(tmp_path):
     """--max-new-tokens caps every live decode as it caps a file's windows; the stats
     list nothing as not honoured."""
-    args = ("--input", SAMPLE, "--as-fast-as-possible", "-q")
+    args = ("--input", SAMPLE, "--as-fast-as-possible", "-q", "--step", "4")  # fewer decodes
     stats = tmp_path / "stats.json"
     cut = _live(*args, "--max-new-tokens", "3", "--hotwords", "Kennedy", "--stats-json", stats)
     assert cut.returncode == 0, cut.stderr
