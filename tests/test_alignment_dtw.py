@@ -53,9 +53,16 @@ def test_dtw_follows_a_planted_diagonal_band():
     assert starts.tolist() == [0, 3, 6, 9]
 
 
-def test_median_filter_is_a_reflect_padded_sliding_median():
-    x = torch.from_numpy(np.random.default_rng(7).normal(size=(3, 5, 40)))
-    padded = np.pad(x.numpy(), ((0, 0), (0, 0), (3, 3)), mode="reflect")
-    expected = np.stack([np.median(padded[..., k : k + 7], axis=-1) for k in range(40)], -1)
-    assert np.allclose(median_filter(x, 7).numpy(), expected)
-    assert torch.equal(median_filter(x[..., :3], 7), x[..., :3])  # too short to pad: unchanged
+@pytest.mark.parametrize("width", [3, 5, 7, 9])
+@pytest.mark.parametrize("values", ["normal", "ties"])
+def test_median_filter_is_a_reflect_padded_sliding_median(width, values):
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(3, 5, 40)) if values == "normal" else rng.integers(0, 3, (3, 5, 40))
+    x = torch.from_numpy(x.astype(np.float64))
+    pad = width // 2
+    padded = np.pad(x.numpy(), ((0, 0), (0, 0), (pad, pad)), mode="reflect")
+    windows = [padded[..., k : k + width] for k in range(40)]
+    expected = np.stack([np.median(window, axis=-1) for window in windows], -1)
+    assert np.array_equal(median_filter(x, width).numpy(), expected)
+    short = x[..., :pad]  # too short to pad: unchanged
+    assert torch.equal(median_filter(short, width), short)

@@ -191,6 +191,26 @@ def test_shared_cross_attention_holds_one_copy_per_beam_count_of_one():
     assert sizes == {"full": 5 * one_copy, "shared": one_copy, "shared,q8_0": one_copy * 8.5 / 32}
 
 
+@pytest.mark.parametrize("text", ["full", "shared"])
+def test_one_chunk_of_a_store_is_its_fill_alone_without_a_copy(text):
+    """What word alignment reads after a batched decode: chunk 1 of 3, as if projected
+    alone, held in the batch's own storage."""
+    torch.manual_seed(0)
+    decoder = _Decoder(2).eval()
+    encoded = torch.randn(3, 1500, HEADS * DIM)
+    store = CrossAttentionStore(parse_cross(text), beams=5)
+    store.fill(encoded, decoder)
+    alone = CrossAttentionStore(CrossSpec(), 1)
+    alone.fill(encoded[1:2], decoder)
+    one = store.one_chunk(1)
+    for layer in range(2):
+        for got, want in zip(one.get(layer), alone.get(layer), strict=True):
+            assert got.shape == want.shape and torch.allclose(got, want, atol=1e-5)
+    assert one.held_bytes == store.held_bytes  # views: the batch's storage, counted once
+    with pytest.raises(ValueError, match="quantized"):
+        CrossAttentionStore(parse_cross("shared,q8_0"), 1).one_chunk(0)
+
+
 def test_cross_spec_parsing():
     assert parse_cross("shared,q8_0") == CrossSpec(shared=True, quant="q8_0")
     assert parse_cross("full") == CrossSpec()

@@ -15,7 +15,7 @@ its cross-attention copy from the store, so it stops costing compute and memory.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -24,6 +24,7 @@ from kvscribe.aligned_chunks import AlignedChunk, on_original_clock
 from kvscribe.chunking import Chunk, ChunkResult
 from kvscribe.decoding import per_row
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
+from kvscribe.kvcache.storage import held_bytes
 from kvscribe.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW, HOP
 
 from . import fallback
@@ -65,12 +66,21 @@ def decode_with_fallback(
     encoded = _encode(plan, mels, stats)
     stats.windows += len(chunks)
     frames = [chunk.start // HOP for chunk in chunks]
+    aligned: list[CrossAttentionStore | None] = [None] * len(chunks)
 
     def attempt(pending: list[int], round_: int, temperature: float) -> list[fallback.Attempt]:
         stats.fallback_attempts += len(pending) if round_ else 0
         generators = [fallback.generator(plan.setup.device, frames[c], round_) for c in pending]
         selected = encoded[pending] if len(pending) < len(chunks) else encoded
-        results = _decode_at(plan, selected, prompt, stats, temperature, generators)
+        cross = None
+        if round_ == 0 and not plan.cross_spec.quant:
+            # Round 0 decodes every chunk: alignment reads the K/V it projects (a quantized
+            # store does not keep them, so the aligner then projects its own).
+            cross = _filled(plan, encoded, _copies(plan, temperature), stats)
+            aligned[:] = [cross.one_chunk(index) for index in range(len(chunks))]
+        elif round_ > 0:  # the K/V kept for alignment are held while this round decodes
+            cross = _filled(plan, selected, _copies(plan, temperature), stats, aligned)
+        results = _decode_at(plan, selected, prompt, stats, temperature, generators, cross)
         return [
             fallback.attempt_of(
                 r.tokens,
@@ -84,9 +94,31 @@ def decode_with_fallback(
 
     kept = per_row(plan.fallback, len(chunks), attempt)
     return [
-        _chunk_decode(plan, chunk, encoded[i : i + 1], kept[i], decode_text)
+        _chunk_decode(plan, chunk, encoded[i : i + 1], kept[i], decode_text, aligned[i])
         for i, chunk in enumerate(chunks)
     ]
+
+
+def _copies(plan: WindowPlan, temperature: float) -> int:
+    """Rows per chunk in a search at `temperature`: its beams, or best_of samples."""
+    return plan.beams if temperature == 0 else plan.fallback.best_of
+
+
+def _filled(
+    plan: WindowPlan,
+    encoded: torch.Tensor,
+    copies: int,
+    stats: WindowStats,
+    alive: Sequence[CrossAttentionStore | None] = (),
+) -> CrossAttentionStore:
+    """The cross-attention store of `encoded` (`copies` per chunk unless shared); the
+    stats count its bytes with those of the `alive` stores held beside it."""
+    cross = CrossAttentionStore(plan.cross_spec, copies)
+    cross.fill(encoded, plan.decoder_module)
+    stores = [cross, *(store for store in alive if store is not None)]
+    held = held_bytes(tensor for store in stores for tensor in store.tensors())
+    stats.cross_bytes = max(stats.cross_bytes, held)
+    return cross
 
 
 def _decode_at(
@@ -96,14 +128,14 @@ def _decode_at(
     stats: WindowStats,
     temperature: float,
     generators: list[torch.Generator],
+    cross: CrossAttentionStore | None = None,
 ) -> list:
     """One attempt for every chunk of `encoded`: beam search at temperature 0, else
-    sampling (results with tokens, avg_logprob and no_speech_prob either way)."""
+    sampling (results with tokens, avg_logprob and no_speech_prob either way). `cross`:
+    the store already filled for these chunks and this search, if there is one."""
     if temperature == 0:
-        return _beam_batch(plan, encoded, prompt, stats)
-    cross = CrossAttentionStore(plan.cross_spec, plan.fallback.best_of)
-    cross.fill(encoded, plan.decoder_module)
-    stats.cross_bytes = max(stats.cross_bytes, cross.held_bytes)
+        return _beam_batch(plan, encoded, prompt, stats, cross=cross)
+    cross = cross or _filled(plan, encoded, _copies(plan, temperature), stats)
     cache = PolicyCache(plan.self_specs)
     sot_index = plan.sot_index(prompt)
     max_new = plan.max_new(len(prompt))
@@ -127,6 +159,7 @@ def _chunk_decode(
     encoded: torch.Tensor,
     kept: fallback.Attempt,
     decode_text: Callable[[list[int]], str],
+    cross: CrossAttentionStore | None,
 ) -> AlignedChunk:
     """The kept attempt as chunking and the segments need it: silence has no tokens; speech
     has its words timed from the chunk's encoder output (no aligner in this install: none,
@@ -140,6 +173,7 @@ def _chunk_decode(
             tokens,
             min(round(chunk.seconds * FRAMES_PER_SECOND), FRAMES_PER_WINDOW),
             sot_sequence=plan.sot_sequence,
+            cross=cross,
         )
     return AlignedChunk(
         tokens,
@@ -183,12 +217,12 @@ def _beam_batch(
     prompt: list[int],
     stats: WindowStats,
     compact: bool = True,
+    cross: CrossAttentionStore | None = None,
 ) -> list[ChunkResult]:
-    """Beam search (greedy at beam 1) for every chunk of `encoded` [chunks, frames, d]."""
+    """Beam search (greedy at beam 1) for every chunk of `encoded` [chunks, frames, d];
+    `cross`, if given, is its store already filled (`plan.beams` copies unless shared)."""
     setup = plan.setup
-    cross = CrossAttentionStore(plan.cross_spec, plan.beams)
-    cross.fill(encoded, plan.decoder_module)
-    stats.cross_bytes = max(stats.cross_bytes, cross.held_bytes)
+    cross = cross or _filled(plan, encoded, plan.beams, stats)
     cache = PolicyCache(plan.self_specs)
     chunks = encoded.shape[0]
     sot_index = plan.sot_index(prompt)

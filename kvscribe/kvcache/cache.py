@@ -91,6 +91,18 @@ class CrossAttentionStore:
         self._layers = [(_rows(k, rows), _rows(v, rows)) for k, v in self._layers]
         self.chunks = int(kept.numel())
 
+    def one_chunk(self, index: int) -> CrossAttentionStore:
+        """Chunk `index`'s full-precision K/V as a store of its own, for one row (views, no
+        copy): what word alignment reads after the decode, so the encoder output is not
+        projected a second time. Taken before `select_chunks` drops the chunk."""
+        if self.spec.quant:
+            raise ValueError("a quantized store does not hold the full-precision K/V")
+        row = index * (1 if self.spec.shared else self.beams)
+        single = CrossAttentionStore(CrossSpec(), 1)
+        single.chunks, single._dtype = 1, self._dtype
+        single._layers = [(k[row : row + 1], v[row : row + 1]) for k, v in self._layers]
+        return single
+
     def get(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K/V of layer `index`: one row per chunk when shared, else one row per beam."""
         keys, values = self._layers[index]
