@@ -135,7 +135,8 @@ def _decode_at(
     the store already filled for these chunks and this search, if there is one."""
     if temperature == 0:
         return _beam_batch(plan, encoded, prompt, stats, cross=cross)
-    cross = cross or _filled(plan, encoded, _copies(plan, temperature), stats)
+    if cross is None:
+        cross = _filled(plan, encoded, _copies(plan, temperature), stats)
     cache = PolicyCache(plan.self_specs)
     sot_index = plan.sot_index(prompt)
     max_new = plan.max_new(len(prompt))
@@ -222,7 +223,8 @@ def _beam_batch(
     """Beam search (greedy at beam 1) for every chunk of `encoded` [chunks, frames, d];
     `cross`, if given, is its store already filled (`plan.beams` copies unless shared)."""
     setup = plan.setup
-    cross = cross or _filled(plan, encoded, plan.beams, stats)
+    if cross is None:
+        cross = _filled(plan, encoded, plan.beams, stats)
     cache = PolicyCache(plan.self_specs)
     chunks = encoded.shape[0]
     sot_index = plan.sot_index(prompt)
