@@ -141,10 +141,11 @@ def run_cli(*args: str | Path, cwd: Path | None = None, timeout: float = 300) ->
     return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
-# The long-form clip's first 96.5 s end in a 0.6 s pause after "...to daytime hours.": more
-# than three windows and than a streamed file's 60 s history, at half the decoding.
+# The long-form clip's first 61.5 s end in a pause after "...around the hills.": three windows
+# (or three speech chunks) and more than a streamed file's 60 s history, at a third of the
+# decoding.
 LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"
-LONG_FORM_HEAD = (96.5, "daytime hours.")
+LONG_FORM_HEAD = (61.5, "around the hills.")
 
 
 @pytest.fixture(scope="session")

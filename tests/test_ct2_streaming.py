@@ -69,7 +69,7 @@ def files(tmp_path_factory, long_form_head) -> dict[str, Path]:
     media.paused_clip([EVAL_DIR / f"{name}.wav" for name in PAUSED_CLIPS], 3.0, paused)
     minute = load_audio(LONG_FORM)[: 60 * SAMPLE_RATE]
     return {
-        "long form": long_form_head,  # 96.5 s: past a 60 s history
+        "long form": long_form_head,  # 61.5 s: past a 60 s history
         "paused": paused,
         "minute": media.write_wav(folder / "minute.wav", minute),
     }

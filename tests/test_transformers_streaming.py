@@ -92,9 +92,9 @@ def test_sequential_path_on_a_streamed_file_equals_the_whole_file(
         np.asarray(streamed)
     want, want_language, _ = _segments(backend, load_audio(long_form_head), request)
     assert got == want and language == want_language
-    assert got[-1][1] > 90  # the whole file was transcribed
-    # Scanned once for the maximum, then read forwards: one restart, at the first window.
-    assert streamed.restarts == 1
+    assert got[-1][1] > 58  # the whole file was transcribed
+    # Read forwards: never further back than the 30 s history, so the file is decoded once.
+    assert streamed.restarts == 0
     if not words:
         # Before streaming, one log-mel of the whole file: equal to the windows' to float32
         # rounding (tests/test_audio_stream.py), which on some CPUs flips a word, never more.
@@ -126,10 +126,10 @@ def test_batched_path_on_a_streamed_file_equals_the_array(long_form_head, profil
     got, _, report = _segments(backend, streamed, request)
     want, _, _ = _segments(backend, load_audio(long_form_head), request)
     assert report.batch_size and report.batch_size > 1  # the batched path ran
-    assert got == want and got[-1][1] > 90
-    # The VAD's pass ends at the file's end, so the first chunk restarts the decode; after
-    # that, every group's unfinished tails are read from the history it holds.
-    assert streamed.restarts == 1
+    assert got == want and got[-1][1] > 58
+    # The VAD's pass reads the file once, and every group's unfinished tails are read from
+    # the history it holds: the file is decoded once.
+    assert streamed.restarts == 0
 
 
 @pytest.mark.parametrize("batch_size", [1, 4])

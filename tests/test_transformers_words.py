@@ -279,7 +279,7 @@ def test_the_converted_tiny_en_carries_alignment_heads():
 
 # ---------------------------------------------------------------- through backend.transcribe
 
-LONG_FORM = "long_form_head"  # a fixture's file: 96.5 s, four windows, offsets from seek
+LONG_FORM = "long_form_head"  # a fixture's file: 61.5 s, three windows, offsets from seek
 TRANSCRIBED = [*CLIPS, LONG_FORM]
 
 
