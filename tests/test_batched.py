@@ -140,9 +140,10 @@ def test_ctranslate2_batched_long_form_keeps_its_accuracy():
 
 
 @pytest.fixture(scope="module")
-def long_form_head():
-    """The long-form clip's first 70 s: three chunks, enough to batch and to finish apart."""
-    return load_audio(LONG_FORM)[: 70 * SAMPLE_RATE]
+def long_form_head(long_form_head):
+    """The long-form clip's head as samples (tests/conftest.py): three chunks, enough to
+    batch and to finish apart."""
+    return load_audio(long_form_head)
 
 
 def _tokens(segments) -> list[int]:
