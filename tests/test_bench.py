@@ -25,8 +25,9 @@ from kvscribe.bench.clips import read_manifest, shipped
 from kvscribe.bench.wer import pooled_wer
 from kvscribe.bench.worker import decode_request, warm_up_clips
 from kvscribe.errors import UsageError
-from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli
+from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, run_cli
 
+FOX = EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav"
 HAS_CUDA = hardware.detect().has_cuda  # the bench's default --device auto picks CUDA if present
 WORDS = ["ask", "not", "what", "your", "country", "can", "do", "for", "you"]
 
@@ -96,8 +97,8 @@ def test_shipped_clips_include_one_longer_than_a_window():
 @pytest.fixture(scope="module")
 def bench_run(tmp_path_factory, whisper_cli):
     folder = tmp_path_factory.mktemp("bench")
-    manifest = folder / "tiny.tsv"
-    manifest.write_text(f"{SAMPLE}\t{SAMPLE_TEXT}")
+    manifest = folder / "tiny.tsv"  # a 2.9 s clip: eleven cells each decode it twice
+    manifest.write_text(f"{FOX}\t{FOX.with_suffix('.txt').read_text(encoding='utf-8')}")
     args = ["bench", "--manifest", manifest, "--profile", "cpu-laptop", "--baseline"]
     args += ["-b", "transformers", "-b", "ctranslate2", "-b", "whispercpp", "--policy", "q8_0"]
     args += ["--json", folder / "b.json", "--csv", folder / "b.csv"]
@@ -107,6 +108,7 @@ def bench_run(tmp_path_factory, whisper_cli):
 
 
 @pytest.mark.slow
+@pytest.mark.eval
 def test_bench_writes_every_output(bench_run):
     folder, result = bench_run
     assert result.code == 0, result.stderr
@@ -127,6 +129,7 @@ def test_bench_writes_every_output(bench_run):
 
 
 @pytest.mark.slow
+@pytest.mark.eval
 def test_bench_figures_agree_with_each_other(bench_run):
     folder, _ = bench_run
     cells = {c["label"]: c for c in json.loads((folder / "b.json").read_text())["cells"]}
@@ -164,6 +167,7 @@ def test_bench_figures_agree_with_each_other(bench_run):
 
 
 @pytest.mark.slow
+@pytest.mark.eval
 def test_charts_have_labelled_axes_and_legends(bench_run):
     from kvscribe.bench.figures import CellFigures
     from kvscribe.bench.plots import kv_figure, pyplot, wer_figure
