@@ -216,8 +216,8 @@ def test_batch_size_flag_reaches_the_stats_and_short_audio_stays_sequential(tmp_
 def test_batch_size_reaches_the_stats_on_long_audio(tmp_path, monkeypatch, batch):
     monkeypatch.setenv("COLUMNS", "200")  # one line per stats row
     stats = tmp_path / "stats.json"
-    head = tmp_path / "head.wav"  # 70 s: more than one window, so batch 8 batches
-    media.write_wav(head, load_audio(LONG_FORM)[: 70 * SAMPLE_RATE])
+    head = tmp_path / "head.wav"  # 41 s: more than one window, so batch 8 batches
+    media.write_wav(head, load_audio(LONG_FORM)[: 41 * SAMPLE_RATE])
     result = run_cli(head, "--batch-size", str(batch), "-f", "txt", "--stats-json", stats)
     assert result.code == 0, result.stderr
     figures = json.loads(stats.read_text())
