@@ -195,7 +195,7 @@ def test_on_a_terminal_tentative_text_is_dim_and_a_status_line_shows(tmp_path):
     master, slave = pty.openpty()
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "120", "LINES": "30"}
     proc = subprocess.Popen(
-        [str(KVSCRIBE), "mic", "--input", str(SAMPLE), "--as-fast-as-possible"],
+        [str(KVSCRIBE), "mic", "--input", str(SAMPLE), "--as-fast-as-possible", "--step", "2"],
         stdout=slave,
         stderr=subprocess.PIPE,
         env=env,
@@ -221,7 +221,7 @@ def test_on_a_terminal_tentative_text_is_dim_and_a_status_line_shows(tmp_path):
 def test_mic_decodes_with_the_fallback_flags_a_file_run_takes(tmp_path):
     """The decoding flags mean the same in `mic` as in a file run: the stats of both say
     the same temperature fallback (the row each backend words from the request)."""
-    flags = ("--temperature-increment-on-fallback", "0.5", "--best-of", "2")
+    flags = ("--beam-size", "1", "--temperature-increment-on-fallback", "0.5", "--best-of", "2")
     flags += ("--logprob-threshold", "-0.8", "--no-speech-threshold", "0.5")
     live_stats, file_stats = tmp_path / "live.json", tmp_path / "file.json"
     done = _live(
@@ -259,7 +259,7 @@ def test_mic_honours_the_optional_decoding_flags_a_file_run_takes(tmp_path):
 
 
 def test_mic_takes_the_prompt_under_the_name_file_runs_give_it():
-    args = ("--input", SAMPLE, "--as-fast-as-possible", "-q", "--step", "4")  # fewer decodes
+    args = ("--input", SAMPLE, "--as-fast-as-possible", "-q", "--step", "4", "--beam-size", "1")
     runs = [_live(*args, flag, "Glossary: Kennedy.") for flag in ("--prompt", "--initial-prompt")]
     assert [r.returncode for r in runs] == [0, 0], [r.stderr for r in runs]
     assert runs[0].stdout == runs[1].stdout and runs[0].stdout.strip()
