@@ -81,8 +81,8 @@ class TransformersBackend(Backend):
                 subject=self.name,
                 hint="use --device cpu or --profile cpu-laptop",
             )
-        if self.settings.get("threads"):
-            torch.set_num_threads(self.settings["threads"])
+        self.threads = self._threads()
+        torch.set_num_threads(self.threads)
         self.dtype = torch.float32 if self.device == "cpu" else torch.float16
         self.network = self._load_network(network)
         if self.device == "cpu":
@@ -109,6 +109,13 @@ class TransformersBackend(Backend):
                 hint="give --model a transformers Whisper folder (config.json, model.safetensors)",
             ) from error
 
+    def _threads(self) -> int:
+        """The profile's `threads`, else OMP_NUM_THREADS (a batch worker's share), else the
+        cores this process may use (as whisper.cpp's)."""
+        from kvscribe.capacity import usable_cores
+
+        return int(self.settings.get("threads") or usable_cores())
+
     def _load_vocab(self) -> None:
         from kvscribe.models.vocab import special_tokens
 
@@ -119,6 +126,7 @@ class TransformersBackend(Backend):
     def describe_settings(self) -> dict[str, str]:
         return {
             "dtype": str(self.dtype).removeprefix("torch."),
+            "threads": str(self.threads),
             "compute type": self.compute_type,
             "self-attn policy": self.profile.kv_self,
             "cross-attn policy": self.cross_spec.describe(),
@@ -153,8 +161,13 @@ class TransformersBackend(Backend):
         }
 
     def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
+        import torch
+
         from kvscribe.streamed_mel import StreamedMel, TorchFrontEnd
 
+        # OpenMP's thread count is the process's: a CTranslate2 model built since (a
+        # replica sets it to 1) would otherwise decide ours, for every later decode.
+        torch.set_num_threads(self.threads)
         self.check_language(request, self.special.is_multilingual, list(self.special.languages))
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
         batch = self.batch_size_for(request, audio.size / SAMPLE_RATE)
