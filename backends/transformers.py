@@ -111,10 +111,11 @@ class TransformersBackend(Backend):
 
     def _threads(self) -> int:
         """The profile's `threads`, else OMP_NUM_THREADS (a batch worker's share), else the
-        cores this process may use (as whisper.cpp's)."""
-        from kvscribe.capacity import usable_cores
+        physical cores this process may use: torch's own default, worked out here because
+        the live value may already be another engine's."""
+        from kvscribe.capacity import usable_physical_cores
 
-        return int(self.settings.get("threads") or usable_cores())
+        return int(self.settings.get("threads") or usable_physical_cores())
 
     def _load_vocab(self) -> None:
         from kvscribe.models.vocab import special_tokens

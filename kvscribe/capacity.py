@@ -31,6 +31,26 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
+def usable_physical_cores() -> int:
+    """usable_cores(), counting each physical core once (SMT siblings share one): what
+    torch's intra-op pool defaults to. Linux topology; elsewhere usable_cores()."""
+    usable = usable_cores()
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit() or not hasattr(os, "sched_getaffinity"):
+        return usable
+    cores = set()
+    for cpu in os.sched_getaffinity(0):
+        topology = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+        try:
+            with (
+                open(topology + "physical_package_id") as package,
+                open(topology + "core_id") as core,
+            ):
+                cores.add((package.read().strip(), core.read().strip()))
+        except OSError:
+            return usable
+    return max(1, min(usable, len(cores)))
+
+
 def worker_bytes(model_bytes: int) -> int:
     """A deliberately generous guess of one worker's peak memory."""
     return WORKER_BASE_BYTES + WEIGHTS_FACTOR * model_bytes

@@ -266,6 +266,25 @@ def test_default_jobs_is_one_on_small_machines_and_fits_memory(monkeypatch):
     assert capacity.default_jobs(1_500_000_000) == 1  # a large model: one fits in half
 
 
+def test_physical_cores_count_smt_siblings_once_and_follow_a_worker_s_share(monkeypatch):
+    """The transformers backend's default threads: torch's rule (physical cores) within
+    the cores this process may use; a batch worker's OMP_NUM_THREADS share decides."""
+    from kvscribe import capacity
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    physical = capacity.usable_physical_cores()
+    assert 1 <= physical <= capacity.usable_cores()
+    siblings = set()
+    for cpu in os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ():
+        path = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+        if path.exists():
+            siblings.add(path.read_text().strip())
+    if siblings:  # one entry per physical core, as its sibling list
+        assert physical == len(siblings)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert capacity.usable_physical_cores() == capacity.usable_cores() == 3
+
+
 class _Collect:
     """A BatchListener that keeps what it is told."""
 

@@ -14,7 +14,7 @@ from kvscribe.backends.base import DecodeRequest  # noqa: E402
 
 from kvscribe import models, profile  # noqa: E402
 from kvscribe.audio import SAMPLE_RATE, load_audio  # noqa: E402
-from kvscribe.capacity import usable_cores  # noqa: E402
+from kvscribe.capacity import usable_physical_cores  # noqa: E402
 from kvscribe.models.embedded import EMBEDDED  # noqa: E402
 from tests import loaded  # noqa: E402
 from tests.conftest import (  # noqa: E402
@@ -242,7 +242,7 @@ def test_a_missing_accelerator_is_backend_unavailable(device, available):
     assert result.stderr.count("\n") == 1
 
 
-@pytest.mark.skipif(usable_cores() < 2, reason="one core: every thread count is 1")
+@pytest.mark.skipif(usable_physical_cores() < 2, reason="one core: every thread count is 1")
 def test_a_ctranslate2_model_built_since_load_does_not_decide_the_threads():
     """OpenMP's thread count is the process's, and building a CTranslate2 model sets it
     (a one-thread replica: 1). The backend sets its own again for each transcription."""
@@ -254,5 +254,5 @@ def test_a_ctranslate2_model_built_since_load_does_not_decide_the_threads():
     assert torch.get_num_threads() == 1  # what the decode would otherwise run on
     run = backend.transcribe(load_audio(SAMPLE)[: 3 * SAMPLE_RATE], DecodeRequest(beam_size=1))
     list(run.segments)
-    assert torch.get_num_threads() == backend.threads == usable_cores()
-    assert run.report.settings["threads"] == str(usable_cores())
+    assert torch.get_num_threads() == backend.threads == usable_physical_cores()
+    assert run.report.settings["threads"] == str(usable_physical_cores())
