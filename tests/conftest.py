@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-# First, before anything loads numpy: numpy's BLAS on one thread, as the `kvscribe`
-# command sets it, so results computed in the test process match the CLI's.
-import kvscribe.cli  # noqa: F401  # isort: skip
-
 import gc
 import os
 import subprocess
@@ -14,6 +10,32 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from kvscribe.capacity import usable_physical_cores  # os only: loads no numpy
+
+
+def _share_the_cores_between_workers() -> None:
+    """Under pytest-xdist (`-n auto` in pyproject.toml), each worker's share of the cores in
+    OMP_NUM_THREADS before torch or CTranslate2 start their thread pools: kvscribe's thread
+    defaults read it (kvscribe/capacity.py), here and in every CLI process a test starts, so
+    two workers run two one-thread decodes instead of two two-thread ones on the same cores."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if workers.isdigit() and "OMP_NUM_THREADS" not in os.environ:
+        os.environ["OMP_NUM_THREADS"] = str(max(1, usable_physical_cores() // int(workers)))
+
+
+_share_the_cores_between_workers()
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto`: one worker per physical core this process may use (xdist's own count
+    takes every logical CPU on machines without psutil), at most 8: each holds its models."""
+    return min(usable_physical_cores(), 8)
+
+
+# Then, before anything loads numpy: numpy's BLAS on one thread, as the `kvscribe`
+# command sets it, so results computed in the test process match the CLI's.
+import kvscribe.cli  # noqa: E402, F401  # isort: skip
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "jfk.wav"
@@ -78,21 +100,31 @@ def whisper_cli() -> Path:
     return path
 
 
-def _find_or_build_whisper_cli() -> Path:
+def _patched_whisper_cli() -> Path | None:
+    """The whisper-cli found, if it is kvscribe's patched build (the suite tests its
+    quantized KV cache types)."""
     from kvscribe.errors import KvscribeError
-    from kvscribe.whispercpp import binary, build
+    from kvscribe.whispercpp import binary
 
     try:
         found = binary.find()
-        if not found.kv_types:  # the suite tests kvscribe's patched build
-            raise KvscribeError(f"{found.path} has no KV cache types")
-        return found.path
     except KvscribeError:
-        sys.stderr.write("\nkvscribe tests: building whisper-cli (kvscribe setup whisper-cpp)...\n")
-        try:
-            return build.build(lambda what, fraction: None)
-        except KvscribeError as exc:
-            pytest.fail(f"no whisper-cli for the whispercpp tests: {exc.one_line()}")
+        return None
+    return found.path if found.kv_types else None
+
+
+def _find_or_build_whisper_cli() -> Path:
+    from kvscribe.errors import KvscribeError
+    from kvscribe.whispercpp import build
+
+    found = _patched_whisper_cli()
+    if found is not None:
+        return found
+    sys.stderr.write("\nkvscribe tests: building whisper-cli (kvscribe setup whisper-cpp)...\n")
+    try:  # parallel workers wait for one build (its lock), then find it
+        return build.build(lambda what, fraction: None, unless_found=_patched_whisper_cli)
+    except KvscribeError as exc:
+        pytest.fail(f"no whisper-cli for the whispercpp tests: {exc.one_line()}")
 
 
 @pytest.fixture(autouse=True)

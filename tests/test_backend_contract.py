@@ -84,6 +84,7 @@ def test_report_is_complete_after_the_segments(loaded):
     assert report.kv_cross_bytes > 0 and report.settings
 
 
+@pytest.mark.slow
 def test_a_prompt_reaches_the_decoder_and_keeps_the_transcript(loaded):
     samples = load_audio(SAMPLE)
     plain = loaded.transcribe(samples, DecodeRequest(beam_size=1))

@@ -182,6 +182,7 @@ def test_kill_9_mid_batch_then_rerun_equals_an_uninterrupted_run(tree, first_run
     assert not list(out.rglob("*.part"))
 
 
+@pytest.mark.slow
 def test_files_from_stdin_like_find(tree, tmp_path):
     listed = "\n".join(str(tree / name) for name in ("a.wav", "talks/a.wav", "bad/notes.wav"))
     proc = subprocess.run(
@@ -306,6 +307,7 @@ class _Collect:
     def failed_input(self, entry): ...
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names fds through /proc")
 def test_a_full_disk_fails_that_file_only_and_a_rerun_retries_it(tmp_path, monkeypatch):
     from kvscribe import batch

@@ -108,6 +108,7 @@ def test_a_chunk_the_decoder_left_early_is_decoded_again_from_where_it_stopped()
 # -- backends ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ctranslate2", "transformers"])
 def test_batched_segments_sit_on_the_speech_and_nothing_is_said_in_silence(paused, name):
     path, spans = paused

@@ -8,6 +8,7 @@ from kvscribe.bench.cells import Cell
 from kvscribe.bench.clips import shipped
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_faster_whisper_batched_cell_reports_the_batch_it_ran():
     """The pipeline cell batches a clip over one window at the profile's batch size, and

@@ -29,7 +29,9 @@ else:
 
 
 def _blas_threads(imports: str, setting: str | None) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    # OpenBLAS also reads OMP_NUM_THREADS (a parallel test worker's share of the cores).
+    unset = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     if setting is not None:
         env["OPENBLAS_NUM_THREADS"] = setting  # what a user's shell might hold
     probe = PROBE.format(imports=imports)

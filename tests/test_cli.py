@@ -47,6 +47,7 @@ def test_jfk_transcript_on_stdout_stats_on_stderr(jfk_run):
     assert "Traceback" not in jfk_run.stderr
 
 
+@pytest.mark.slow
 def test_sampled_text_is_the_same_run_after_run():
     """At temperature 1.0 every token is drawn at random: three processes write the same
     text because the engine's generator is seeded (unseeded, three runs of this gave three
@@ -74,6 +75,7 @@ def test_all_formats_to_a_folder(tmp_path):
     assert result.stdout == "" and result.stderr == ""  # --quiet with -o: silent
 
 
+@pytest.mark.slow
 def test_repeated_and_comma_separated_formats_add_up(tmp_path):
     """`-f json -f srt,vtt` writes all three (a repeated flag once kept only the last)."""
     out = tmp_path / "out"
@@ -136,6 +138,7 @@ def test_bad_input_one_line_error_exit_code_no_output(bad_inputs, tmp_path, kind
     assert not out.exists() or visible(out) == []  # at most the hidden manifest
 
 
+@pytest.mark.slow
 def test_a_bad_file_does_not_stop_the_others(bad_inputs, derived, tmp_path):
     out = tmp_path / "out"
     speech = shutil.copy(derived["flac"], tmp_path / "speech.flac")
@@ -151,6 +154,7 @@ def test_a_bad_file_does_not_stop_the_others(bad_inputs, derived, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_same_name_in_two_folders_mirrors_both(derived, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
@@ -162,6 +166,7 @@ def test_same_name_in_two_folders_mirrors_both(derived, tmp_path):
     assert all(p.name == "jfk.txt" for p in written)
 
 
+@pytest.mark.slow
 def test_a_folder_is_expanded_to_its_audio_files(derived, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()

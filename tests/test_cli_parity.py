@@ -59,6 +59,7 @@ def test_openai_whisper_spellings_write_srt_into_the_output_dir(tmp_path):
     assert wer(SAMPLE_TEXT, _srt_text((out / "jfk.srt").read_text())) <= 0.1
 
 
+@pytest.mark.slow
 def test_openai_whisper_booleans_take_true_and_false(tmp_path):
     out = tmp_path / "out"
     result = run_cli(

@@ -57,6 +57,7 @@ def test_two_replicas_are_the_same_weights_as_threads_of_one(group):
     assert plan.replicas.split(2) and not plan.replicas.split(1)
 
 
+@pytest.mark.slow
 def test_replicas_encode_decode_and_align_as_one_engine_does(group):
     import ctranslate2
 

@@ -260,6 +260,7 @@ def test_single_temperature_and_settings(ct2_backend):
     assert default_run.report.settings["previous-text prompt"] == "on"  # cpu-laptop's
 
 
+@pytest.mark.slow
 def test_batched_chunks_sample_at_the_requested_temperature(ct2_backend):
     audio = load_audio(LONG_FORM)[: 45 * SAMPLE_RATE]
     reference = _normalised(LONG_FORM.with_suffix(".txt").read_text())

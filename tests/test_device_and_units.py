@@ -236,6 +236,7 @@ def test_the_weakest_provenance_wins_per_figure():
     assert weakest_provenance([]) == make_provenance(MEASURED)
 
 
+@pytest.mark.slow
 def test_whispercpp_stats_json_marks_its_beam_figure_derived(whisper_cli, tmp_path):
     path = tmp_path / "stats.json"
     result = run_cli(SAMPLE, "-b", "whispercpp", "--profile", "cpu-laptop", "--stats-json", path)

@@ -36,6 +36,7 @@ def test_both_commands_options_hold_the_code():
     assert LiveOptions(language="French").language == "fr"
 
 
+@pytest.mark.slow
 @pytest.mark.model
 def test_a_run_with_a_language_name_equals_the_run_with_its_code(tmp_path):
     named, coded = tmp_path / "named", tmp_path / "coded"

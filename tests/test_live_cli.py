@@ -218,6 +218,7 @@ def test_on_a_terminal_tentative_text_is_dim_and_a_status_line_shows(tmp_path):
     assert "your country" in text  # committed text stays on screen
 
 
+@pytest.mark.slow
 def test_mic_decodes_with_the_fallback_flags_a_file_run_takes(tmp_path):
     """The decoding flags mean the same in `mic` as in a file run: the stats of both say
     the same temperature fallback (the row each backend words from the request)."""
@@ -258,6 +259,7 @@ def test_mic_honours_the_optional_decoding_flags_a_file_run_takes(tmp_path):
     assert not [row for row in not_applicable if row.startswith(("--max-new", "--hotwords"))]
 
 
+@pytest.mark.slow
 def test_mic_takes_the_prompt_under_the_name_file_runs_give_it():
     args = ("--input", SAMPLE, "--as-fast-as-possible", "-q", "--step", "4", "--beam-size", "1")
     runs = [_live(*args, flag, "Glossary: Kennedy.") for flag in ("--prompt", "--initial-prompt")]

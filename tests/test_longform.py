@@ -40,6 +40,7 @@ BOTH = pytest.mark.parametrize(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.model
 @pytest.mark.eval
 @BOTH
@@ -65,6 +66,7 @@ def test_batched_chunk_the_model_leaves_early_is_decoded_to_its_end(monkeypatch,
         assert report.windows > unrepaired_report.windows
 
 
+@pytest.mark.slow
 @pytest.mark.model
 @pytest.mark.eval
 @BOTH

@@ -134,6 +134,7 @@ def test_an_engine_exception_fails_the_one_input_like_a_worker_would(tmp_path, m
 # -- 4. the output folder's lock --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_folder_locked_by_another_run_is_refused_at_once(tmp_path):
     out = tmp_path / "out"
     (out / ".kvscribe").mkdir(parents=True)
@@ -203,6 +204,7 @@ def non_finite_wav(tmp_path, request) -> Path:
     return _float_wav(tmp_path / "corrupt float.wav", speech)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("non_finite_wav", [np.nan, np.inf, -np.inf], indirect=True)
 def test_non_finite_samples_are_undecodable_audio(non_finite_wav, tmp_path):
     out = tmp_path / "out"

@@ -169,6 +169,7 @@ def test_cli_transcribes_jfk_with_whisper_cpp_figures(clip, whisper_cli, tmp_pat
     assert "engine buffers" in table and "kv cross" in table
 
 
+@pytest.mark.slow
 def test_every_writer_works_from_whisper_cpp_segments(whisper_cli, tmp_path):
     import srt
 
@@ -180,6 +181,7 @@ def test_every_writer_works_from_whisper_cpp_segments(whisper_cli, tmp_path):
     assert data["language"] == "en" and wer(SAMPLE_TEXT, data["text"]) <= 0.1
 
 
+@pytest.mark.slow
 def test_profile_flags_reach_whisper_cli(whisper_cli, tmp_path):
     stats = tmp_path / "stats.json"
     result = run_cli(SAMPLE, "-b", "whispercpp", "-p", "tiny-vram", "--stats-json", stats)
@@ -252,6 +254,7 @@ def test_a_deadline_stops_the_child(whisper_cli, tiny_ggml, long_wav, tmp_path):
         check_outcome(outcome, str(whisper_cli), tiny_ggml, long_wav)
 
 
+@pytest.mark.slow
 def test_float_wav_reaches_whisper_cli_unchanged(whisper_cli, tiny_ggml, tmp_path):
     from kvscribe.audio import load_audio
 

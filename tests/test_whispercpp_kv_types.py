@@ -40,6 +40,7 @@ def _stats(tmp_path: Path, *args) -> dict:
     return {"text": text, **json.loads(stats.read_text())}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["q8_0", "q4_0"])
 def test_quantized_caches_transcribe_the_sample(whisper_cli, tmp_path, kind):
     report = _stats(tmp_path, "--kv-policy", kind, "--kv-cross", f"shared,{kind}")
@@ -51,6 +52,7 @@ def test_quantized_caches_transcribe_the_sample(whisper_cli, tmp_path, kind):
     assert ratio == pytest.approx(BYTES_PER_VALUE[kind] / 2, abs=0.005)
 
 
+@pytest.mark.slow
 def test_tiny_vram_profile_stores_both_caches_in_q8_0(whisper_cli, tmp_path):
     report = _stats(tmp_path, "-p", "tiny-vram")
     assert report["engine_kv_types"] == {"kv self": "q8_0", "kv cross": "q8_0"}
@@ -121,6 +123,7 @@ def _unpatched(tmp_path: Path, real: Path) -> Path:
     return script
 
 
+@pytest.mark.slow
 def test_an_unpatched_whisper_cli_runs_profiles_at_f16_and_says_why(
     whisper_cli, tmp_path, monkeypatch
 ):
@@ -156,6 +159,7 @@ def test_quantized_weights_are_made_once_and_used(whisper_cli, tmp_path):
     assert made.stat().st_mtime_ns == stamp and second["settings"] == first["settings"]
 
 
+@pytest.mark.slow
 def test_weights_without_whisper_quantize_a_profile_falls_back_a_flag_fails(
     whisper_cli, tmp_path, monkeypatch
 ):

@@ -42,6 +42,7 @@ def _speech_then_noise(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_noise_after_speech_is_skipped_in_a_window_prompted_with_previous_text(
     whisper_cli, tmp_path
 ):

@@ -116,6 +116,7 @@ def _check_words(segments) -> None:
 # -- words ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("clip", CLIPS, ids=lambda c: c.stem)
 def test_words_lie_in_their_segments_in_order_and_spell_the_text(whisper_cli, clip):
     segments, run = _transcribed(clip)
@@ -134,6 +135,7 @@ def test_word_starts_agree_with_faster_whisper(whisper_cli, clip):
     assert statistics.median(differences) <= MEDIAN_START_TOLERANCE
 
 
+@pytest.mark.slow
 def test_words_only_when_asked_and_the_text_does_not_change(whisper_cli):
     plain, run = _transcribed(SAMPLE, word_timestamps=False)
     timed, _ = _transcribed(SAMPLE)
@@ -166,6 +168,7 @@ def test_words_of_later_windows_and_parts_keep_the_input_clock(whisper_cli):
     assert statistics.median(differences) <= MEDIAN_START_TOLERANCE
 
 
+@pytest.mark.slow
 def test_a_profile_s_quantized_caches_give_way_to_dtw(whisper_cli):
     backend = _backend("tiny-vram")  # q8_0 self and cross caches, flash attention on
     run = backend.transcribe(load_audio(SAMPLE), DecodeRequest(word_timestamps=True))
@@ -214,6 +217,7 @@ def _ggml_vocabulary(path: Path) -> list[bytes]:
     return vocabulary
 
 
+@pytest.mark.slow
 def test_segments_carry_text_tokens_logprob_window_and_compression_ratio(whisper_cli):
     segments, run = _transcribed(SAMPLE, word_timestamps=False)
     vocabulary = _ggml_vocabulary(_backend().model_file)

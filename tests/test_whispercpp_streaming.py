@@ -137,6 +137,7 @@ def _fields(segments):
     ]
 
 
+@pytest.mark.slow
 def test_a_short_input_runs_once_as_whisper_cli_would(whisper_cli, tmp_path, caplog):
     caplog.set_level(logging.DEBUG, logger=SESSION_LOG)
     backend = _backend()

@@ -60,7 +60,8 @@ def whisper_cpp(
                     logged.add(line)
                     console.print(line)
 
-            path = build.build(report, jobs)
+            # Another set-up may finish while this one waits for the build lock.
+            path = build.build(report, jobs, unless_found=None if force else lambda: _found(binary))
     except KvscribeError as exc:
         print_error(console, exc)
         raise typer.Exit(exc.exit_code) from None
@@ -75,3 +76,8 @@ def _usable(binary):
     except KvscribeError:
         return None
     return found if found.kv_types else None
+
+
+def _found(binary):
+    found = _usable(binary)
+    return found.path if found is not None else None

@@ -5,7 +5,9 @@ quantized KV caches).
 
 Portable flags (no -march=native: the cache may be shared between machines),
 static libraries (one self-contained binary), no OpenMP (no libgomp at run
-time). The binary is published atomically into the cache, keyed by version.
+time). The binary is published atomically into the cache, keyed by version; one
+process builds a key at a time (a lock beside it), so parallel set-ups and test workers
+wait for one build instead of each compiling their own.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import tarfile
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from filelock import FileLock
 
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.whispercpp.binary import (
@@ -57,8 +61,14 @@ def missing_tools() -> list[str]:
     return missing
 
 
-def build(progress: Progress, jobs: int | None = None) -> Path:
-    """Fetch, configure, compile and install whisper-cli; returns the installed path."""
+def build(
+    progress: Progress,
+    jobs: int | None = None,
+    unless_found: Callable[[], Path | None] | None = None,
+) -> Path:
+    """Fetch, configure, compile and install whisper-cli; returns the installed path.
+    `unless_found` is asked once this process holds the build lock: a usable whisper-cli
+    it returns (another process may have built one meanwhile) is used instead."""
     missing = missing_tools()
     if missing:
         raise BackendUnavailableError(
@@ -69,11 +79,15 @@ def build(progress: Progress, jobs: int | None = None) -> Path:
         )
     target_dir = own_build_dir()
     target_dir.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="kvscribe-whisper-cpp-") as work:
-        source = _fetch_source(Path(work), progress)
-        _patch(source, progress)
-        binaries = _compile(source, Path(work) / "build", progress, jobs or os.cpu_count() or 2)
-        _install(binaries, target_dir)
+    with FileLock(f"{target_dir}.lock"):
+        found = unless_found() if unless_found is not None else None
+        if found is not None:
+            return found
+        with tempfile.TemporaryDirectory(prefix="kvscribe-whisper-cpp-") as work:
+            source = _fetch_source(Path(work), progress)
+            _patch(source, progress)
+            jobs = jobs or os.cpu_count() or 2
+            _install(_compile(source, Path(work) / "build", progress, jobs), target_dir)
     problem = check(own_build_path())
     if problem is not None:
         raise BackendUnavailableError(
