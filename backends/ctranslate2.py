@@ -15,6 +15,7 @@ dimensions (the engine does not expose its cache).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
 from kvscribe.backends import ct2_stream
@@ -99,7 +100,7 @@ class CTranslate2Backend(Backend):
             compute_type=self._compute_type(),
             cpu_threads=self._cpu_threads(),
         )
-        self._row_replicas = None
+        self._row_replicas: Future | None = None
 
     def describe_settings(self) -> dict[str, str]:
         return {
@@ -160,11 +161,12 @@ class CTranslate2Backend(Backend):
     ) -> Transcription:
         from kvscribe.backends import ct2_batched
 
+        self._load_replicas()  # while the file is scanned for speech
         chunks = speech_chunks(audio, _chunk_rules(request.vad))
         # A group's unfinished tails are decoded after the group: keep its span readable.
         hold_history(audio, batch * MAX_SECONDS + MAX_SECONDS)
         language, probability = self._language_of(audio, chunks, request)
-        replicas = self._replicas()
+        replicas = self._load_replicas().result()
         plan, tokenizer = ct2_batched.setup(self.engine, language, request, beams, batch, replicas)
         report = self._base_report(beams, request)
         rows = min(batch, max(1, len(chunks)))
@@ -231,19 +233,24 @@ class CTranslate2Backend(Backend):
 
     # -- internals -------------------------------------------------------------------------
 
-    def _replicas(self):
+    def _load_replicas(self) -> Future:
         """The model as single-thread replicas for batched rows (backends/ct2_replicas.py),
-        loaded on the first batched decode and kept: a run of short files never holds it."""
+        loaded on the first batched decode and kept: a run of short files never holds it.
+        It loads on a thread of its own while the caller goes on (a second model load,
+        about as long as the first: CTranslate2 lets go of the GIL while it loads)."""
         from kvscribe.backends.ct2_replicas import replicas
 
         if self._row_replicas is None:
-            self._row_replicas = replicas(
+            loader = ThreadPoolExecutor(1, thread_name_prefix="kvscribe-replicas")
+            self._row_replicas = loader.submit(
+                replicas,
                 self.engine,
                 str(self.model.path),
                 self.device,
                 self.engine.model.compute_type,
                 self._cpu_threads(),
             )
+            loader.shutdown(wait=False)  # the load goes on; the thread ends with it
         return self._row_replicas
 
     def _compute_type(self) -> str:

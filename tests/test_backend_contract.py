@@ -38,6 +38,16 @@ def test_built_ins_are_registered_through_entry_points():
 
 
 @pytest.mark.parametrize("name", list(ENTRIES))
+def test_getting_a_backend_imports_no_other_backend(name):
+    """A run pays for its own backend's imports only (each is a start-up cost)."""
+    others = [ENTRIES[o].target.split(":")[0] for o in ENTRIES if o != name]
+    probe = f"from kvscribe import registry; registry.get({name!r}); import sys; "
+    probe += f"print([m for m in {others!r} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("name", list(ENTRIES))
 @pytest.mark.slow
 def test_backend_declares_itself(name):
     backend_cls = ENTRIES[name].backend

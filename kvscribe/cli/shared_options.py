@@ -46,7 +46,7 @@ def _complete_profiles(incomplete: str) -> list[str]:
 def _complete_backends(incomplete: str) -> list[str]:
     from kvscribe import registry
 
-    return [name for name in registry.discover() if name.startswith(incomplete)]
+    return [name for name in registry.names() if name.startswith(incomplete)]
 
 
 BACKEND = SharedOption(
