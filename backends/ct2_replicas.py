@@ -11,7 +11,8 @@ the same: a row's decode does not depend on the rows beside it
 (tests/test_ct2_replicas.py).
 
 The replicas are a second load of the model beside the backend's one-replica engine
-(tiny.en int8: about 70 MB more), made on the first batched decode. That engine keeps
+(tiny.en int8: about 70 MB more), made on the first batched decode, on a thread of its
+own while the file is scanned for speech (backends/ctranslate2.py). That engine keeps
 the calls of one row (one single-thread replica would leave the other cores idle) and
 the calls that draw samples (temperature fallback): CTranslate2 seeds a sampling
 generator per worker thread, and which replica takes a call is a race, so sampled text
