@@ -189,19 +189,23 @@ def test_streamed_pieces_give_the_arrays_transcript_with_words(
 
 
 @pytest.mark.slow
-def test_batched_pieces_of_vad_regions_match_the_array(whisper_cli, monkeypatch, caplog):
+def test_batched_pieces_of_vad_regions_match_the_array(whisper_cli, monkeypatch, caplog, tmp_path):
     """Batch size 8 on 2 threads: -p 2 inside each piece of 60 s or more; the runner's VAD
-    regions (a Joined of the stream vs of the array); no previous text, so no prompt."""
+    regions (a Joined of the stream vs of the array); no previous text, so no prompt. The
+    long-form clip's first 125 s: over 100 s of speech, two pieces of at most 90 s."""
     from kvscribe.vadfilter import speech_only
 
     monkeypatch.setenv(PIECE_ENV, "90")
     caplog.set_level(logging.DEBUG, logger=SESSION_LOG)
     backend = _backend(threads=2, batch_size=8)
     request = DecodeRequest(beam_size=1, condition_on_previous_text=False)
-    kept, _ = speech_only(load_audio(LONG_FORM), VadFilter())
+    clip = tmp_path / "first_125s.wav"
+    write_wav_f32(clip, load_audio(LONG_FORM)[: 125 * SAMPLE_RATE])
+    kept, _ = speech_only(load_audio(clip), VadFilter())
+    assert kept.size > 100 * SAMPLE_RATE
     array, run = _transcribed(backend, kept, request)
     runs = _argvs(caplog)
-    stream = open_streamed(LONG_FORM, hold_seconds=0)
+    stream = open_streamed(clip, hold_seconds=0)
     joined, _ = speech_only(stream, VadFilter())
     streamed, _ = _transcribed(backend, joined, request)
     assert _fields(streamed) == _fields(array)
