@@ -50,7 +50,7 @@ def get(name: str) -> type:
         raise UsageError(
             "unknown backend",
             subject=name,
-            hint=f"choose one of: {', '.join(names())} (`kvscribe backends`)",
+            hint=f"choose one of: {', '.join(sorted(registered))} (`kvscribe backends`)",
         )
     entry = _loaded(registered[name])
     if entry.backend is None:

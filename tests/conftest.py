@@ -100,29 +100,16 @@ def whisper_cli() -> Path:
     return path
 
 
-def _patched_whisper_cli() -> Path | None:
-    """The whisper-cli found, if it is kvscribe's patched build (the suite tests its
-    quantized KV cache types)."""
-    from kvscribe.errors import KvscribeError
-    from kvscribe.whispercpp import binary
-
-    try:
-        found = binary.find()
-    except KvscribeError:
-        return None
-    return found.path if found.kv_types else None
-
-
 def _find_or_build_whisper_cli() -> Path:
     from kvscribe.errors import KvscribeError
-    from kvscribe.whispercpp import build
+    from kvscribe.whispercpp import binary, build
 
-    found = _patched_whisper_cli()
+    found = binary.patched()  # the suite tests kvscribe's patched build (KV cache types)
     if found is not None:
-        return found
+        return found.path
     sys.stderr.write("\nkvscribe tests: building whisper-cli (kvscribe setup whisper-cpp)...\n")
     try:  # parallel workers wait for one build (its lock), then find it
-        return build.build(lambda what, fraction: None, unless_found=_patched_whisper_cli)
+        return build.build(lambda what, fraction: None, unless_found=binary.patched)
     except KvscribeError as exc:
         pytest.fail(f"no whisper-cli for the whispercpp tests: {exc.one_line()}")
 

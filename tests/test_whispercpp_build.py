@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def test_a_build_waits_for_the_one_under_way_and_takes_what_it_built(tmp_path):
-    built_meanwhile: list[Path] = []
+    built_meanwhile: list[binary.WhisperCli] = []
     result: list[Path] = []
     lock = FileLock(f"{binary.own_build_dir()}.lock")  # what a first builder holds
     binary.own_build_dir().parent.mkdir(parents=True, exist_ok=True)
@@ -30,6 +30,7 @@ def test_a_build_waits_for_the_one_under_way_and_takes_what_it_built(tmp_path):
         second.start()
         second.join(timeout=1.0)
         assert second.is_alive() and not result  # waiting, not compiling beside it
-        built_meanwhile.append(tmp_path / "whisper-cli")  # the first build's result
+        # the first build's result, as binary.patched() would then find it
+        built_meanwhile.append(binary.WhisperCli(tmp_path / "whisper-cli", "kvscribe build", True))
     second.join(timeout=30)
     assert result == [tmp_path / "whisper-cli"]

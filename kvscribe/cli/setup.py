@@ -36,7 +36,7 @@ def whisper_cpp(
     setup_logging(debug)
     try:
         if not force:
-            found = _usable(binary)
+            found = binary.patched()
             if found is not None:
                 console.print(f"whisper-cli ready: {found.path} ({found.found_by}); nothing to do")
                 typer.echo(str(found.path))
@@ -61,23 +61,9 @@ def whisper_cpp(
                     console.print(line)
 
             # Another set-up may finish while this one waits for the build lock.
-            path = build.build(report, jobs, unless_found=None if force else lambda: _found(binary))
+            path = build.build(report, jobs, unless_found=None if force else binary.patched)
     except KvscribeError as exc:
         print_error(console, exc)
         raise typer.Exit(exc.exit_code) from None
     console.print(f"built whisper-cli {binary.WHISPER_CPP_VERSION}: {path}")
     typer.echo(str(path))
-
-
-def _usable(binary):
-    """The whisper-cli found, if it takes kvscribe's KV cache types (else: build)."""
-    try:
-        found = binary.find()
-    except KvscribeError:
-        return None
-    return found if found.kv_types else None
-
-
-def _found(binary):
-    found = _usable(binary)
-    return found.path if found is not None else None

@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvscribe.errors import BackendUnavailableError
+from kvscribe.errors import BackendUnavailableError, KvscribeError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -67,6 +67,16 @@ def find() -> WhisperCli:
         problems.append(f"{path}: {problem}")
     tried = "; ".join(problems) if problems else "none on PATH, no kvscribe build"
     raise BackendUnavailableError(f"whisper-cli not found ({tried})", hint=SETUP_HINT)
+
+
+def patched() -> WhisperCli | None:
+    """The whisper-cli found, if it takes kvscribe's KV cache types (else: none; set-up
+    builds one)."""
+    try:
+        found = find()
+    except KvscribeError:
+        return None
+    return found if found.kv_types else None
 
 
 def _candidates():

@@ -31,6 +31,7 @@ from kvscribe.whispercpp.binary import (
     QUANTIZE_TOOL,
     SOURCE_PACKAGE,
     WHISPER_CPP_VERSION,
+    WhisperCli,
     check,
     own_build_dir,
     own_build_path,
@@ -64,11 +65,11 @@ def missing_tools() -> list[str]:
 def build(
     progress: Progress,
     jobs: int | None = None,
-    unless_found: Callable[[], Path | None] | None = None,
+    unless_found: Callable[[], WhisperCli | None] | None = None,
 ) -> Path:
     """Fetch, configure, compile and install whisper-cli; returns the installed path.
-    `unless_found` is asked once this process holds the build lock: a usable whisper-cli
-    it returns (another process may have built one meanwhile) is used instead."""
+    `unless_found` (binary.patched) is asked once this process holds the build lock: a
+    whisper-cli it returns (another process may have built one meanwhile) is used instead."""
     missing = missing_tools()
     if missing:
         raise BackendUnavailableError(
@@ -82,7 +83,7 @@ def build(
     with FileLock(f"{target_dir}.lock"):
         found = unless_found() if unless_found is not None else None
         if found is not None:
-            return found
+            return found.path
         with tempfile.TemporaryDirectory(prefix="kvscribe-whisper-cpp-") as work:
             source = _fetch_source(Path(work), progress)
             _patch(source, progress)
