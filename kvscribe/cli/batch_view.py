@@ -192,6 +192,7 @@ class BatchView:
         if self._progress is None or self._task is None:
             return
         self._progress.update(self._task, advance=1, done=self._files_done())
+        self._progress.refresh()  # every count is drawn, even when two files end at once
 
     def _files_done(self) -> str:
         text = f"{self.completed}/{self.total} files  {self.audio_seconds / 3600:.2f} h audio"
