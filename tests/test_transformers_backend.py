@@ -258,3 +258,21 @@ def test_a_ctranslate2_model_built_since_load_does_not_decide_the_threads():
     list(run.segments)
     assert torch.get_num_threads() == backend.threads == 2
     assert run.report.settings["threads"] == "2"
+
+
+def test_int8_compute_type_quantises_every_linear_layer_and_transcribes():
+    """`--compute-type int8` runs on torch.ao's dynamic quantisation, deprecated in torch
+    (backends/hf/weights.py says why it stays: benchmarks/results/int8_linear.md). This
+    fails loudly the day a torch release drops or changes it."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+    laptop = profile.load("cpu-laptop")
+    int8 = {**laptop.backends, "transformers": {**laptop.backends["transformers"]}}
+    int8["transformers"]["compute_type"] = "int8"
+    backend = loaded.fresh("transformers", "cpu-laptop", backends=int8)
+    layers = [m for m in backend.network.modules() if isinstance(m, torch.nn.Linear)]
+    quantised = [m for m in backend.network.modules() if isinstance(m, DynamicInt8Linear)]
+    assert not layers and len(quantised) > 20  # tiny.en: 4 + 4 layers of attention and MLP
+    assert backend.describe_settings()["compute type"] == "int8"
+    run = backend.transcribe(load_audio(SAMPLE), DecodeRequest(beam_size=1))
+    assert wer(SAMPLE_TEXT, "".join(s.text for s in run.segments)) <= 0.1

@@ -26,8 +26,11 @@ def relayout_vocab_projection(network) -> None:
 def int8_linear_layers(network) -> None:
     """Every nn.Linear to int8 weights (one scale per output row) with activations quantised
     per call, in place. Faster on CPU, less accurate: benchmarks/results/batched_longform.md
-    (speed table) has both. torch.ao's eager API is deprecated in favour of torchao, which
-    is not a dependency; its warning says so and nothing else.
+    (speed table) has both. torch.ao's eager API is deprecated in favour of torchao, but it
+    is still the fast path on a CPU without torch.compile: per tiny.en-shaped layer it took
+    0.19-0.74x fp32's time, torchao's int8 dynamic config 1.4-20x and torch's weight-only
+    int8 kernel 2.3-98x (benchmarks/results/int8_linear.md). Its warnings say only that;
+    tests/test_transformers_backend.py fails the day torch drops it.
     """
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
