@@ -1,4 +1,5 @@
-"""`kvscribe setup whisper-cpp`: build (or find) the whisper-cli the whispercpp backend runs."""
+"""`kvscribe setup whisper-cpp`: build (or find) the whisper-cli the whispercpp backend runs.
+`kvscribe setup onnx`: export Whisper to ONNX graphs with an explicit KV cache."""
 
 from __future__ import annotations
 
@@ -67,3 +68,59 @@ def whisper_cpp(
         raise typer.Exit(exc.exit_code) from None
     console.print(f"built whisper-cli {binary.WHISPER_CPP_VERSION}: {path}")
     typer.echo(str(path))
+
+
+@setup_app.command("onnx")
+def onnx(
+    model: str = typer.Option(
+        None, "--model", "-m", show_default="tiny.en (embedded)", help="Model name or path."
+    ),
+    compute_type: str = typer.Option(
+        "float32",
+        "--compute-type",
+        help="float32, or int8: float32 graphs plus int8 copies (onnxruntime dynamic "
+        "quantization).",
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="Export again (only what --compute-type asks for)."
+    ),
+    debug: bool = typer.Option(False, "--debug", help="Show the traceback of a failure."),
+) -> None:
+    """Export Whisper to ONNX graphs whose decoder KV cache is graph inputs and outputs.
+
+    An encoder graph (log-mel in; every decoder layer's cross-attention K/V out) and a
+    decoder-step graph (tokens, their positions, each layer's kept self-attention K/V and
+    the cross-attention K/V in; logits, the new tokens' K/V and the alignment heads' scores
+    out). The weights are the transformers backend's (the embedded tiny.en is converted
+    once); needs the onnx extra. The graphs and a manifest.json go into kvscribe's cache
+    dir, keyed by the model's digest; an export already there is reused. No backend runs
+    them yet.
+    """
+    import time
+
+    from kvscribe.onnx import export
+
+    console = stderr_console()
+    setup_logging(debug)
+    try:
+        if not force:
+            found = export.find(model, compute_type)
+            if found is not None:
+                console.print(f"ONNX export ready: {found.path}; nothing to do")
+                typer.echo(str(found.path))
+                return
+        started = time.perf_counter()
+        made = export.export(model, compute_type, force, progress=console.print)
+    except KvscribeError as exc:
+        if debug and exc.__cause__ is not None:
+            console.print_exception()
+        print_error(console, exc)
+        raise typer.Exit(exc.exit_code) from None
+    seconds = time.perf_counter() - started
+    sizes = ", ".join(
+        f"{entry['file']} {entry['bytes'] / 1e6:.1f} MB"
+        for graphs in made.manifest["graphs"].values()
+        for entry in graphs.values()
+    )
+    console.print(f"exported {made.manifest['model']['name']} in {seconds:.1f} s: {sizes}")
+    typer.echo(str(made.path))
