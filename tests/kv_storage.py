@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import types
 
+import numpy as np
 import torch
 
-_LEAVES = (str, bytes, int, float, bool, type(None), torch.dtype, torch.device)
+_LEAVES = (str, bytes, int, float, bool, type(None), torch.dtype, torch.device, np.dtype)
 
 
 def reachable_storage_bytes(root: object) -> int:
-    """Bytes of the distinct storages behind every tensor reachable from `root`."""
+    """Bytes of the distinct storages behind every tensor (torch) or array (numpy: its base
+    buffer) reachable from `root`."""
     storages: dict[int, int] = {}
     visited: set[int] = set()
     stack = [root]
@@ -27,6 +29,11 @@ def reachable_storage_bytes(root: object) -> int:
         if isinstance(obj, torch.Tensor):
             storage = obj.untyped_storage()
             storages[storage.data_ptr()] = storage.nbytes()
+        elif isinstance(obj, np.ndarray):  # a view keeps its base's whole buffer alive
+            if obj.base is None:
+                storages[obj.ctypes.data] = obj.nbytes
+            else:
+                stack.append(obj.base)
         elif isinstance(obj, dict):
             stack.extend(obj.values())
         elif isinstance(obj, (list, tuple, set, frozenset)):

@@ -242,17 +242,18 @@ def _feed(step, tokens, positions, past, cross) -> dict:
     return dict(zip(names, values, strict=True))
 
 
-def _torch_greedy(backend, plan, window) -> list[int]:
-    """The transformers backend's own greedy search (backends/hf/search.py) on the window."""
+def _torch_greedy(backend, plan, window, specs=None, cross_spec=None) -> list[int]:
+    """The transformers backend's own greedy search (backends/hf/search.py) on the window,
+    under the plan's cache policies or `specs` and `cross_spec`."""
     from kvscribe.backends.hf.search import search
 
     from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
 
     prompt = plan.prompt_for([])
-    cross = CrossAttentionStore(plan.cross_spec, 1)
+    cross = CrossAttentionStore(cross_spec or plan.cross_spec, 1)
     with torch.inference_mode():
         cross.fill(backend.network.model.encoder(window), backend.network.model.decoder)
-    cache = PolicyCache(plan.self_specs)
+    cache = PolicyCache(specs or plan.self_specs)
     sot, most = plan.sot_index(prompt), plan.max_new(len(prompt))
     result = search(plan.setup, prompt, sot, cache, cross, 1, most)
     return result.tokens
@@ -275,3 +276,92 @@ def _torch_logits(backend, window, prompt, tokens, policy: str) -> list[np.ndarr
         for token in tokens:
             out.append(decoder.logits(torch.tensor([[token]]), cache, cross)[0, -1].numpy())
     return out
+
+
+# -- the engine: kvscribe's own cache between steps (kvscribe/onnx/engine.py) --------------
+
+PROFILES = ["tiny-vram", "cpu-laptop", "no-loss", "gpu"]
+
+
+@pytest.mark.parametrize("policy", [*PROFILES, "sink=2,window=8,q8_0|q4_0"])
+def test_the_engine_under_each_policy_decodes_torchs_tokens_holding_what_it_reports(
+    exported, reference, window, policy
+):
+    """Greedy over JFK with the cache in numpy arrays (kvscribe.kvcache on numpy), each
+    built-in profile's self and cross policies (half layers run as full ones: not
+    applicable to a graph that takes K/V), and one that trims JFK's short decode: the
+    tokens of the torch decoder under the same policy, and at every step the bytes the
+    cache reports are the bytes an independent walk of it finds."""
+    from kvscribe import profile
+    from kvscribe.kvcache.spec import parse_cross, parse_policy
+    from kvscribe.onnx.engine import OnnxEngine, applicable_specs
+
+    backend, plan = reference
+    chosen = profile.load(policy) if policy in PROFILES else None
+    kv_self, kv_cross = (chosen.kv_self, chosen.kv_cross) if chosen else policy.split("|")
+    specs, notes = applicable_specs(parse_policy(kv_self, 4))
+    assert bool(notes) == any(spec.half for spec in parse_policy(kv_self, 4))
+    cross_spec = parse_cross(kv_cross)
+    engine = OnnxEngine(exported, threads=int(os.environ.get("OMP_NUM_THREADS") or 1))
+    walked = []
+    tokens, cache = _engine_greedy(
+        engine, window.numpy(), plan, specs, cross_spec, lambda c: walked.append(c)
+    )
+    assert tokens == _torch_greedy(backend, plan, window, specs, cross_spec)
+    assert walked and all(reported == held for reported, held in walked)
+    if policy.startswith("sink=2"):  # trimmed: 2 sinks + 8 newest of every token seen
+        assert cache.policy_layers[0].stored == 10 < cache.get_seq_length()
+
+
+def test_an_engine_run_imports_no_torch(exported, tmp_path):
+    """The run-time path is onnxruntime and numpy: encode a window and take two steps in a
+    fresh interpreter, then look for torch in sys.modules."""
+    import subprocess
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "import numpy as np\n"
+        "from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache\n"
+        "from kvscribe.kvcache.spec import parse_cross, parse_policy\n"
+        "from kvscribe.onnx.engine import OnnxEngine\n"
+        "from kvscribe.onnx.export import OnnxExport\n"
+        "path = Path(sys.argv[1])\n"
+        "engine = OnnxEngine(OnnxExport(path, json.loads((path / 'manifest.json').read_text())),"
+        " threads=1)\n"
+        "cross = CrossAttentionStore(parse_cross('shared,q8_0'), 1)\n"
+        "cross.fill_projected(engine.encode(np.zeros((1, 80, 3000), np.float32)))\n"
+        "cache = PolicyCache(parse_policy('sink=4,window=128,q8_0', engine.layers))\n"
+        "engine.step(np.array([[50257, 50362]]), cache, cross)\n"
+        "out = engine.step(np.array([[440]]), cache, cross)\n"
+        "print(out.logits.shape, cache.get_seq_length(), 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script), str(exported.path)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["(1,", "1,", "51864)", "3", "False"]
+
+
+def _engine_greedy(engine, features, plan, specs, cross_spec, on_step):
+    """Greedy without timestamps through OnnxEngine; `on_step` hears (reported, walked)
+    bytes after every step. Returns the tokens and the cache."""
+    from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
+    from tests.kv_storage import reachable_storage_bytes
+
+    prompt = plan.prompt_for([])
+    cross = CrossAttentionStore(cross_spec, 1)
+    cross.fill_projected(engine.encode(features))
+    cache = PolicyCache(specs)
+    first, later = plan.setup.rules.first.numpy(), plan.setup.rules.later.numpy()
+    tokens, fed = [], list(prompt)
+    for _ in range(plan.max_new(len(prompt))):
+        logits = engine.step(np.array([fed]), cache, cross).logits[0, -1]
+        on_step((cache.held_bytes, reachable_storage_bytes(cache)))
+        token = int(np.where(later if tokens else first, -np.inf, logits).argmax())
+        if token == plan.setup.eot:
+            break
+        tokens.append(token)
+        fed = [token]
+    return tokens, cache

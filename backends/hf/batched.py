@@ -23,8 +23,8 @@ import torch
 from kvscribe.aligned_chunks import AlignedChunk, on_original_clock
 from kvscribe.chunking import Chunk, ChunkResult
 from kvscribe.decoding import per_row
+from kvscribe.kvcache.arrays import held_bytes
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
-from kvscribe.kvcache.storage import held_bytes
 from kvscribe.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW, HOP
 
 from . import fallback

@@ -2,19 +2,19 @@
 each following its policy, plus the cross-attention keys/values of the encoder output.
 
 Every byte figure is the storage the cache keeps alive, read at the time: the distinct
-storages behind its tensors, each counted once (`storage.held_bytes`).
+storages behind its tensors, each counted once (`arrays.held_bytes`). The tensors are
+torch's or numpy's, as the engine gives them (kvscribe.kvcache.arrays).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
-import torch
-
+from kvscribe.kvcache.arrays import held_bytes, owned, repeat_rows, take_rows
 from kvscribe.kvcache.layers import KVLayer, make_layer, split_heads
 from kvscribe.kvcache.quant import Quantized, dequantize, quantize
 from kvscribe.kvcache.spec import CrossSpec, LayerSpec
-from kvscribe.kvcache.storage import held_bytes, owned
 
 
 class PolicyCache:
@@ -29,7 +29,7 @@ class PolicyCache:
     def policy_layers(self) -> list[KVLayer]:
         return self.layers
 
-    def tensors(self) -> Iterator[torch.Tensor]:
+    def tensors(self) -> Iterator[Any]:
         for layer in self.policy_layers:
             yield from layer.tensors()
 
@@ -60,36 +60,48 @@ class CrossAttentionStore:
         self.spec = spec
         self.beams = beams
         self.chunks = 0
-        self._layers: list[tuple[torch.Tensor | Quantized, torch.Tensor | Quantized]] = []
-        self._dtype: torch.dtype | None = None
+        self._layers: list[tuple[Any, Any]] = []  # per layer (K, V): arrays or Quantized
+        self._dtype: Any = None
 
-    @torch.inference_mode()
-    def fill(self, encoder_output: torch.Tensor, decoder) -> None:
-        """Project `encoder_output` [chunks, frames, d] through every decoder layer's
+    def fill(self, encoder_output, decoder) -> None:
+        """Project `encoder_output` [chunks, frames, d] (torch) through every decoder layer's
         cross-attention."""
-        self._dtype = encoder_output.dtype
-        self.chunks = encoder_output.shape[0]
+        import torch
+
+        with torch.inference_mode():
+            projected = [
+                (
+                    split_heads(layer.encoder_attn.k_proj(encoder_output), layer.encoder_attn),
+                    split_heads(layer.encoder_attn.v_proj(encoder_output), layer.encoder_attn),
+                )
+                for layer in decoder.layers
+            ]
+            self.fill_projected(projected)
+
+    def fill_projected(self, projected: Sequence[tuple[Any, Any]]) -> None:
+        """Take every layer's cross-attention K/V [chunks, heads, frames, head_dim], already
+        projected (an encoder graph returns them), as the spec keeps them."""
+        self._dtype = projected[0][0].dtype
+        self.chunks = projected[0][0].shape[0]
         copies = 1 if self.spec.shared else self.beams
         self._layers = []
-        for layer in decoder.layers:
-            attention = layer.encoder_attn
-            keys = owned(split_heads(attention.k_proj(encoder_output), attention))
-            values = owned(split_heads(attention.v_proj(encoder_output), attention))
+        for keys, values in projected:
+            keys, values = owned(keys), owned(values)
             if copies > 1:  # what transformers does: a real copy per beam
-                keys = keys.repeat_interleave(copies, dim=0)
-                values = values.repeat_interleave(copies, dim=0)
+                keys, values = repeat_rows(keys, copies), repeat_rows(values, copies)
             if self.spec.quant:
                 keys, values = quantize(keys, self.spec.quant), quantize(values, self.spec.quant)
             self._layers.append((keys, values))
 
-    def select_chunks(self, kept: torch.Tensor) -> None:
-        """Keep only the chunks at positions `kept` (the others finished decoding)."""
+    def select_chunks(self, kept) -> None:
+        """Keep only the chunks at positions `kept` (a list or an index tensor; the others
+        finished decoding)."""
+        kept = [int(k) for k in kept]
         rows = kept
         if not self.spec.shared and self.beams > 1:
-            offsets = torch.arange(self.beams, device=kept.device)
-            rows = (kept[:, None] * self.beams + offsets[None, :]).reshape(-1)
+            rows = [chunk * self.beams + beam for chunk in kept for beam in range(self.beams)]
         self._layers = [(_rows(k, rows), _rows(v, rows)) for k, v in self._layers]
-        self.chunks = int(kept.numel())
+        self.chunks = len(kept)
 
     def one_chunk(self, index: int) -> CrossAttentionStore:
         """Chunk `index`'s full-precision K/V as a store of its own, for one row (views, no
@@ -103,14 +115,14 @@ class CrossAttentionStore:
         single._layers = [(k[row : row + 1], v[row : row + 1]) for k, v in self._layers]
         return single
 
-    def get(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def get(self, index: int) -> tuple[Any, Any]:
         """K/V of layer `index`: one row per chunk when shared, else one row per beam."""
         keys, values = self._layers[index]
         if isinstance(keys, Quantized):
             keys, values = dequantize(keys, self._dtype), dequantize(values, self._dtype)
         return keys, values
 
-    def tensors(self) -> Iterator[torch.Tensor]:
+    def tensors(self) -> Iterator[Any]:
         for pair in self._layers:
             for part in pair:
                 yield from part.tensors() if isinstance(part, Quantized) else (part,)
@@ -120,9 +132,7 @@ class CrossAttentionStore:
         return held_bytes(self.tensors())
 
 
-def _rows(part: torch.Tensor | Quantized, rows: torch.Tensor) -> torch.Tensor | Quantized:
+def _rows(part, rows: list[int]):
     if isinstance(part, Quantized):
-        return Quantized(
-            part.kind, part.data.index_select(0, rows), part.scale.index_select(0, rows)
-        )
-    return part.index_select(0, rows)
+        return Quantized(part.kind, take_rows(part.data, rows), take_rows(part.scale, rows))
+    return take_rows(part, rows)

@@ -4,7 +4,10 @@ A layer keeps its first `sink` tokens and (when windowed) its newest `window`
 tokens; quantized layers keep older tokens in ggml blocks. Positions stay
 absolute: `get_seq_length()` is the number of tokens *seen*, not stored.
 
-`KVLayer` stores keys and values (shape [batch, heads, tokens, head_dim]).
+`KVLayer` stores keys and values (shape [batch, heads, tokens, head_dim]), torch tensors or
+numpy arrays (kvscribe.kvcache.arrays): `update` for an engine whose attention reads the
+cache itself, `past` and `add` for one that takes the past as input and returns the new
+tokens' K/V (the ONNX step graph, kvscribe/onnx).
 `HalfLayer` stores the layer's normalised inputs instead (one d_model vector per
 token, half of K+V) and recomputes K and V from them at every step; it counts the
 multiply-adds that costs.
@@ -13,11 +16,10 @@ multiply-adds that costs.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
-import torch
-
+from kvscribe.kvcache.arrays import cat, held_bytes
 from kvscribe.kvcache.spec import LayerSpec
-from kvscribe.kvcache.storage import held_bytes
 from kvscribe.kvcache.stores import QuantizedStore, TensorStore
 
 
@@ -32,15 +34,15 @@ class _Trimmed:
     def __len__(self) -> int:
         return len(self.sink) + len(self.body)
 
-    def tensors(self) -> Iterator[torch.Tensor]:
+    def tensors(self) -> Iterator[Any]:
         yield from self.sink.tensors()
         yield from self.body.tensors()
 
-    def read(self) -> torch.Tensor | None:
+    def read(self) -> Any:
         parts = [p for p in (self.sink.read(), self.body.read()) if p is not None]
-        return torch.cat(parts, dim=-2) if len(parts) > 1 else (parts[0] if parts else None)
+        return cat(parts, axis=-2) if len(parts) > 1 else (parts[0] if parts else None)
 
-    def append(self, x: torch.Tensor) -> None:
+    def append(self, x) -> None:
         room = self.spec.sink - len(self.sink)
         if room > 0:
             self.sink.append(x[..., :room, :])
@@ -50,13 +52,13 @@ class _Trimmed:
         if self.spec.window is not None:
             self.body.drop_oldest(len(self.body) - self.spec.window)
 
-    def select_batch(self, index: torch.Tensor) -> None:
+    def select_batch(self, index) -> None:
         self.sink.select_batch(index)
         self.body.select_batch(index)
 
 
-def _with(stored: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
-    return new if stored is None else torch.cat([stored, new], dim=-2)
+def _with(stored, new):
+    return new if stored is None else cat([stored, new], axis=-2)
 
 
 class KVLayer:
@@ -81,24 +83,30 @@ class KVLayer:
             else TensorStore()
         )
 
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        self.dtype, self.device = key_states.dtype, key_states.device
+    def lazy_initialization(self, key_states, value_states) -> None:
+        self.dtype, self.device = key_states.dtype, getattr(key_states, "device", "cpu")
         self.is_initialized = True
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+    def update(self, key_states, value_states, *args, **kwargs):
         """Return K/V for attention (stored + new), then store the new tokens under the policy."""
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
         keys = _with(self._keys.read(), key_states)
         values = _with(self._values.read(), value_states)
+        self.add(key_states, value_states)
+        return keys, values
+
+    def past(self) -> tuple[Any, Any]:
+        """The K/V kept (quantized ones read back), None before the first tokens."""
+        return self._keys.read(), self._values.read()
+
+    def add(self, key_states, value_states) -> None:
+        """Store the new tokens' K/V under the policy."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
         self.seen += key_states.shape[-2]
         self._keys.append(key_states)
         self._values.append(value_states)
-        return keys, values
 
-    def update_from_inputs(
-        self, hidden: torch.Tensor, attention
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def update_from_inputs(self, hidden, attention) -> tuple[Any, Any]:
         """K/V for `hidden` [batch, q, d_model] through `attention`'s projections."""
         return self.update(
             split_heads(attention.k_proj(hidden), attention),
@@ -109,7 +117,7 @@ class KVLayer:
     def stored(self) -> int:
         return len(self._keys)
 
-    def tensors(self) -> Iterator[torch.Tensor]:
+    def tensors(self) -> Iterator[Any]:
         """Every tensor this layer keeps between steps."""
         yield from self._keys.tensors()
         yield from self._values.tensors()
@@ -122,7 +130,7 @@ class KVLayer:
     def get_seq_length(self) -> int:
         return self.seen
 
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+    def reorder_cache(self, beam_idx) -> None:
         if self.seen:
             self._keys.select_batch(beam_idx)
             self._values.select_batch(beam_idx)
@@ -138,9 +146,12 @@ class HalfLayer(KVLayer):
     def update(self, key_states, value_states, *args, **kwargs):
         raise TypeError("a half layer recomputes K/V from its inputs: call update_from_inputs()")
 
-    def update_from_inputs(
-        self, hidden: torch.Tensor, attention
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def past(self):
+        raise TypeError("a half layer keeps inputs, not K/V (kvscribe/onnx/engine.py: n/a)")
+
+    add = update
+
+    def update_from_inputs(self, hidden, attention) -> tuple[Any, Any]:
         if not self.is_initialized:
             self.lazy_initialization(hidden, hidden)
         everything = _with(self._inputs.read(), hidden)
@@ -155,15 +166,15 @@ class HalfLayer(KVLayer):
     def stored(self) -> int:
         return len(self._inputs)
 
-    def tensors(self) -> Iterator[torch.Tensor]:
+    def tensors(self) -> Iterator[Any]:
         yield from self._inputs.tensors()
 
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+    def reorder_cache(self, beam_idx) -> None:
         if self.seen:
             self._inputs.select_batch(beam_idx)
 
 
-def split_heads(x: torch.Tensor, attention) -> torch.Tensor:
+def split_heads(x, attention):
     """[batch, tokens, heads * head_dim] -> [batch, heads, tokens, head_dim]."""
     batch, tokens, _ = x.shape
     return x.view(batch, tokens, attention.num_heads, attention.head_dim).transpose(1, 2)

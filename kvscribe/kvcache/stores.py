@@ -2,29 +2,29 @@
 of a cache layer lives. The token axis is -2 everywhere.
 
 A store owns exactly what it keeps: tokens cut from a larger tensor (the prompt's
-projection, a quantized run) are copied, never kept as views that pin the base.
+projection, a quantized run) are copied, never kept as views that pin the base. The
+tensors are torch's or numpy's (kvscribe.kvcache.arrays): a store keeps what it is given.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
-import torch
-
-from kvscribe.kvcache.quant import Quantized, dequantize, quantize
-from kvscribe.kvcache.storage import held_bytes, owned
+from kvscribe.kvcache.arrays import cat, held_bytes, owned, take_rows
+from kvscribe.kvcache.quant import Quantized, concat, dequantize, quantize
 
 
 class TensorStore:
     """Tokens kept as they are."""
 
     def __init__(self) -> None:
-        self.data: torch.Tensor | None = None
+        self.data: Any = None
 
     def __len__(self) -> int:
         return 0 if self.data is None else self.data.shape[-2]
 
-    def tensors(self) -> Iterator[torch.Tensor]:
+    def tensors(self) -> Iterator[Any]:
         if self.data is not None:
             yield self.data
 
@@ -32,20 +32,20 @@ class TensorStore:
     def held_bytes(self) -> int:
         return held_bytes(self.tensors())
 
-    def append(self, x: torch.Tensor) -> None:
-        self.data = owned(x) if self.data is None else torch.cat([self.data, x], dim=-2)
+    def append(self, x) -> None:
+        self.data = owned(x) if self.data is None else cat([self.data, x], axis=-2)
 
     def drop_oldest(self, n: int) -> None:
         if n <= 0 or self.data is None:
             return
         self.data = owned(self.data[..., n:, :]) if n < len(self) else None
 
-    def read(self) -> torch.Tensor | None:
+    def read(self) -> Any:
         return self.data
 
-    def select_batch(self, index: torch.Tensor) -> None:
+    def select_batch(self, index) -> None:
         if self.data is not None:
-            self.data = self.data.index_select(0, index)
+            self.data = take_rows(self.data, index)
 
 
 class QuantizedStore:
@@ -60,7 +60,7 @@ class QuantizedStore:
         self.residual = residual
         self.blocks: Quantized | None = None
         self.recent = TensorStore()
-        self.dtype: torch.dtype | None = None
+        self.dtype: Any = None
 
     @property
     def quantized_tokens(self) -> int:
@@ -69,7 +69,7 @@ class QuantizedStore:
     def __len__(self) -> int:
         return self.quantized_tokens + len(self.recent)
 
-    def tensors(self) -> Iterator[torch.Tensor]:
+    def tensors(self) -> Iterator[Any]:
         if self.blocks is not None:
             yield from self.blocks.tensors()
         yield from self.recent.tensors()
@@ -78,13 +78,13 @@ class QuantizedStore:
     def held_bytes(self) -> int:
         return held_bytes(self.tensors())
 
-    def append(self, x: torch.Tensor) -> None:
+    def append(self, x) -> None:
         self.dtype = x.dtype
         self.recent.append(x)
         overflow = len(self.recent) - self.residual
         if overflow > 0:
             fresh = quantize(self.recent.data[..., :overflow, :], self.kind)
-            self.blocks = fresh if self.blocks is None else _concat(self.blocks, fresh)
+            self.blocks = fresh if self.blocks is None else concat(self.blocks, fresh)
             self.recent.drop_oldest(overflow)
 
     def drop_oldest(self, n: int) -> None:
@@ -100,25 +100,14 @@ class QuantizedStore:
             )
         self.recent.drop_oldest(n - dropped)
 
-    def read(self) -> torch.Tensor | None:
+    def read(self) -> Any:
         parts = [] if self.blocks is None else [dequantize(self.blocks, self.dtype)]
         if self.recent.data is not None:
             parts.append(self.recent.data)
-        return torch.cat(parts, dim=-2) if len(parts) > 1 else (parts[0] if parts else None)
+        return cat(parts, axis=-2) if len(parts) > 1 else (parts[0] if parts else None)
 
-    def select_batch(self, index: torch.Tensor) -> None:
+    def select_batch(self, index) -> None:
         if self.blocks is not None:
             b = self.blocks
-            self.blocks = Quantized(
-                b.kind, b.data.index_select(0, index), b.scale.index_select(0, index)
-            )
+            self.blocks = Quantized(b.kind, take_rows(b.data, index), take_rows(b.scale, index))
         self.recent.select_batch(index)
-
-
-def _concat(older: Quantized, newer: Quantized) -> Quantized:
-    """One run of blocks: `older`'s tokens, then `newer`'s."""
-    return Quantized(
-        older.kind,
-        torch.cat([older.data, newer.data], dim=-3),
-        torch.cat([older.scale, newer.scale], dim=-3),
-    )

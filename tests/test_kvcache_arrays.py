@@ -1,0 +1,113 @@
+"""The cache policies on numpy arrays (an engine that keeps its cache outside torch, the
+ONNX graphs) against the same policies on torch tensors: the same Q8_0/Q4_0 blocks, the
+same kept entries after the same appends and beam reorders, and a held-bytes figure that
+an independent walk of the cache agrees with at every step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvscribe.kvcache import arrays
+from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
+from kvscribe.kvcache.quant import dequantize, quantize
+from kvscribe.kvcache.spec import parse_cross, parse_policy
+from tests.kv_storage import reachable_storage_bytes
+
+HEADS, DIM = 2, 64
+POLICIES = [
+    "full",
+    "window=8",
+    "sink=2,window=6",
+    "q8_0",
+    "q4_0",
+    "sink=2,window=9,q8_0,residual=3",
+    "window=5; q4_0@layers=odd",
+]
+
+
+def _blocks_of(seed: int, zeros: bool) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(scale=rng.uniform(0.01, 10), size=(3, 2, 5, DIM)).astype(np.float32)
+    if zeros:
+        x[0, 0, 0, :32] = 0.0  # a block of zeros: its scale is 0
+        x[1, 0, 1, :32] = 1.0  # every value the largest: ties
+    return x
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.booleans(), st.sampled_from(["q8_0", "q4_0"]))
+def test_numpy_blocks_are_torchs_to_the_bit(seed, zeros, kind):
+    x = _blocks_of(seed, zeros)
+    ours, theirs = quantize(x, kind), quantize(torch.from_numpy(x), kind)
+    assert isinstance(ours.data, np.ndarray) and ours.data.dtype == theirs.data.numpy().dtype
+    assert np.array_equal(ours.data, theirs.data.numpy())
+    assert np.array_equal(ours.scale, theirs.scale.numpy())
+    back = dequantize(ours, np.float32)
+    assert np.array_equal(back, dequantize(theirs, torch.float32).numpy())
+    assert back.shape == x.shape
+
+
+def _steps(seed: int):
+    """A decode's worth of cache traffic: a 5-token prompt for one row, fanned out to 3
+    beams, then single tokens with the beams reordered each step."""
+    rng = np.random.default_rng(seed)
+    yield "add", rng.normal(size=(1, HEADS, 5, DIM)).astype(np.float32)
+    yield "rows", [0, 0, 0]
+    for _ in range(14):
+        yield "add", rng.normal(size=(3, HEADS, 1, DIM)).astype(np.float32)
+        yield "rows", sorted(rng.integers(0, 3, size=3).tolist())
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_numpy_cache_keeps_what_a_torch_cache_keeps(policy):
+    specs = parse_policy(policy, 2)
+    ours, theirs = PolicyCache(specs), PolicyCache(specs)
+    for kind, value in _steps(7):
+        for a, b in zip(ours.policy_layers, theirs.policy_layers, strict=True):
+            if kind == "add":
+                a.add(value, -value)
+                b.add(torch.from_numpy(value), torch.from_numpy(-value))
+            else:
+                a.reorder_cache(value)
+                b.reorder_cache(torch.tensor(value))
+        for a, b in zip(ours.policy_layers, theirs.policy_layers, strict=True):
+            for mine, other in zip(a.past(), b.past(), strict=True):
+                assert isinstance(mine, np.ndarray)
+                assert np.array_equal(mine, other.numpy())
+        assert ours.get_seq_length() == theirs.get_seq_length()
+        assert ours.held_bytes == theirs.held_bytes == reachable_storage_bytes(ours)
+
+
+@pytest.mark.parametrize("cross", ["full", "shared", "shared,q8_0", "q4_0"])
+def test_numpy_cross_attention_copies_are_held_as_torchs(cross):
+    rng = np.random.default_rng(3)
+    projected = [
+        tuple(rng.normal(size=(2, HEADS, 40, DIM)).astype(np.float32) for _ in range(2))
+        for _ in range(2)
+    ]
+    ours, theirs = (
+        CrossAttentionStore(parse_cross(cross), 3),
+        CrossAttentionStore(parse_cross(cross), 3),
+    )
+    ours.fill_projected(projected)
+    theirs.fill_projected([tuple(torch.from_numpy(p) for p in pair) for pair in projected])
+    for store in (ours, theirs):
+        store.select_chunks([1])
+    for layer in range(2):
+        for mine, other in zip(ours.get(layer), theirs.get(layer), strict=True):
+            assert np.array_equal(mine, other.numpy())
+    assert ours.held_bytes == theirs.held_bytes == reachable_storage_bytes(ours)
+    copies = 1 if "shared" in cross else 3
+    assert ours.get(0)[0].shape == (copies, HEADS, 40, DIM)
+
+
+def test_a_view_counts_its_whole_buffer():
+    whole = np.zeros((4, 1000), np.float32)
+    view = whole[:, :10]
+    assert arrays.held_bytes([view]) == whole.nbytes == reachable_storage_bytes([view])
+    assert arrays.held_bytes([view, whole]) == whole.nbytes
+    assert arrays.held_bytes([arrays.owned(view)]) == view.nbytes
