@@ -310,8 +310,9 @@ class TransformersBackend(Backend):
         import torch
         from kvscribe.backends.hf.decoder import PolicyDecoder
         from kvscribe.backends.hf.longform import PROMPT_MAX, WindowPlan
-        from kvscribe.backends.hf.rules import TokenRules
-        from kvscribe.backends.hf.search import SearchSetup
+
+        from kvscribe.stepped.rules import TokenRules
+        from kvscribe.stepped.search import SearchSetup
 
         config = self.network.config
         special = self.special

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvscribe.kvcache import arrays
+from kvscribe import arrays
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
 from kvscribe.kvcache.quant import dequantize, quantize
 from kvscribe.kvcache.spec import parse_cross, parse_policy

@@ -243,11 +243,10 @@ def _feed(step, tokens, positions, past, cross) -> dict:
 
 
 def _torch_greedy(backend, plan, window, specs=None, cross_spec=None) -> list[int]:
-    """The transformers backend's own greedy search (backends/hf/search.py) on the window,
+    """The transformers backend's own greedy search (kvscribe/stepped/search.py) on the window,
     under the plan's cache policies or `specs` and `cross_spec`."""
-    from kvscribe.backends.hf.search import search
-
     from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
+    from kvscribe.stepped.search import search
 
     prompt = plan.prompt_for([])
     cross = CrossAttentionStore(cross_spec or plan.cross_spec, 1)
@@ -365,3 +364,41 @@ def _engine_greedy(engine, features, plan, specs, cross_spec, on_step):
         tokens.append(token)
         fed = [token]
     return tokens, cache
+
+
+@pytest.mark.parametrize("beams", [1, 5])
+def test_the_core_search_drives_the_engine_to_torchs_tokens(exported, reference, window, beams):
+    """kvscribe.stepped.search (greedy and beam search, the transformers backend's own) with
+    the ONNX engine as its decoder and numpy masks: the tokens and summed log-probability
+    torch's decoder gives, under tiny-vram's policies (4 sinks + 128 newest in Q8_0; one
+    shared Q8_0 cross copy for the beams)."""
+    from kvscribe.backends.base import DecodeRequest
+
+    from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
+    from kvscribe.kvcache.spec import parse_cross, parse_policy
+    from kvscribe.onnx.engine import OnnxEngine
+    from kvscribe.stepped.rules import TokenRules
+    from kvscribe.stepped.search import SearchSetup, search
+
+    backend, plan = reference
+    specs, cross_spec = parse_policy("sink=4,window=128,q8_0", 4), parse_cross("shared,q8_0")
+    engine = OnnxEngine(exported, threads=int(os.environ.get("OMP_NUM_THREADS") or 1))
+    suppressed = backend._suppressed(DecodeRequest().suppress_tokens)
+    rules = TokenRules(backend.special, 51864, suppressed, timestamps=False, device=None)
+    numpy_setup = SearchSetup(engine, rules, plan.setup.eot, plan.setup.no_speech, None)
+    prompt = plan.prompt_for([])
+    sot, most = plan.sot_index(prompt), plan.max_new(len(prompt))
+    results = []
+    for setup in (numpy_setup, plan.setup):
+        cross = CrossAttentionStore(cross_spec, beams)
+        if setup is numpy_setup:
+            cross.fill_projected(engine.encode(window.numpy()))
+        else:
+            with torch.inference_mode():
+                encoded = backend.network.model.encoder(window)
+                cross.fill(encoded, backend.network.model.decoder)
+        results.append(search(setup, prompt, sot, PolicyCache(specs), cross, beams, most))
+    ours, theirs = results
+    assert ours.tokens == theirs.tokens and len(ours.tokens) > 20
+    assert ours.sum_logprob == pytest.approx(theirs.sum_logprob, abs=1e-2)
+    assert ours.no_speech_prob == pytest.approx(theirs.no_speech_prob, abs=1e-4)

@@ -21,15 +21,15 @@ from dataclasses import dataclass, field
 import torch
 
 from kvscribe.aligned_chunks import AlignedChunk, on_original_clock
+from kvscribe.arrays import held_bytes
 from kvscribe.chunking import Chunk, ChunkResult
 from kvscribe.decoding import per_row
-from kvscribe.kvcache.arrays import held_bytes
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
 from kvscribe.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW, HOP
+from kvscribe.stepped.search import expand, no_speech_probs, sample, select_rows
 
 from . import fallback
 from .longform import WindowPlan, WindowStats
-from .search import expand, no_speech_probs, sample, select_rows
 
 
 @dataclass

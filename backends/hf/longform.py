@@ -15,10 +15,10 @@ from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
 from kvscribe.kvcache.spec import CrossSpec, LayerSpec
 from kvscribe.mel import FRAMES_PER_WINDOW
 from kvscribe.models.vocab import SpecialTokens
+from kvscribe.stepped.search import SearchSetup, WindowResult, sample, search
 from kvscribe.types import Segment, Word
 
 from . import fallback
-from .search import SearchSetup, WindowResult, sample, search
 
 SECONDS_PER_FRAME = 0.01
 SECONDS_PER_TIMESTAMP = 0.02

@@ -3,7 +3,7 @@ each following its policy, plus the cross-attention keys/values of the encoder o
 
 Every byte figure is the storage the cache keeps alive, read at the time: the distinct
 storages behind its tensors, each counted once (`arrays.held_bytes`). The tensors are
-torch's or numpy's, as the engine gives them (kvscribe.kvcache.arrays).
+torch's or numpy's, as the engine gives them (kvscribe.arrays).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from kvscribe.kvcache.arrays import held_bytes, owned, repeat_rows, take_rows
+from kvscribe.arrays import held_bytes, owned, repeat_rows, take_rows
 from kvscribe.kvcache.layers import KVLayer, make_layer, split_heads
 from kvscribe.kvcache.quant import Quantized, dequantize, quantize
 from kvscribe.kvcache.spec import CrossSpec, LayerSpec

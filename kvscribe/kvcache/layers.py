@@ -5,7 +5,7 @@ tokens; quantized layers keep older tokens in ggml blocks. Positions stay
 absolute: `get_seq_length()` is the number of tokens *seen*, not stored.
 
 `KVLayer` stores keys and values (shape [batch, heads, tokens, head_dim]), torch tensors or
-numpy arrays (kvscribe.kvcache.arrays): `update` for an engine whose attention reads the
+numpy arrays (kvscribe.arrays): `update` for an engine whose attention reads the
 cache itself, `past` and `add` for one that takes the past as input and returns the new
 tokens' K/V (the ONNX step graph, kvscribe/onnx).
 `HalfLayer` stores the layer's normalised inputs instead (one d_model vector per
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from kvscribe.kvcache.arrays import cat, held_bytes
+from kvscribe.arrays import cat, held_bytes
 from kvscribe.kvcache.spec import LayerSpec
 from kvscribe.kvcache.stores import QuantizedStore, TensorStore
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from kvscribe.kvcache.arrays import cat, is_numpy
+from kvscribe.arrays import cat, is_numpy
 
 BLOCK = 32
 

@@ -3,7 +3,7 @@ of a cache layer lives. The token axis is -2 everywhere.
 
 A store owns exactly what it keeps: tokens cut from a larger tensor (the prompt's
 projection, a quantized run) are copied, never kept as views that pin the base. The
-tensors are torch's or numpy's (kvscribe.kvcache.arrays): a store keeps what it is given.
+tensors are torch's or numpy's (kvscribe.arrays): a store keeps what it is given.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from kvscribe.kvcache.arrays import cat, held_bytes, owned, take_rows
+from kvscribe.arrays import cat, held_bytes, owned, take_rows
 from kvscribe.kvcache.quant import Quantized, concat, dequantize, quantize
 
 

@@ -2,10 +2,11 @@
 cache between decoder steps: onnxruntime and numpy only, no torch.
 
 The self-attention K/V live in a kvcache.PolicyCache of numpy arrays, so every policy the
-torch engine has applies here through the same code (kvscribe/kvcache/arrays.py): a
+torch engine has applies here through the same code (kvscribe/arrays.py): a
 step feeds each layer's kept K/V (Q8_0/Q4_0 blocks read back to float32) and the new
 tokens' positions, which count every token the cache has seen, however many it kept,
-and stores the K/V the step returns under the layer's policy. The cross-attention K/V
+and stores the K/V the step returns under the layer's policy (`logits` is the step as
+kvscribe.stepped.search drives a decoder). The cross-attention K/V
 come from the encoder graph into a kvcache.CrossAttentionStore (one copy per beam, or
 one per chunk that the step's folded beams share; optionally Q8_0/Q4_0).
 
@@ -87,7 +88,20 @@ class OnnxEngine:
         out = self.decoder.run(None, feeds)
         for index, layer in enumerate(cache.policy_layers):
             layer.add(out[1 + 2 * index], out[2 + 2 * index])
+        cache.note_peak()
         return StepOutput(out[0], out[-1])
+
+    def logits(
+        self,
+        tokens: np.ndarray,
+        cache: PolicyCache,
+        cross: CrossAttentionStore,
+        positions: tuple[int, ...] = (-1,),
+    ) -> np.ndarray:
+        """kvscribe.stepped.search's decoder interface: the step's logits at `positions`
+        [rows, len(positions), vocab], so the same greedy and beam search drive this engine
+        and the transformers backend's."""
+        return self.step(tokens, cache, cross).logits[:, list(positions)]
 
 
 def applicable_specs(specs: tuple[LayerSpec, ...]) -> tuple[tuple[LayerSpec, ...], list[str]]:

@@ -1,18 +1,37 @@
 """Greedy and beam search over one 30 s window, and sampling at a temperature (the
-fallback's later attempts) over one or several, timing every decoder step."""
+fallback's later attempts) over one or several, timing every decoder step.
+
+The search runs against a small engine interface, `SearchSetup.decoder.logits(tokens,
+cache, cross, positions)`: the transformers backend's PolicyDecoder (torch) or the ONNX
+engine (numpy, `device` None). Greedy and beam search work on either through
+kvscribe.arrays; sampling draws from torch generators, so it is torch's alone for now.
+"""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
-import torch
-
+from kvscribe import arrays
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
+from kvscribe.stepped.rules import TokenRules
 
-from .decoder import PolicyDecoder
-from .rules import TokenRules
+if TYPE_CHECKING:
+    import torch
+
+
+class StepDecoder(Protocol):
+    def logits(
+        self,
+        tokens: Any,
+        cache: PolicyCache,
+        cross: CrossAttentionStore,
+        positions: tuple[int, ...] = (-1,),
+    ) -> Any:
+        """Run `tokens` [rows, q] after what `cache` has seen (their K/V go into it) ->
+        logits [rows, len(positions), vocab]."""
 
 
 @dataclass
@@ -29,14 +48,13 @@ class WindowResult:
 
 @dataclass(frozen=True)
 class SearchSetup:
-    decoder: PolicyDecoder
+    decoder: StepDecoder
     rules: TokenRules
     eot: int
     no_speech: int
-    device: torch.device
+    device: Any  # a torch.device; None for an engine that works in numpy arrays
 
 
-@torch.inference_mode()
 def search(
     setup: SearchSetup,
     prompt: list[int],
@@ -47,31 +65,32 @@ def search(
     max_new: int,
 ) -> WindowResult:
     """Decode one window after `prompt`; `sot_index` is where <|startoftranscript|> sits."""
-    clock = _Clock()
-    # The prompt is the same for every beam: run it once, then give each beam a copy.
-    prompt_batch = torch.tensor([prompt], device=setup.device)
-    logits = setup.decoder.logits(prompt_batch, cache, cross, positions=(sot_index, -1))
-    no_speech = no_speech_probs(logits[:, 0], setup.no_speech)[0]
-    first = logits[:, -1].repeat(beams, 1)
-    if beams > 1:
-        select_rows(cache, torch.zeros(beams, dtype=torch.long, device=setup.device))
-    run = _greedy if beams == 1 else _beam
-    tokens, score = run(setup, first, cache, cross, beams, max_new, clock)
-    return WindowResult(tokens, score, no_speech, clock.steps)
+    with arrays.inference(setup.device):
+        clock = _Clock()
+        # The prompt is the same for every beam: run it once, then give each beam a copy.
+        prompt_batch = arrays.tokens([prompt], setup.device)
+        logits = setup.decoder.logits(prompt_batch, cache, cross, positions=(sot_index, -1))
+        no_speech = no_speech_probs(logits[:, 0], setup.no_speech)[0]
+        first = arrays.first_row_repeated(logits[:, -1], beams)
+        if beams > 1:
+            select_rows(cache, [0] * beams)
+        run = _greedy if beams == 1 else _beam
+        tokens, score = run(setup, first, cache, cross, beams, max_new, clock)
+        return WindowResult(tokens, score, no_speech, clock.steps)
 
 
 def _greedy(setup, logits, cache, cross, beams, max_new, clock):
     sampled: list[int] = []
     total = 0.0
     for _ in range(max_new):
-        logprobs = setup.rules.logprobs(logits.float(), [sampled])[0]
+        logprobs = setup.rules.logprobs(arrays.float32(logits), [sampled])[0]
         token = int(logprobs.argmax())
         total += float(logprobs[token])
         clock.tick()
         if token == setup.eot:
             break
         sampled.append(token)
-        step = torch.tensor([[token]], device=setup.device)
+        step = arrays.tokens([[token]], setup.device)
         logits = setup.decoder.logits(step, cache, cross)[:, -1]
     return sampled, total
 
@@ -81,15 +100,15 @@ def _beam(setup, logits, cache, cross, beams, max_new, clock):
     scores = [0.0] * beams
     finished: dict[tuple[int, ...], float] = {}
     for _ in range(max_new):
-        logprobs = setup.rules.logprobs(logits.float(), sequences)
+        logprobs = setup.rules.logprobs(arrays.float32(logits), sequences)
         kept = expand(logprobs, sequences, scores, finished, beams, setup.eot)
         clock.tick()
         if len(finished) >= beams or not kept:
             break
         sequences = [list(seq) for seq, _, _ in kept]
         scores = [score for _, score, _ in kept]
-        select_rows(cache, torch.tensor([source for _, _, source in kept], device=setup.device))
-        step = torch.tensor([[seq[-1]] for seq in sequences], device=setup.device)
+        select_rows(cache, [source for _, _, source in kept])
+        step = arrays.tokens([[seq[-1]] for seq in sequences], setup.device)
         logits = setup.decoder.logits(step, cache, cross)[:, -1]
     if not finished:
         finished = {tuple(seq): score for seq, score in zip(sequences, scores, strict=True)}
@@ -99,7 +118,7 @@ def _beam(setup, logits, cache, cross, beams, max_new, clock):
 
 def expand(logprobs, sequences, scores, finished, beams, eot):
     """Best continuations of every beam; finished ones go to `finished`, `beams` others are kept."""
-    top_logprobs, top_tokens = logprobs.topk(beams + 1, dim=-1)
+    top_logprobs, top_tokens = arrays.topk(logprobs, beams + 1)
     candidates: dict[tuple[int, ...], tuple[float, int]] = {}
     for row in range(len(sequences)):
         for logprob, token in zip(
@@ -142,6 +161,8 @@ class _Draws:
     def draw(self, logprobs: torch.Tensor, temperature: float, generator, eot: int) -> None:
         """Sample the next token of every unfinished candidate from `logprobs` [best_of, vocab]
         (renormalised log-probabilities: the same distribution as the masked logits)."""
+        import torch
+
         self.steps += 1
         live = [row for row, done in enumerate(self.done) if not done]
         probabilities = torch.softmax(logprobs[live] / temperature, dim=-1)
@@ -163,7 +184,6 @@ class _Draws:
         return WindowResult(list(self.sequences[row]), self.sums[row], no_speech_prob, steps)
 
 
-@torch.inference_mode()
 def sample(
     setup: SearchSetup,
     prompt: list[int],
@@ -183,6 +203,17 @@ def sample(
     (rows chunk-major). A chunk leaves the batch when all its candidates have ended; a
     finished candidate of a chunk still decoding is fed end-of-text and ignored.
     `on_step(rows)`: called with the rows alive at each step."""
+    import torch
+
+    with torch.inference_mode():
+        return _sample(
+            setup, prompt, sot_index, cache, cross, temperature, generators, max_new, on_step
+        )
+
+
+def _sample(setup, prompt, sot_index, cache, cross, temperature, generators, max_new, on_step):
+    import torch
+
     clock = _Clock()
     chunks, best_of = len(generators), cross.beams
     logits = setup.decoder.logits(
@@ -224,17 +255,18 @@ def sample(
     return [draws[c].best(no_speech[c], clock.steps) for c in range(chunks)]
 
 
-def select_rows(cache: PolicyCache, rows: torch.Tensor) -> None:
-    """Make the cache's rows `rows` of what it holds (beams kept, candidates fanned out)."""
+def select_rows(cache: PolicyCache, rows) -> None:
+    """Make the cache's rows `rows` (a list or an index tensor) of what it holds (beams
+    kept, candidates fanned out)."""
     for layer in cache.policy_layers:
         layer.reorder_cache(rows)
 
 
-def no_speech_probs(logits: torch.Tensor, no_speech: int) -> list[float]:
+def no_speech_probs(logits, no_speech: int) -> list[float]:
     """P(<|nospeech|>) at the <|startoftranscript|> position, per row of `logits` [rows, vocab]."""
     if no_speech < 0:
         return [0.0] * logits.shape[0]
-    return torch.softmax(logits.float(), dim=-1)[:, no_speech].tolist()
+    return arrays.softmax(arrays.float32(logits))[:, no_speech].tolist()
 
 
 class _Clock:

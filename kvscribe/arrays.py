@@ -1,0 +1,186 @@
+"""The few array operations the decoding core needs, for torch tensors and numpy arrays.
+
+The cache policies (kvscribe/kvcache: sink and window trimming, Q8_0/Q4_0 storage,
+per-beam or shared cross-attention copies, held-storage accounting) and the search
+(kvscribe/stepped: token rules, greedy and beam search) are written once against these
+functions, so an engine that works in numpy arrays (the ONNX Runtime graphs,
+kvscribe/onnx) gets what the torch engine has without a copy of it. Each function picks
+its implementation by the type of the array it is given, and does on torch exactly what
+the torch code did before; torch is imported only for torch tensors, so a numpy engine
+runs without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+
+def is_numpy(x) -> bool:
+    return isinstance(x, np.ndarray)
+
+
+def cat(parts: Sequence, axis: int):
+    """`parts` joined along `axis` (all of one kind)."""
+    if is_numpy(parts[0]):
+        return np.concatenate(parts, axis=axis)
+    import torch
+
+    return torch.cat(list(parts), dim=axis)
+
+
+def take_rows(x, rows):
+    """Rows `rows` (a list, an int64 numpy array or a torch index tensor) of `x`, as a new
+    array: beams kept, candidates fanned out, chunks dropped."""
+    if is_numpy(x):
+        return np.take(x, np.asarray(rows, dtype=np.int64), axis=0)
+    import torch
+
+    if not isinstance(rows, torch.Tensor):
+        rows = torch.as_tensor(np.asarray(rows, dtype=np.int64), device=x.device)
+    return x.index_select(0, rows)
+
+
+def repeat_rows(x, times: int):
+    """Each row `times` times in a row (a copy per beam)."""
+    if is_numpy(x):
+        return np.repeat(x, times, axis=0)
+    return x.repeat_interleave(times, dim=0)
+
+
+def owned(x):
+    """A contiguous array with memory of its own, exactly the size of `x`: slicing a token
+    range out of a projection gives a view that pins the whole projection; a store keeps
+    `owned(slice)` instead."""
+    if is_numpy(x):
+        return np.array(x, copy=True, order="C")
+    import torch
+
+    return x.clone(memory_format=torch.contiguous_format)
+
+
+def held_bytes(arrays: Iterable) -> int:
+    """Sum of the distinct memory blocks behind `arrays` (one shared by views counts once):
+    a view's `nbytes` counts only the elements it shows, and the whole block stays held."""
+    sizes: dict[tuple[str, int], int] = {}
+    for x in arrays:
+        if is_numpy(x):
+            base = x
+            while isinstance(base.base, np.ndarray):
+                base = base.base
+            sizes[("numpy", base.__array_interface__["data"][0])] = base.nbytes
+        else:
+            storage = x.untyped_storage()
+            sizes[(str(x.device), storage.data_ptr())] = storage.nbytes()
+    return sum(sizes.values())
+
+
+# -- the search's operations ------------------------------------------------------------------
+
+
+def inference(device) -> contextlib.AbstractContextManager:
+    """Where a search runs: torch's inference mode for a torch device (its decoder's
+    outputs are inference tensors, which the rules mask in place), else nothing."""
+    if device is None:
+        return contextlib.nullcontext()
+    import torch
+
+    return torch.inference_mode()
+
+
+def tokens(rows: list[list[int]], device):
+    """Token ids [rows, n] for the decoder: int64 numpy when `device` is None, else a torch
+    tensor on `device`."""
+    if device is None:
+        return np.asarray(rows, dtype=np.int64)
+    import torch
+
+    return torch.tensor(rows, device=device)
+
+
+def bool_mask(size: int, device):
+    if device is None:
+        return np.zeros(size, dtype=bool)
+    import torch
+
+    return torch.zeros(size, dtype=torch.bool, device=device)
+
+
+def float32(x):
+    """`x` in float32 (itself when it already is, as torch's `.float()`)."""
+    if is_numpy(x):
+        return x if x.dtype == np.float32 else x.astype(np.float32)
+    return x.float()
+
+
+def mask_(x, mask, value: float):
+    """Set `x` to `value` where `mask` (broadcast over rows) is true, in place."""
+    if is_numpy(x):
+        np.copyto(x, np.asarray(value, dtype=x.dtype), where=np.broadcast_to(mask, x.shape))
+        return x
+    return x.masked_fill_(mask, value)
+
+
+def log_softmax(x):
+    """Along the last axis."""
+    if is_numpy(x):
+        return x - logsumexp(x)[..., None]
+    import torch
+
+    return torch.log_softmax(x, dim=-1)
+
+
+def softmax(x):
+    """Along the last axis."""
+    if is_numpy(x):
+        return np.exp(log_softmax(x))
+    import torch
+
+    return torch.softmax(x, dim=-1)
+
+
+def logsumexp(x):
+    """Along the last axis."""
+    if is_numpy(x):
+        top = x.max(axis=-1, keepdims=True)
+        top = np.where(np.isfinite(top), top, 0)
+        with np.errstate(divide="ignore"):
+            return (np.log(np.exp(x - top).sum(axis=-1, keepdims=True)) + top)[..., 0]
+    import torch
+
+    return torch.logsumexp(x, dim=-1)
+
+
+def row_max(x):
+    """The largest value of each row (last axis)."""
+    if is_numpy(x):
+        return x.max(axis=-1)
+    return x.max(dim=-1).values
+
+
+def true_rows(flags) -> list[int]:
+    """Indices where a 1-D boolean array is true."""
+    if is_numpy(flags):
+        return np.flatnonzero(flags).tolist()
+    import torch
+
+    return torch.nonzero(flags).flatten().tolist()
+
+
+def topk(x, k: int):
+    """The `k` largest values of each row and their indices, largest first."""
+    if is_numpy(x):
+        some = np.argpartition(-x, k - 1, axis=-1)[..., :k]  # the k largest, unordered
+        values = np.take_along_axis(x, some, axis=-1)
+        order = np.argsort(-values, axis=-1, kind="stable")
+        return np.take_along_axis(values, order, axis=-1), np.take_along_axis(some, order, axis=-1)
+    return x.topk(k, dim=-1)
+
+
+def first_row_repeated(x, times: int):
+    """[1, n] -> [times, n]."""
+    if is_numpy(x):
+        return np.repeat(x, times, axis=0)
+    return x.repeat(times, 1)
