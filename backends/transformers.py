@@ -269,9 +269,10 @@ class TransformersBackend(Backend):
         return mel[:, :FRAMES_PER_WINDOW]
 
     def _stream_batched(self, plan, audio, chunks, batch, report, request: DecodeRequest):
-        from kvscribe.backends.hf import batched, longform
+        from kvscribe.backends.hf import batched
 
         from kvscribe import aligned_chunks
+        from kvscribe.stepped import longform
 
         stats = longform.WindowStats()
         prompt = batched.full_prompt(plan, self._prompt_tokens(request))
@@ -286,7 +287,7 @@ class TransformersBackend(Backend):
         stats.fill(report)
 
     def _stream(self, plan, mel, report: DecoderReport, prompt: list[int]):
-        from kvscribe.backends.hf import longform
+        from kvscribe.stepped import longform
 
         stats = longform.WindowStats()
         yield from longform.transcribe(plan, mel, self._text, stats, prompt)
@@ -309,8 +310,8 @@ class TransformersBackend(Backend):
         request = request or DecodeRequest(task=task)
         import torch
         from kvscribe.backends.hf.decoder import PolicyDecoder
-        from kvscribe.backends.hf.longform import PROMPT_MAX, WindowPlan
 
+        from kvscribe.stepped.longform import PROMPT_MAX, WindowPlan
         from kvscribe.stepped.rules import TokenRules
         from kvscribe.stepped.search import SearchSetup
 
@@ -338,7 +339,7 @@ class TransformersBackend(Backend):
         return WindowPlan(
             encode=self._encode,
             setup=setup,
-            decoder_module=self.network.model.decoder,
+            fill_cross=self._fill_cross,
             special=special,
             sot_sequence=sot_sequence,
             self_specs=self.self_specs,
@@ -353,6 +354,10 @@ class TransformersBackend(Backend):
             max_new_tokens=request.max_new_tokens,
             timestamps=timestamps,
         )
+
+    def _fill_cross(self, cross, encoded) -> None:
+        """The encoder output's cross-attention K/V through the decoder's projections."""
+        cross.fill(encoded, self.network.model.decoder)
 
     def _suppressed(self, requested: tuple[int, ...]) -> list[int]:
         """The ids never sampled: those asked for, with -1 standing for the model's own list

@@ -18,11 +18,12 @@ import time
 import corpus
 import results_file
 from kvscribe.backends.base import DecodeRequest
-from kvscribe.backends.hf import batched, longform
+from kvscribe.backends.hf import batched
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
 from kvscribe.chunking import speech_chunks
+from kvscribe.stepped import longform
 
 LONG_FORM = corpus.CLIPS / "espeak_longform_en.wav"
 

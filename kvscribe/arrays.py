@@ -184,3 +184,23 @@ def first_row_repeated(x, times: int):
     if is_numpy(x):
         return np.repeat(x, times, axis=0)
     return x.repeat(times, 1)
+
+
+def draw(probabilities, generator):
+    """One index per row of `probabilities` [rows, n], drawn with `generator` (torch's for a
+    tensor, numpy's for an array), as a 1-D array of the same kind."""
+    if is_numpy(probabilities):
+        cumulative = np.cumsum(probabilities, axis=-1, dtype=np.float64)
+        targets = generator.random(len(cumulative)) * cumulative[:, -1]
+        picked = (cumulative < targets[:, None]).sum(axis=-1)
+        return np.minimum(picked, probabilities.shape[-1] - 1)
+    import torch
+
+    return torch.multinomial(probabilities, 1, generator=generator).flatten()
+
+
+def at_columns(x, columns):
+    """x[row, columns[row]] for every row, as a 1-D array."""
+    if is_numpy(x):
+        return np.take_along_axis(x, np.asarray(columns)[:, None], axis=-1)[:, 0]
+    return x.gather(1, columns[:, None]).flatten()

@@ -111,3 +111,29 @@ def test_a_view_counts_its_whole_buffer():
     assert arrays.held_bytes([view]) == whole.nbytes == reachable_storage_bytes([view])
     assert arrays.held_bytes([view, whole]) == whole.nbytes
     assert arrays.held_bytes([arrays.owned(view)]) == view.nbytes
+
+
+def test_a_numpy_draw_follows_the_probabilities():
+    """The numpy sampler behind the fallback's temperature draws for a numpy engine."""
+    probabilities = np.tile(np.array([[0.1, 0.6, 0.0, 0.3]], np.float32), (20000, 1))
+    drawn = arrays.draw(probabilities, np.random.default_rng(1))
+    counts = np.bincount(drawn, minlength=4) / len(drawn)
+    assert counts[2] == 0 and np.abs(counts - [0.1, 0.6, 0.0, 0.3]).max() < 0.02
+    again = arrays.draw(probabilities, np.random.default_rng(1))
+    assert np.array_equal(drawn, again)
+
+
+def test_numpy_search_operations_agree_with_torchs():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(3, 50)).astype(np.float32) * 4
+    t = torch.from_numpy(x.copy())
+    assert np.allclose(arrays.log_softmax(x), arrays.log_softmax(t).numpy(), atol=1e-5)
+    assert np.allclose(arrays.logsumexp(x), arrays.logsumexp(t).numpy(), atol=1e-5)
+    values, index = arrays.topk(x, 6)
+    theirs = arrays.topk(t, 6)
+    assert np.array_equal(index, theirs[1].numpy()) and np.allclose(values, theirs[0].numpy())
+    mask = np.zeros(50, bool)
+    mask[[3, 7]] = True
+    arrays.mask_(x, mask, float("-inf"))
+    arrays.mask_(t, torch.from_numpy(mask), float("-inf"))
+    assert np.array_equal(x, t.numpy()) and np.isneginf(x[:, 3]).all()

@@ -402,3 +402,40 @@ def test_the_core_search_drives_the_engine_to_torchs_tokens(exported, reference,
     assert ours.tokens == theirs.tokens and len(ours.tokens) > 20
     assert ours.sum_logprob == pytest.approx(theirs.sum_logprob, abs=1e-2)
     assert ours.no_speech_prob == pytest.approx(theirs.no_speech_prob, abs=1e-4)
+
+
+def test_temperature_draws_drive_the_engine_with_numpy_generators(exported, reference, window):
+    """The fallback's sampling (kvscribe.stepped.search.sample) on the ONNX engine: numpy
+    generators seeded as the fallback seeds them, so the same window draws the same text
+    again, and at a low temperature it is still JFK."""
+    from kvscribe.backends.base import DecodeRequest
+
+    from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
+    from kvscribe.onnx.engine import OnnxEngine
+    from kvscribe.stepped import fallback
+    from kvscribe.stepped.rules import TokenRules
+    from kvscribe.stepped.search import SearchSetup, sample
+
+    backend, plan = reference
+    engine = OnnxEngine(exported, threads=int(os.environ.get("OMP_NUM_THREADS") or 1))
+    suppressed = backend._suppressed(DecodeRequest().suppress_tokens)
+    rules = TokenRules(backend.special, 51864, suppressed, timestamps=False, device=None)
+    setup = SearchSetup(engine, rules, plan.setup.eot, plan.setup.no_speech, None)
+    prompt = plan.prompt_for([])
+    encoded = engine.encode(window.numpy())
+    texts = []
+    for _ in range(2):
+        cross = CrossAttentionStore(plan.cross_spec, 2)  # best_of 2
+        cross.fill_projected(encoded)
+        (result,) = sample(
+            setup,
+            prompt,
+            plan.sot_index(prompt),
+            PolicyCache(plan.self_specs),
+            cross,
+            0.2,
+            [fallback.generator(None, 0, 1)],
+            plan.max_new(len(prompt)),
+        )
+        texts.append(backend._text(result.tokens))
+    assert texts[0] == texts[1] and wer(SAMPLE_TEXT, texts[0]) <= 0.2, texts

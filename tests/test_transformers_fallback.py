@@ -15,10 +15,10 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from kvscribe.backends.base import DecodeRequest
-from kvscribe.backends.hf import fallback
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.decoding import Fallback
+from kvscribe.stepped import fallback
 from tests import loaded
 from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, wer
 

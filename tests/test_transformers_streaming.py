@@ -57,9 +57,8 @@ def _segments(backend, audio, request: DecodeRequest):
 
 def _whole_file_reference(backend, audio: np.ndarray, request: DecodeRequest):
     """The sequential path as it was before streaming: the whole file's log-mel at once."""
-    from kvscribe.backends.hf import longform
-
     from kvscribe.mel import log_mel
+    from kvscribe.stepped import longform
 
     mel = log_mel(torch.from_numpy(audio), backend.network.config.num_mel_bins)
     beams = request.beam_size or int(backend.settings.get("beam_size", 5))

@@ -26,10 +26,9 @@ from kvscribe.chunking import Chunk, ChunkResult
 from kvscribe.decoding import per_row
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
 from kvscribe.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW, HOP
+from kvscribe.stepped import fallback
+from kvscribe.stepped.longform import WindowPlan, WindowStats
 from kvscribe.stepped.search import expand, no_speech_probs, sample, select_rows
-
-from . import fallback
-from .longform import WindowPlan, WindowStats
 
 
 @dataclass
@@ -114,7 +113,7 @@ def _filled(
     """The cross-attention store of `encoded` (`copies` per chunk unless shared); the
     stats count its bytes with those of the `alive` stores held beside it."""
     cross = CrossAttentionStore(plan.cross_spec, copies)
-    cross.fill(encoded, plan.decoder_module)
+    plan.fill_cross(cross, encoded)
     stores = [cross, *(store for store in alive if store is not None)]
     held = held_bytes(tensor for store in stores for tensor in store.tensors())
     stats.cross_bytes = max(stats.cross_bytes, held)
@@ -319,9 +318,7 @@ def bytes_per_chunk(plan: WindowPlan, frames: int, d_model: int, dtype: torch.dt
     full window's positions, measured from the storage a probe cache actually holds."""
     setup = plan.setup
     cross = CrossAttentionStore(plan.cross_spec, plan.beams)
-    cross.fill(
-        torch.zeros(1, frames, d_model, dtype=dtype, device=setup.device), plan.decoder_module
-    )
+    plan.fill_cross(cross, torch.zeros(1, frames, d_model, dtype=dtype, device=setup.device))
     cache = PolicyCache(plan.self_specs)
     tokens = torch.full((plan.beams, plan.text_ctx), plan.special.eot, device=setup.device)
     setup.decoder.logits(tokens, cache, cross)

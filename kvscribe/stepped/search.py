@@ -4,7 +4,8 @@ fallback's later attempts) over one or several, timing every decoder step.
 The search runs against a small engine interface, `SearchSetup.decoder.logits(tokens,
 cache, cross, positions)`: the transformers backend's PolicyDecoder (torch) or the ONNX
 engine (numpy, `device` None). Greedy and beam search work on either through
-kvscribe.arrays; sampling draws from torch generators, so it is torch's alone for now.
+kvscribe.arrays, and so does sampling, from the engine kind's own generator (the same
+seed draws different samples in torch and numpy).
 """
 
 from __future__ import annotations
@@ -12,14 +13,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from kvscribe import arrays
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
 from kvscribe.stepped.rules import TokenRules
-
-if TYPE_CHECKING:
-    import torch
 
 
 class StepDecoder(Protocol):
@@ -158,16 +156,14 @@ class _Draws:
     def ended(self) -> bool:
         return all(self.done)
 
-    def draw(self, logprobs: torch.Tensor, temperature: float, generator, eot: int) -> None:
+    def draw(self, logprobs, temperature: float, generator, eot: int) -> None:
         """Sample the next token of every unfinished candidate from `logprobs` [best_of, vocab]
         (renormalised log-probabilities: the same distribution as the masked logits)."""
-        import torch
-
         self.steps += 1
         live = [row for row, done in enumerate(self.done) if not done]
-        probabilities = torch.softmax(logprobs[live] / temperature, dim=-1)
-        tokens = torch.multinomial(probabilities, 1, generator=generator).flatten()
-        picked = logprobs[live].gather(1, tokens[:, None]).flatten()
+        probabilities = arrays.softmax(logprobs[live] / temperature)
+        tokens = arrays.draw(probabilities, generator)
+        picked = arrays.at_columns(logprobs[live], tokens)
         for row, token, logprob in zip(live, tokens.tolist(), picked.tolist(), strict=True):
             self.sums[row] += logprob  # the untempered log-probability, as openai-whisper sums
             if token == eot:
@@ -191,7 +187,7 @@ def sample(
     cache: PolicyCache,
     cross: CrossAttentionStore,
     temperature: float,
-    generators: list[torch.Generator],
+    generators: list,
     max_new: int,
     on_step: Callable[[int], None] | None = None,
 ) -> list[WindowResult]:
@@ -202,36 +198,30 @@ def sample(
     `cross` holds the chunks' encoder outputs filled with `beams` = candidates per chunk
     (rows chunk-major). A chunk leaves the batch when all its candidates have ended; a
     finished candidate of a chunk still decoding is fed end-of-text and ignored.
-    `on_step(rows)`: called with the rows alive at each step."""
-    import torch
-
-    with torch.inference_mode():
+    `on_step(rows)`: called with the rows alive at each step. The generators are
+    kvscribe.stepped.fallback's (torch's, or numpy's for a numpy engine)."""
+    with arrays.inference(setup.device):
         return _sample(
             setup, prompt, sot_index, cache, cross, temperature, generators, max_new, on_step
         )
 
 
 def _sample(setup, prompt, sot_index, cache, cross, temperature, generators, max_new, on_step):
-    import torch
-
     clock = _Clock()
     chunks, best_of = len(generators), cross.beams
     logits = setup.decoder.logits(
-        torch.tensor([prompt] * chunks, device=setup.device),
-        cache,
-        cross,
-        positions=(sot_index, -1),
+        arrays.tokens([prompt] * chunks, setup.device), cache, cross, positions=(sot_index, -1)
     )
     no_speech = no_speech_probs(logits[:, 0], setup.no_speech)
-    select_rows(cache, torch.arange(chunks, device=setup.device).repeat_interleave(best_of))
-    logits = logits[:, -1].repeat_interleave(best_of, dim=0)
+    select_rows(cache, [chunk for chunk in range(chunks) for _ in range(best_of)])
+    logits = arrays.repeat_rows(logits[:, -1], best_of)
     draws = [_Draws.empty(best_of) for _ in range(chunks)]
     in_batch = list(range(chunks))
     for _ in range(max_new):
         if on_step is not None:
             on_step(len(in_batch) * best_of)
         rows = [seq for chunk in in_batch for seq in draws[chunk].sequences]
-        logprobs = setup.rules.logprobs(logits.float(), rows)
+        logprobs = setup.rules.logprobs(arrays.float32(logits), rows)
         for position, chunk in enumerate(in_batch):
             block = logprobs[position * best_of : (position + 1) * best_of]
             draws[chunk].draw(block, temperature, generators[chunk], setup.eot)
@@ -241,17 +231,15 @@ def _sample(setup, prompt, sot_index, cache, cross, temperature, generators, max
             break
         if len(still) < len(in_batch):
             kept = [in_batch.index(chunk) for chunk in still]
-            cross.select_chunks(torch.tensor(kept, device=setup.device))
-            rows_kept = [p * best_of + r for p in kept for r in range(best_of)]
-            select_rows(cache, torch.tensor(rows_kept, device=setup.device))
+            cross.select_chunks(kept)
+            select_rows(cache, [p * best_of + r for p in kept for r in range(best_of)])
             in_batch = still
         last = [
             [setup.eot if done else seq[-1]]
             for chunk in in_batch
             for seq, done in zip(draws[chunk].sequences, draws[chunk].done, strict=True)
         ]
-        logits = setup.decoder.logits(torch.tensor(last, device=setup.device), cache, cross)
-        logits = logits[:, -1]
+        logits = setup.decoder.logits(arrays.tokens(last, setup.device), cache, cross)[:, -1]
     return [draws[c].best(no_speech[c], clock.steps) for c in range(chunks)]
 
 

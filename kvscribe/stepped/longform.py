@@ -1,24 +1,26 @@
 """Long-form transcription: 30 s windows, a fresh decoder cache per window (and per
-fallback attempt), previous-text prompts, temperature fallback (backends/hf/fallback.py),
-and openai-whisper's rules for cutting segments at timestamp tokens and seeking."""
+fallback attempt), previous-text prompts, temperature fallback (kvscribe/stepped/fallback.py),
+and openai-whisper's rules for cutting segments at timestamp tokens and seeking.
+
+The engine enters through the plan: `encode` (a log-mel window to whatever the engine's
+`fill_cross` puts into a CrossAttentionStore) and `setup.decoder` (kvscribe.stepped.search's
+step interface), on torch tensors or numpy arrays (kvscribe.arrays)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-
-import torch
+from typing import Any
 
 from kvscribe.decoding import Fallback
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
 from kvscribe.kvcache.spec import CrossSpec, LayerSpec
 from kvscribe.mel import FRAMES_PER_WINDOW
 from kvscribe.models.vocab import SpecialTokens
+from kvscribe.stepped import fallback
 from kvscribe.stepped.search import SearchSetup, WindowResult, sample, search
 from kvscribe.types import Segment, Word
-
-from . import fallback
 
 SECONDS_PER_FRAME = 0.01
 SECONDS_PER_TIMESTAMP = 0.02
@@ -35,9 +37,10 @@ AlignWords = Callable[..., list[tuple[Word, ...]]]
 class WindowPlan:
     """Everything fixed for one input: how to encode, which cache, which prompt."""
 
-    encode: Callable[[torch.Tensor], torch.Tensor]  # [n_mels, 3000] -> [1, frames, d]
+    encode: Callable[[Any], Any]  # a window's log-mel [n_mels, 3000] -> what fill_cross takes
     setup: SearchSetup
-    decoder_module: object  # the transformers WhisperDecoder (for cross-attention projections)
+    # Put an encoded window's (or chunks') cross-attention K/V into a store, as its spec keeps them.
+    fill_cross: Callable[[CrossAttentionStore, Any], None]
     special: SpecialTokens
     sot_sequence: tuple[int, ...]
     self_specs: tuple[LayerSpec, ...]
@@ -104,7 +107,7 @@ class WindowStats:
 
 def transcribe(
     plan: WindowPlan,
-    mel: torch.Tensor,
+    mel,
     decode_text: Callable[[list[int]], str],
     stats: WindowStats,
     prompt: list[int] | None = None,
@@ -162,7 +165,7 @@ def transcribe(
 
 def _words(
     plan: WindowPlan,
-    encoded: torch.Tensor,
+    encoded,
     segment_tokens: list[list[int]],
     window_frames: int,
     offset: float,
@@ -185,7 +188,7 @@ def _words(
     )
 
 
-def _encode(plan: WindowPlan, window_mel: torch.Tensor, stats: WindowStats) -> torch.Tensor:
+def _encode(plan: WindowPlan, window_mel, stats: WindowStats):
     started = time.perf_counter()
     encoded = plan.encode(window_mel)
     stats.encoder_seconds += time.perf_counter() - started
@@ -194,7 +197,7 @@ def _encode(plan: WindowPlan, window_mel: torch.Tensor, stats: WindowStats) -> t
 
 def _decode_with_fallback(
     plan: WindowPlan,
-    encoded: torch.Tensor,
+    encoded,
     history: list[int],
     stats: WindowStats,
     decode_text: Callable[[list[int]], str],
@@ -221,17 +224,17 @@ def _decode_with_fallback(
 
 def _decode_window(
     plan: WindowPlan,
-    encoded: torch.Tensor,
+    encoded,
     prompt: list[int],
     stats: WindowStats,
     temperature: float,
-    generator: torch.Generator,
+    generator,
 ) -> WindowResult:
     """One attempt: beam search (or greedy) at temperature 0, else `best_of` samples; a
     fresh cache under the plan's policies either way."""
     rows = plan.beams if temperature == 0 else plan.fallback.best_of
     cross = CrossAttentionStore(plan.cross_spec, rows)
-    cross.fill(encoded, plan.decoder_module)
+    plan.fill_cross(cross, encoded)
     cache = PolicyCache(plan.self_specs)
     sot_index = plan.sot_index(prompt)
     max_new = plan.max_new(len(prompt))

@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
-
 from kvscribe.decoding import SAMPLING_SEED, Fallback, compression_ratio
 
 # openai-whisper / faster-whisper: a window decoded above this temperature is not used as
@@ -56,9 +54,18 @@ def resets_prompt(attempts: Sequence[Attempt]) -> bool:
     return attempts[-1].temperature > PROMPT_RESET_TEMPERATURE
 
 
-def generator(device: torch.device, window_frame: int, attempt: int) -> torch.Generator:
+def generator(device, window_frame: int, attempt: int):
     """A generator seeded by where the window starts and which attempt this is: the same
-    input samples the same candidates whatever else is in the batch."""
+    input samples the same candidates whatever else is in the batch. torch's on a torch
+    device, numpy's when `device` is None (an engine in numpy arrays): the two draw
+    different samples from the same seed."""
+    seed = SAMPLING_SEED + 1_000_003 * attempt + window_frame
+    if device is None:
+        import numpy as np
+
+        return np.random.default_rng(seed)
+    import torch
+
     seeded = torch.Generator(device=device)
-    seeded.manual_seed(SAMPLING_SEED + 1_000_003 * attempt + window_frame)
+    seeded.manual_seed(seed)
     return seeded
