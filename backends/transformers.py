@@ -14,8 +14,6 @@ a group of chunks' audio decoded while their unfinished tails are decoded again.
 
 from __future__ import annotations
 
-import json
-
 from kvscribe.backends.base import (
     Backend,
     Capabilities,
@@ -71,7 +69,8 @@ class TransformersBackend(Backend):
     def load(self) -> None:
         import torch
         from kvscribe.backends.hf import network, weights
-        from tokenizers import Tokenizer
+
+        from kvscribe.stepped.vocabulary import Vocabulary
 
         self.settings = self.profile_settings(_SETTINGS)
         present = {"cuda": torch.cuda.is_available, "mps": torch.backends.mps.is_available}
@@ -90,8 +89,8 @@ class TransformersBackend(Backend):
         self.compute_type = self._compute_type()
         if self.compute_type == "int8":
             weights.int8_linear_layers(self.network)
-        self.tokenizer = Tokenizer.from_file(str(self.model.path / "tokenizer.json"))
-        self._load_vocab()
+        self.vocab = Vocabulary(self.model.path)
+        self.special = self.vocab.special
         layers = self.network.config.decoder_layers
         self.self_specs = parse_policy(self.profile.kv_self, layers)
         self.cross_spec = parse_cross(self.profile.kv_cross)
@@ -116,13 +115,6 @@ class TransformersBackend(Backend):
         from kvscribe.capacity import usable_physical_cores
 
         return int(self.settings.get("threads") or usable_physical_cores())
-
-    def _load_vocab(self) -> None:
-        from kvscribe.models.vocab import special_tokens
-
-        self.special = special_tokens(self.model.path / "tokenizer.json")
-        generation = json.loads((self.model.path / "generation_config.json").read_text())
-        self.suppress = list(generation.get("suppress_tokens") or [])
 
     def describe_settings(self) -> dict[str, str]:
         return {
@@ -200,10 +192,7 @@ class TransformersBackend(Backend):
         return self._text_tokens(request.prompt)
 
     def _text_tokens(self, text: str | None) -> list[int]:
-        """Prompt text as tokens, with the leading space Whisper's prompts get."""
-        if not text:
-            return []
-        return self.tokenizer.encode(" " + text.strip(), add_special_tokens=False).ids
+        return self.vocab.prompt_tokens(text)
 
     def _transcribe_batched(
         self, audio: Samples, request: DecodeRequest, beams: int, batch: int
@@ -294,7 +283,7 @@ class TransformersBackend(Backend):
         stats.fill(report)
 
     def _text(self, tokens: list[int]) -> str:
-        return self.tokenizer.decode(tokens, skip_special_tokens=False)
+        return self.vocab.text(tokens)
 
     def _plan(
         self,
@@ -317,10 +306,7 @@ class TransformersBackend(Backend):
 
         config = self.network.config
         special = self.special
-        sot_sequence = (special.sot,)
-        if special.is_multilingual:
-            task_token = special.translate if task == "translate" else special.transcribe
-            sot_sequence = (special.sot, special.languages[language], task_token)
+        sot_sequence = self.vocab.sot_sequence(language, task)
         rules = TokenRules(
             special,
             config.vocab_size,
@@ -360,10 +346,7 @@ class TransformersBackend(Backend):
         cross.fill(encoded, self.network.model.decoder)
 
     def _suppressed(self, requested: tuple[int, ...]) -> list[int]:
-        """The ids never sampled: those asked for, with -1 standing for the model's own list
-        (generation_config.json's suppress_tokens), as openai-whisper reads it."""
-        own = self.suppress if -1 in requested else []
-        return sorted({*own, *(token for token in requested if token >= 0)})
+        return self.vocab.suppressed(requested)
 
     def _aligner(self):
         """Word times from the alignment heads' cross-attention (None where the module is

@@ -56,6 +56,29 @@ class NumpyFrontEnd:
         return (np.maximum(raw, floor) + 4.0) / 4.0
 
 
+class WhisperNumpyFrontEnd:
+    """kvscribe.mel.log_mel's arithmetic (openai-whisper's: 30 s of zeros appended, a periodic
+    Hann window, power, mel filters, log10) in numpy, for an engine that runs without torch
+    (kvscribe/onnx): the same features as TorchFrontEnd up to float32 rounding."""
+
+    def __init__(self, n_mels: int):
+        from kvscribe.mel import mel_filters
+
+        self.n_mels = n_mels
+        self.tail_pad = 30 * SAMPLE_RATE  # log_mel's pad_seconds
+        self._window = np.hanning(N_FFT + 1)[:-1].astype(np.float32)
+        self._filters = mel_filters(n_mels).astype(np.float32)
+
+    def log10_mel(self, framed: np.ndarray) -> np.ndarray:
+        frames = np.lib.stride_tricks.sliding_window_view(framed, N_FFT)[::HOP]
+        spectrum = np.fft.rfft(frames * self._window, axis=-1)
+        power = (spectrum.real**2 + spectrum.imag**2).astype(np.float32).T
+        return np.log10(np.maximum(self._filters @ power, np.float32(1e-10)))
+
+    def finish(self, raw: np.ndarray, floor: float) -> np.ndarray:
+        return (np.maximum(raw, np.float32(floor)) + np.float32(4.0)) / np.float32(4.0)
+
+
 class TorchFrontEnd:
     """kvscribe.mel.log_mel (openai-whisper's), on `device`."""
 

@@ -48,7 +48,7 @@ USER_DIRS = {name: os.environ.get(name) for name in ("KVSCRIBE_CACHE_DIR", "KVSC
 
 
 # What a fixture needs; `whispercpp`, `transformers` and `cluster` tests run the real model too.
-LANE_BY_FIXTURE = {"whisper_cli": "whispercpp", "ct2_backend": "model"}
+LANE_BY_FIXTURE = {"whisper_cli": "whispercpp", "ct2_backend": "model", "onnx_export": "model"}
 IMPLY_MODEL = ("whispercpp", "transformers", "cluster")
 BACKEND_LANES = ("whispercpp", "transformers")
 
@@ -80,6 +80,23 @@ def pytest_runtest_setup(item):
     counts still go; only cycles among frozen objects stay until the run ends."""
     gc.collect()
     gc.freeze()
+
+
+@pytest.fixture(scope="session")
+def onnx_export():
+    """The embedded tiny.en exported to ONNX (`kvscribe setup onnx`) in the user's cache,
+    where module fixtures resolve models (as whisper_cli builds there): found, or exported
+    once (seconds). Skipped without the onnx extra."""
+    pytest.importorskip("onnx", reason="no onnx extra: pip install 'kvscribe[onnx]'")
+    from kvscribe.onnx import export
+
+    with pytest.MonkeyPatch.context() as users:
+        for name, value in USER_DIRS.items():
+            if value is None:
+                users.delenv(name, raising=False)
+            else:
+                users.setenv(name, value)
+        return export.find() or export.export()
 
 
 @pytest.fixture(scope="session")

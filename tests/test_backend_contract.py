@@ -23,9 +23,12 @@ ENTRIES = registry.discover()
 @pytest.fixture(scope="module", params=list(ENTRIES))
 def loaded(request) -> Backend:
     """Each registered backend with the embedded model (whispercpp: after whisper-cli is found
-    or built); one that cannot run here is skipped with its own reason."""
+    or built; onnx: after the export); one that cannot run here is skipped with its own
+    reason."""
     if request.param == "whispercpp":
         request.getfixturevalue("whisper_cli")
+    if request.param == "onnx":  # its graphs: `kvscribe setup onnx`
+        request.getfixturevalue("onnx_export")
     reason = ENTRIES[request.param].backend.check_available()
     if reason is not None:
         pytest.skip(reason)

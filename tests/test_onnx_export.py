@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -439,3 +440,88 @@ def test_temperature_draws_drive_the_engine_with_numpy_generators(exported, refe
         )
         texts.append(backend._text(result.tokens))
     assert texts[0] == texts[1] and wer(SAMPLE_TEXT, texts[0]) <= 0.2, texts
+
+
+# -- the onnx backend (backends/onnx.py): `kvscribe FILE --backend onnx` --------------------
+
+
+def _onnx_cli(cache: Path, *args):
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KVSCRIBE_CACHE_DIR", str(cache))
+        return run_cli(*args)
+
+
+def test_the_onnx_backend_transcribes_under_a_profile_with_measured_kv(exported, cache, tmp_path):
+    """tiny-vram through the CLI, on the int8 graphs: its window, sinks and Q8_0 stores
+    apply, and the KV figures are measured; a half-layer policy is reported not applicable
+    (the step graph takes K/V) and runs those layers whole."""
+    stats = tmp_path / "stats.json"
+    args = [SAMPLE, "--backend", "onnx", "-f", "txt", "--stats-json", stats]
+    result = _onnx_cli(cache, *args, "-p", "tiny-vram", "--compute-type", "int8")
+    assert result.code == 0, result.stderr
+    assert wer(SAMPLE_TEXT, result.stdout) <= 0.1, result.stdout
+    report = json.loads(stats.read_text())
+    assert report["settings"]["compute type"] == "int8"
+    assert report["settings"]["self-attn policy"] == "sink=4,window=128,q8_0"
+    assert report["kv_provenance"] == {"self": "measured", "cross": "measured"}
+    assert 0 < report["kv_self_peak_bytes"] < report["kv_self_full_bytes"]
+    half = _onnx_cli(cache, *args, "--kv-policy", "full; half@layers=odd")
+    assert half.code == 0, half.stderr
+    assert any("half layers" in note for note in json.loads(stats.read_text())["not_applicable"])
+
+
+def test_the_onnx_backend_decodes_long_form_windows_in_sequence(
+    exported, reference, long_form_head
+):
+    """61.5 s: three 30 s windows with previous-text prompts and seeking, the stepped core's
+    long-form path on the ONNX engine; the transformers backend's words, within a few."""
+    from kvscribe.backends.base import DecodeRequest
+
+    from kvscribe import models, profile, registry
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KVSCRIBE_CACHE_DIR", str(exported.path.parent.parent))
+        backend_cls = registry.get("onnx")
+        model = models.resolve(None, backend_cls.capabilities.model_formats)
+        backend = backend_cls(model, profile.load("cpu-laptop"), "cpu")
+        backend.load()
+    audio = load_audio(long_form_head)
+    request = DecodeRequest(beam_size=1, batch_size=1)
+    run = backend.transcribe(audio, request)
+    segments = list(run.segments)
+    theirs = list(reference[0].transcribe(audio, request).segments)
+    text = " ".join(s.text for s in segments)
+    assert run.report.windows >= 3 and [s.start for s in segments] == sorted(
+        s.start for s in segments
+    )
+    reference_text = long_form_head.with_suffix(".txt").read_text(encoding="utf-8")
+    assert wer(reference_text, text) <= 0.15
+    assert wer(" ".join(s.text for s in theirs), text) <= 0.03
+
+
+def test_an_onnx_run_without_an_export_is_one_line_naming_the_set_up(tmp_path):
+    result = _onnx_cli(tmp_path / "empty-cache", SAMPLE, "--backend", "onnx")
+    assert result.code == 5, result.stderr  # model not found
+    assert "kvscribe setup onnx" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_cli_run_on_the_onnx_backend_imports_no_torch(exported, cache, tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import atexit, sys\n"
+        "def report():\n"
+        "    sys.stderr.write(f'torch loaded: {\"torch\" in sys.modules}\\n')\n"
+        "atexit.register(report)\n"
+        "from kvscribe.cli.app import main\n"
+        "sys.argv = ['kvscribe', *sys.argv[1:]]\n"
+        "main()\n"
+    )
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KVSCRIBE_CACHE_DIR", str(cache))
+        done = subprocess.run(
+            [sys.executable, str(script), str(SAMPLE), "--backend", "onnx", "-q"],
+            capture_output=True,
+            text=True,
+        )
+    assert done.returncode == 0, done.stderr
+    assert "torch loaded: False" in done.stderr and "Americans" in done.stdout

@@ -93,8 +93,8 @@ def onnx(
     the cross-attention K/V in; logits, the new tokens' K/V and the alignment heads' scores
     out). The weights are the transformers backend's (the embedded tiny.en is converted
     once); needs the onnx extra. The graphs and a manifest.json go into kvscribe's cache
-    dir, keyed by the model's digest; an export already there is reused. No backend runs
-    them yet.
+    dir, keyed by the model's digest; an export already there is reused. `--backend
+    onnx` runs them.
     """
     import time
 

@@ -57,7 +57,7 @@ class OnnxExport:
 def find(model: str | None = None, compute_type: str = "float32") -> OnnxExport | None:
     """The export of `model` holding `compute_type`, when one is complete in the cache."""
     _check_compute_type(compute_type)
-    found = _read(export_dir(_resolve(model)))
+    found = read(export_dir(_resolve(model)))
     return found if found is not None and found.has(compute_type) else None
 
 
@@ -77,7 +77,7 @@ def export(
     target = export_dir(ref)
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(f"{target}.lock"):  # another set-up may have finished while this one waited
-        present = None if force else _read(target)
+        present = None if force else read(target)
         if present is not None and present.has(compute_type):
             return present
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -142,7 +142,7 @@ def _resolve(model: str | None):
     return models.resolve(model, ("transformers",))
 
 
-def _read(target: Path) -> OnnxExport | None:
+def read(target: Path) -> OnnxExport | None:
     """The export in `target` if its manifest is of this EXPORT_VERSION and every graph it
     lists is there at its size (a folder from another version is exported again)."""
     try:

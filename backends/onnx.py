@@ -1,0 +1,197 @@
+"""onnx backend: Whisper exported to ONNX (`kvscribe setup onnx`), run by onnxruntime with
+kvscribe's KV-cache policies between decoder steps; numpy and onnxruntime at run time, no
+torch.
+
+The graphs are kvscribe/onnx/graphs.py's (an encoder returning every layer's cross-
+attention K/V, a decoder step taking the kept self-attention K/V and the tokens'
+positions); kvscribe/onnx/engine.py runs them with the cache in kvscribe.kvcache's classes
+on numpy arrays, and the decoding is the stepped core the transformers backend runs
+(kvscribe/stepped: 30 s windows with previous-text prompts, timestamp rules and seeking,
+greedy and beam search, temperature fallback). Features are openai-whisper's log-mel in
+numpy (kvscribe.streamed_mel.WhisperNumpyFrontEnd), a window at a time.
+
+Not yet here (each reported "not applicable" when asked for): batched chunks (files of
+any length decode as windows in sequence), word timestamps, language detection (a
+multilingual model needs --language), half layers (the step graph takes K/V).
+"""
+
+from __future__ import annotations
+
+import json
+
+from kvscribe.backends.base import (
+    Backend,
+    Capabilities,
+    DecodeRequest,
+    DecoderReport,
+    Transcription,
+)
+
+from kvscribe.audio_stream import Samples
+from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
+from kvscribe.kvcache.spec import parse_cross, parse_policy
+from kvscribe.provenance import MEASURED, make_provenance
+
+_SETTINGS = {
+    "beam_size": int,
+    "condition_on_previous_text": bool,
+    "threads": int,
+    "compute_type": str,
+}
+_COMPUTE_TYPES = ("float32", "int8")
+_PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
+_SETUP_HINT = "run `kvscribe setup onnx` (with --model and --compute-type as here) first"
+
+
+class OnnxBackend(Backend):
+    name = "onnx"
+    summary = "ONNX Runtime with kvscribe's KV-cache policies between steps (no torch)"
+    capabilities = Capabilities(
+        model_formats=("transformers",),
+        devices=("cpu", "cuda"),
+        kv_controls=("window", "sink", "q8_0", "q4_0", "cross shared", "cross q8_0", "beam size"),
+        streams_audio=True,
+        honours=frozenset({"hotwords", "max_new_tokens", "suppress_tokens"}),
+    )
+    requires = ("onnxruntime", "tokenizers")
+    settings_schema = _SETTINGS
+    install_hint = "pip install 'kvscribe[onnx]'"
+
+    def load(self) -> None:
+        from kvscribe.onnx.engine import OnnxEngine, applicable_specs
+        from kvscribe.stepped.vocabulary import Vocabulary
+
+        self.settings = self.profile_settings(_SETTINGS)
+        self.compute_type = self._compute_type()
+        export = self._export()
+        self.engine = OnnxEngine(
+            export, self.compute_type, (self._provider(),), self.settings.get("threads")
+        )
+        self.vocab = Vocabulary(self.model.path)
+        config = json.loads((self.model.path / "config.json").read_text(encoding="utf-8"))
+        self.n_mels = int(config["num_mel_bins"])
+        self.text_ctx = int(config["max_target_positions"])
+        self.vocab_size = int(config["vocab_size"])
+        specs = parse_policy(self.profile.kv_self, self.engine.layers)
+        self.self_specs, self.notes = applicable_specs(specs)
+        self.cross_spec = parse_cross(self.profile.kv_cross)
+
+    def _compute_type(self) -> str:
+        wanted = self.settings.get("compute_type", "float32")
+        wanted = "float32" if wanted == "default" else wanted
+        if wanted not in _COMPUTE_TYPES:
+            raise UsageError(
+                f"bad compute type {wanted!r} for the onnx backend",
+                subject=self.profile.source,
+                hint="use " + " or ".join(_COMPUTE_TYPES),
+            )
+        return wanted
+
+    def _export(self):
+        from kvscribe.onnx import export
+
+        found = export.read(export.export_dir(self.model))
+        if found is None or not found.has(self.compute_type):
+            raise ModelNotFoundError(
+                f"no {self.compute_type} ONNX export of {self.model.name}",
+                subject=str(export.export_dir(self.model)),
+                hint=_SETUP_HINT,
+            )
+        return found
+
+    def _provider(self) -> str:
+        import onnxruntime
+
+        provider = _PROVIDERS.get(self.device, self.device)
+        if provider not in onnxruntime.get_available_providers():
+            package = "onnxruntime-gpu" if self.device == "cuda" else "an onnxruntime with it"
+            raise BackendUnavailableError(
+                f"onnxruntime has no {provider} here",
+                subject=self.name,
+                hint=f"install {package}, or use --device cpu",
+            )
+        return provider
+
+    def describe_settings(self) -> dict[str, str]:
+        return {
+            "compute type": self.compute_type,
+            "execution provider": self._provider(),
+            "self-attn policy": self.profile.kv_self,
+            "cross-attn policy": self.cross_spec.describe(),
+        }
+
+    def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
+        from kvscribe.stepped import longform
+        from kvscribe.streamed_mel import StreamedMel, WhisperNumpyFrontEnd
+
+        special = self.vocab.special
+        self.check_language(request, special.is_multilingual, list(special.languages))
+        if request.language is None and special.is_multilingual:
+            raise UsageError(
+                "the onnx backend does not detect the language yet",
+                subject="--language",
+                hint="give --language (e.g. --language fr)",
+            )
+        language = request.language or "en"
+        beams = request.beam_size or int(self.settings.get("beam_size", 5))
+        plan = self._plan(language, request, beams)
+        report = DecoderReport(
+            kv_provenance=make_provenance(MEASURED), settings=self._settings(request, beams)
+        )
+        report.not_applicable += [*self.notes, *self._not_applicable(request)]
+        mel = StreamedMel(audio, WhisperNumpyFrontEnd(self.n_mels))
+        prompt = self.vocab.prompt_tokens(request.prompt)
+
+        def segments():
+            stats = longform.WindowStats()
+            yield from longform.transcribe(plan, mel, self.vocab.text, stats, prompt)
+            stats.fill(report)
+
+        return Transcription(language, None, segments(), report)
+
+    def _plan(self, language: str, request: DecodeRequest, beams: int):
+        from kvscribe.stepped.longform import PROMPT_MAX, WindowPlan
+        from kvscribe.stepped.rules import TokenRules
+        from kvscribe.stepped.search import SearchSetup
+
+        engine, special = self.engine, self.vocab.special
+        suppressed = self.vocab.suppressed(request.suppress_tokens)
+        rules = TokenRules(special, self.vocab_size, suppressed, timestamps=True, device=None)
+        return WindowPlan(
+            encode=lambda window: engine.encode(window[None]),
+            setup=SearchSetup(engine, rules, special.eot, special.no_speech, None),
+            fill_cross=lambda cross, encoded: cross.fill_projected(encoded),
+            special=special,
+            sot_sequence=self.vocab.sot_sequence(language, request.task),
+            self_specs=self.self_specs,
+            cross_spec=self.cross_spec,
+            beams=beams,
+            condition=self._conditioned(request),
+            text_ctx=self.text_ctx,
+            kv_bytes_per_position=2 * engine.layers * engine.heads * engine.head_dim * 4,
+            fallback=request.fallback,
+            hotwords=tuple(self.vocab.prompt_tokens(request.hotwords)[:PROMPT_MAX]),
+            max_new_tokens=request.max_new_tokens,
+        )
+
+    def _conditioned(self, request: DecodeRequest) -> bool:
+        if request.condition_on_previous_text is not None:
+            return request.condition_on_previous_text
+        return bool(self.settings.get("condition_on_previous_text", True))
+
+    def _settings(self, request: DecodeRequest, beams: int) -> dict[str, str]:
+        return {
+            **self.describe_settings(),
+            "beam size": str(beams),
+            "previous-text prompt": "on" if self._conditioned(request) else "off",
+            "temperature fallback": request.fallback.describe(),
+        }
+
+    @staticmethod
+    def _not_applicable(request: DecodeRequest) -> list[str]:
+        notes = []
+        if request.word_timestamps:
+            notes.append("word timestamps: not in the onnx backend yet")
+        if request.batch_size not in (None, 1):
+            notes.append("batch size: the onnx backend decodes windows in sequence")
+        return notes
