@@ -15,6 +15,8 @@ Configurations (CONFIGS):
 - kvscribe-batch1: the same with --batch-size 1 (sequential, previous-text prompts).
 - kvscribe-transformers: the same with --backend transformers (float32, batch 8).
 - kvscribe-transformers-int8: the same with --compute-type int8 (int8 linear layers).
+- kvscribe-onnx, kvscribe-onnx-int8: --backend onnx on the float32 or int8 graphs (run
+  `kvscribe setup onnx --compute-type int8` first; windows in sequence, no batching yet).
 
 Both engines read the same CTranslate2 model folder (kvscribe.models.resolve), and every
 process gets `--threads` CPU threads (faster-whisper's cpu_threads, kvscribe's --threads).
@@ -94,6 +96,9 @@ CONFIGS = {  # name -> (engine, extra flags)
         "kvscribe",
         ["--backend", "transformers", "--compute-type", "int8"],
     ),
+    # ONNX Runtime on `kvscribe setup onnx --compute-type int8`'s graphs (windows in sequence)
+    "kvscribe-onnx": ("kvscribe", ["--backend", "onnx"]),
+    "kvscribe-onnx-int8": ("kvscribe", ["--backend", "onnx", "--compute-type", "int8"]),
 }
 
 
