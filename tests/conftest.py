@@ -48,9 +48,9 @@ USER_DIRS = {name: os.environ.get(name) for name in ("KVSCRIBE_CACHE_DIR", "KVSC
 
 
 # What a fixture needs; `whispercpp`, `transformers` and `cluster` tests run the real model too.
-LANE_BY_FIXTURE = {"whisper_cli": "whispercpp", "ct2_backend": "model", "onnx_export": "model"}
-IMPLY_MODEL = ("whispercpp", "transformers", "cluster")
-BACKEND_LANES = ("whispercpp", "transformers")
+LANE_BY_FIXTURE = {"whisper_cli": "whispercpp", "ct2_backend": "model", "onnx_export": "onnx"}
+IMPLY_MODEL = ("whispercpp", "transformers", "cluster", "onnx")
+BACKEND_LANES = ("whispercpp", "transformers", "onnx")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -31,7 +31,7 @@ from kvscribe.mel import log_mel  # noqa: E402
 from tests import loaded  # noqa: E402
 from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer  # noqa: E402
 
-pytestmark = [pytest.mark.model, pytest.mark.slow]
+pytestmark = [pytest.mark.onnx, pytest.mark.model, pytest.mark.slow]
 
 # float32 graphs against float32 torch: the same weights, other kernels (measured on tiny.en:
 # at most 3.7e-5 apart over the greedy decode, 5.1e-5 under the window; logits span ~30).
