@@ -31,6 +31,7 @@ from kvscribe.audio_stream import Samples
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
 from kvscribe.provenance import MEASURED, make_provenance
+from kvscribe.stepped.request import conditioned, decoding_rows
 
 _SETTINGS = {
     "beam_size": int,
@@ -166,7 +167,7 @@ class OnnxBackend(Backend):
             self_specs=self.self_specs,
             cross_spec=self.cross_spec,
             beams=beams,
-            condition=self._conditioned(request),
+            condition=conditioned(request, self.settings),
             text_ctx=self.text_ctx,
             kv_bytes_per_position=2 * engine.layers * engine.heads * engine.head_dim * 4,
             fallback=request.fallback,
@@ -174,18 +175,8 @@ class OnnxBackend(Backend):
             max_new_tokens=request.max_new_tokens,
         )
 
-    def _conditioned(self, request: DecodeRequest) -> bool:
-        if request.condition_on_previous_text is not None:
-            return request.condition_on_previous_text
-        return bool(self.settings.get("condition_on_previous_text", True))
-
     def _settings(self, request: DecodeRequest, beams: int) -> dict[str, str]:
-        return {
-            **self.describe_settings(),
-            "beam size": str(beams),
-            "previous-text prompt": "on" if self._conditioned(request) else "off",
-            "temperature fallback": request.fallback.describe(),
-        }
+        return {**self.describe_settings(), **decoding_rows(request, self.settings, beams)}
 
     @staticmethod
     def _not_applicable(request: DecodeRequest) -> list[str]:

@@ -139,19 +139,14 @@ class TransformersBackend(Backend):
         return str(self.dtype).removeprefix("torch.")
 
     def _conditioned(self, request: DecodeRequest | None = None) -> bool:
-        """The request's choice when it makes one, else the profile's."""
-        if request is not None and request.condition_on_previous_text is not None:
-            return request.condition_on_previous_text
-        return bool(self.settings.get("condition_on_previous_text", True))
+        from kvscribe.stepped.request import conditioned
+
+        return conditioned(request, self.settings)
 
     def _request_settings(self, request: DecodeRequest, beams: int) -> dict[str, str]:
+        from kvscribe.stepped.request import decoding_rows
 
-        return {
-            **self.describe_settings(),
-            "beam size": str(beams),
-            "previous-text prompt": "on" if self._conditioned(request) else "off",
-            "temperature fallback": request.fallback.describe(),
-        }
+        return {**self.describe_settings(), **decoding_rows(request, self.settings, beams)}
 
     def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
         import torch
