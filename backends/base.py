@@ -181,6 +181,12 @@ class Backend(abc.ABC):
         file's length (kvscribe.audio_stream)."""
 
     @classmethod
+    def devices_here(cls) -> str:
+        """The devices it can use, as `kvscribe backends` lists them (an engine that knows
+        what this machine offers may say more)."""
+        return ", ".join(cls.capabilities.devices)
+
+    @classmethod
     def threads_setting(cls) -> str | None:
         """The key of its profile section that sets the engine's CPU threads (--threads)."""
         return next((k for k in ("threads", "cpu_threads") if k in cls.settings_schema), None)

@@ -58,6 +58,15 @@ class OnnxBackend(Backend):
     settings_schema = _SETTINGS
     install_hint = "pip install 'kvscribe[onnx]'"
 
+    @classmethod
+    def devices_here(cls) -> str:
+        """onnxruntime's execution providers in this install (`--device cpu` runs on CPU's,
+        `--device cuda` on CUDA's)."""
+        import onnxruntime
+
+        names = [p.removesuffix("ExecutionProvider") for p in onnxruntime.get_available_providers()]
+        return "onnxruntime: " + ", ".join(names)
+
     def load(self) -> None:
         from kvscribe.onnx.engine import OnnxEngine, applicable_specs
         from kvscribe.stepped.vocabulary import Vocabulary
@@ -103,7 +112,7 @@ class OnnxBackend(Backend):
     def _provider(self) -> str:
         import onnxruntime
 
-        provider = _PROVIDERS.get(self.device, self.device)
+        provider = _PROVIDERS[self.device]
         if provider not in onnxruntime.get_available_providers():
             package = "onnxruntime-gpu" if self.device == "cuda" else "an onnxruntime with it"
             raise BackendUnavailableError(

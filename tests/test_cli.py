@@ -260,6 +260,8 @@ def test_info_commands():
     assert (
         backends.code == 0 and "ctranslate2" in backends.stdout and "available" in backends.stdout
     )
+    onnx_row = next(line for line in backends.stdout.splitlines() if line.startswith(" onnx "))
+    assert "onnxruntime:" in onnx_row  # its execution providers in this install
     profiles = run_cli("profiles")
     assert profiles.code == 0 and "tiny-vram" in profiles.stdout and "auto picks" in profiles.stdout
     shown = run_cli("profiles", "show", "tiny-vram")

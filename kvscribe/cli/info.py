@@ -21,15 +21,17 @@ def backends() -> None:
     """List backends: available here or not, and why."""
     from kvscribe import registry
 
-    table = Table("backend", "status", "model formats", "cache controls", box=None)
+    table = Table("backend", "status", "model formats", "devices", "cache controls", box=None)
     for name, entry in registry.discover().items():
         if entry.backend is None:
-            table.add_row(name, f"[red]broken[/]: {entry.load_error}", "-", "-")
+            table.add_row(name, f"[red]broken[/]: {entry.load_error}", "-", "-", "-")
             continue
         reason = entry.backend.check_available()
         status = "[green]available[/]" if reason is None else f"[yellow]unavailable[/]: {reason}"
         caps = entry.backend.capabilities
-        table.add_row(name, status, ", ".join(caps.model_formats), ", ".join(caps.kv_controls))
+        devices = entry.backend.devices_here() if reason is None else ", ".join(caps.devices)
+        kv = ", ".join(caps.kv_controls)
+        table.add_row(name, status, ", ".join(caps.model_formats), devices, kv)
     _stdout_console().print(table)
 
 
