@@ -100,6 +100,15 @@ def tokens(rows: list[list[int]], device):
     return torch.tensor(rows, device=device)
 
 
+def index(rows: list[int], device):
+    """Row indices: int64 numpy when `device` is None, else a torch tensor on `device`."""
+    if device is None:
+        return np.asarray(rows, dtype=np.int64)
+    import torch
+
+    return torch.tensor(rows, dtype=torch.long, device=device)
+
+
 def bool_mask(size: int, device):
     if device is None:
         return np.zeros(size, dtype=bool)

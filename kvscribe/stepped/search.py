@@ -71,7 +71,7 @@ def search(
         no_speech = no_speech_probs(logits[:, 0], setup.no_speech)[0]
         first = arrays.first_row_repeated(logits[:, -1], beams)
         if beams > 1:
-            select_rows(cache, [0] * beams)
+            select_rows(cache, arrays.index([0] * beams, setup.device))
         run = _greedy if beams == 1 else _beam
         tokens, score = run(setup, first, cache, cross, beams, max_new, clock)
         return WindowResult(tokens, score, no_speech, clock.steps)
@@ -105,7 +105,7 @@ def _beam(setup, logits, cache, cross, beams, max_new, clock):
             break
         sequences = [list(seq) for seq, _, _ in kept]
         scores = [score for _, score, _ in kept]
-        select_rows(cache, [source for _, _, source in kept])
+        select_rows(cache, arrays.index([source for _, _, source in kept], setup.device))
         step = arrays.tokens([[seq[-1]] for seq in sequences], setup.device)
         logits = setup.decoder.logits(step, cache, cross)[:, -1]
     if not finished:
@@ -213,7 +213,8 @@ def _sample(setup, prompt, sot_index, cache, cross, temperature, generators, max
         arrays.tokens([prompt] * chunks, setup.device), cache, cross, positions=(sot_index, -1)
     )
     no_speech = no_speech_probs(logits[:, 0], setup.no_speech)
-    select_rows(cache, [chunk for chunk in range(chunks) for _ in range(best_of)])
+    fan_out = [chunk for chunk in range(chunks) for _ in range(best_of)]
+    select_rows(cache, arrays.index(fan_out, setup.device))
     logits = arrays.repeat_rows(logits[:, -1], best_of)
     draws = [_Draws.empty(best_of) for _ in range(chunks)]
     in_batch = list(range(chunks))
@@ -232,7 +233,8 @@ def _sample(setup, prompt, sot_index, cache, cross, temperature, generators, max
         if len(still) < len(in_batch):
             kept = [in_batch.index(chunk) for chunk in still]
             cross.select_chunks(kept)
-            select_rows(cache, [p * best_of + r for p in kept for r in range(best_of)])
+            rows_kept = [p * best_of + r for p in kept for r in range(best_of)]
+            select_rows(cache, arrays.index(rows_kept, setup.device))
             in_batch = still
         last = [
             [setup.eot if done else seq[-1]]
@@ -244,8 +246,8 @@ def _sample(setup, prompt, sot_index, cache, cross, temperature, generators, max
 
 
 def select_rows(cache: PolicyCache, rows) -> None:
-    """Make the cache's rows `rows` (a list or an index tensor) of what it holds (beams
-    kept, candidates fanned out)."""
+    """Make the cache's rows `rows` (an index array: kvscribe.arrays.index, made once per
+    step for every layer's stores) of what it holds (beams kept, candidates fanned out)."""
     for layer in cache.policy_layers:
         layer.reorder_cache(rows)
 
