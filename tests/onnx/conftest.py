@@ -1,0 +1,73 @@
+"""One export of the embedded tiny.en per test run (`kvscribe setup onnx --compute-type int8`,
+for real, into the run's own cache), its onnxruntime sessions, and the transformers
+backend they are held to. The test modules skip themselves without the onnx extra."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from kvscribe.audio import load_audio
+from tests import loaded
+from tests.conftest import SAMPLE, run_cli
+
+# What the modules here need, skipped together (in each module) when one is missing.
+NEEDS = {"onnx": "the onnx extra is not installed: pip install 'kvscribe[onnx]'"}
+NEEDS |= {"torch": "torch is not installed", "onnxruntime": "onnxruntime is not installed"}
+
+
+@pytest.fixture(scope="session")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("onnx-cache")
+
+
+@pytest.fixture(scope="session")
+def exported(cache):
+    """`kvscribe setup onnx --compute-type int8` run for real into the module's own cache."""
+    from kvscribe.onnx.export import OnnxExport
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KVSCRIBE_CACHE_DIR", str(cache))
+        result = run_cli("setup", "onnx", "--compute-type", "int8")
+    assert result.code == 0, result.stderr
+    path = Path(result.stdout.strip())
+    return OnnxExport(path, json.loads((path / "manifest.json").read_text()))
+
+
+@pytest.fixture(scope="session")
+def sessions(exported):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = int(os.environ.get("OMP_NUM_THREADS") or 1)
+
+    def session(role: str, kind: str):
+        path = str(exported.graph(role, kind))
+        return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+    return {
+        kind: (session("encoder", kind), session("decoder_step", kind))
+        for kind in exported.manifest["graphs"]
+    }
+
+
+@pytest.fixture(scope="session")
+def reference():
+    """The transformers backend (profile cpu-laptop: full self-attention cache, one shared
+    cross copy, float32) and its plan for a greedy decode without timestamps."""
+    backend = loaded.backend("transformers")
+    plan = backend._plan("en", "transcribe", 1, timestamps=False)
+    return backend, plan
+
+
+@pytest.fixture(scope="session")
+def window():
+    """The log-mel of JFK's first (and only) 30 s window [1, 80, 3000]."""
+    import torch
+
+    from kvscribe.mel import log_mel
+
+    return log_mel(torch.from_numpy(load_audio(SAMPLE)), 80)[None, :, :3000]
