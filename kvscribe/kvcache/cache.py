@@ -8,7 +8,7 @@ torch's or numpy's, as the engine gives them (kvscribe.arrays).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from kvscribe.arrays import held_bytes, owned, repeat_rows, take_rows
@@ -65,27 +65,27 @@ class CrossAttentionStore:
 
     def fill(self, encoder_output, decoder) -> None:
         """Project `encoder_output` [chunks, frames, d] (torch) through every decoder layer's
-        cross-attention."""
+        cross-attention, a layer at a time (only one layer's projection is alive at once)."""
         import torch
 
-        with torch.inference_mode():
-            projected = [
-                (
-                    split_heads(layer.encoder_attn.k_proj(encoder_output), layer.encoder_attn),
-                    split_heads(layer.encoder_attn.v_proj(encoder_output), layer.encoder_attn),
+        def projected():
+            for layer in decoder.layers:  # no local keeps a projection once it is copied
+                attention = layer.encoder_attn
+                yield (
+                    split_heads(attention.k_proj(encoder_output), attention),
+                    split_heads(attention.v_proj(encoder_output), attention),
                 )
-                for layer in decoder.layers
-            ]
-            self.fill_projected(projected)
 
-    def fill_projected(self, projected: Sequence[tuple[Any, Any]]) -> None:
+        with torch.inference_mode():
+            self.fill_projected(projected())
+
+    def fill_projected(self, projected: Iterable[tuple[Any, Any]]) -> None:
         """Take every layer's cross-attention K/V [chunks, heads, frames, head_dim], already
         projected (an encoder graph returns them), as the spec keeps them."""
-        self._dtype = projected[0][0].dtype
-        self.chunks = projected[0][0].shape[0]
         copies = 1 if self.spec.shared else self.beams
         self._layers = []
         for keys, values in projected:
+            self._dtype, self.chunks = keys.dtype, keys.shape[0]
             keys, values = owned(keys), owned(values)
             if copies > 1:  # what transformers does: a real copy per beam
                 keys, values = repeat_rows(keys, copies), repeat_rows(values, copies)
