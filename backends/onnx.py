@@ -5,13 +5,14 @@ torch.
 The graphs are kvscribe/onnx/graphs.py's (an encoder returning every layer's cross-
 attention K/V, a decoder step taking the kept self-attention K/V and the tokens'
 positions); kvscribe/onnx/engine.py runs them with the cache in kvscribe.kvcache's classes
-on numpy arrays, and the decoding is the stepped core the transformers backend runs
-(kvscribe/stepped: 30 s windows with previous-text prompts, timestamp rules and seeking,
-greedy and beam search, temperature fallback). Features are openai-whisper's log-mel in
-numpy (kvscribe.streamed_mel.WhisperNumpyFrontEnd), a window at a time.
+on numpy arrays, and the decoding is the stepped core the transformers backend runs:
+kvscribe/stepped/longform.py's 30 s windows with previous-text prompts, timestamp rules
+and seeking, greedy and beam search, temperature fallback; kvscribe/stepped/batched.py's
+speech chunks decoded side by side (`batch_size` over 1, on files over 30 s). Features are
+openai-whisper's log-mel in numpy (kvscribe.streamed_mel.WhisperNumpyFrontEnd), a window
+or a chunk at a time.
 
-Not yet here (each reported "not applicable" when asked for): batched chunks (files of
-any length decode as windows in sequence), word timestamps, language detection (a
+Not yet here (each reported "not applicable" when asked for): language detection (a
 multilingual model needs --language), half layers (the step graph takes K/V).
 """
 
@@ -27,7 +28,8 @@ from kvscribe.backends.base import (
     Transcription,
 )
 
-from kvscribe.audio_stream import Samples
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.audio_stream import Samples, hold_history
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
 from kvscribe.provenance import MEASURED, make_provenance
@@ -37,6 +39,7 @@ _SETTINGS = {
     "beam_size": int,
     "condition_on_previous_text": bool,
     "threads": int,
+    "batch_size": int,
     "compute_type": str,
 }
 _COMPUTE_TYPES = ("float32", "int8")
@@ -51,7 +54,9 @@ class OnnxBackend(Backend):
         model_formats=("transformers",),
         devices=("cpu", "cuda"),
         kv_controls=("window", "sink", "q8_0", "q4_0", "cross shared", "cross q8_0", "beam size"),
+        batched=True,
         streams_audio=True,
+        batched_cuts_pauses=True,
         honours=frozenset({"hotwords", "max_new_tokens", "suppress_tokens"}),
     )
     requires = ("onnxruntime", "tokenizers")
@@ -132,24 +137,16 @@ class OnnxBackend(Backend):
 
     def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
         from kvscribe.stepped import longform
-        from kvscribe.streamed_mel import StreamedMel, WhisperNumpyFrontEnd
+        from kvscribe.streamed_mel import StreamedMel
 
-        special = self.vocab.special
-        self.check_language(request, special.is_multilingual, list(special.languages))
-        if request.language is None and special.is_multilingual:
-            raise UsageError(
-                "the onnx backend does not detect the language yet",
-                subject="--language",
-                hint="give --language (e.g. --language fr)",
-            )
-        language = request.language or "en"
+        language = self._language(request)
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
-        plan = self._plan(language, request, beams)
-        report = DecoderReport(
-            kv_provenance=make_provenance(MEASURED), settings=self._settings(request, beams)
-        )
-        report.not_applicable += [*self.notes, *self._not_applicable(request)]
-        mel = StreamedMel(audio, WhisperNumpyFrontEnd(self.n_mels))
+        batch = self.batch_size_for(request, audio.size / SAMPLE_RATE)
+        if batch > 1:
+            return self._transcribe_batched(audio, request, language, beams, batch)
+        plan = self._plan(language, request.task, beams, request)
+        report = self._report(request, beams)
+        mel = StreamedMel(audio, self._front_end())
         prompt = self.vocab.prompt_tokens(request.prompt)
 
         def segments():
@@ -159,20 +156,93 @@ class OnnxBackend(Backend):
 
         return Transcription(language, None, segments(), report)
 
-    def _plan(self, language: str, request: DecodeRequest, beams: int):
+    def _transcribe_batched(
+        self, audio: Samples, request: DecodeRequest, language: str, beams: int, batch: int
+    ) -> Transcription:
+        """Speech chunks decoded `batch` at a time by the stepped core's batched driver (no
+        previous text; times from alignment), as the transformers backend's are."""
+        from kvscribe.chunking import BATCHED, speech_chunks
+        from kvscribe.stepped import batched, longform
+
+        chunks = speech_chunks(audio, BATCHED)
+        plan = self._plan(language, request.task, beams, request, timestamps=False)
+        hold_history(audio, batch * 30 + 30)  # a group's tails are read again after it
+        report = self._report(request, beams)
+        report.settings.update({"batch size": str(batch), "previous-text prompt": "off (batched)"})
+        report.batch_size = batch
+        prompt = self.vocab.prompt_tokens(request.prompt)
+
+        def segments():
+            stats = longform.WindowStats()
+            yield from batched.transcribe(
+                plan,
+                audio,
+                chunks,
+                batch,
+                self._chunk_mel,
+                self.vocab.text,
+                prompt,
+                stats,
+                request.word_timestamps,
+            )
+            stats.fill(report)
+
+        return Transcription(language, None, segments(), report)
+
+    def _language(self, request: DecodeRequest) -> str:
+        special = self.vocab.special
+        self.check_language(request, special.is_multilingual, list(special.languages))
+        if request.language is None and special.is_multilingual:
+            raise UsageError(
+                "the onnx backend does not detect the language yet",
+                subject="--language",
+                hint="give --language (e.g. --language fr)",
+            )
+        return request.language or "en"
+
+    def _report(self, request: DecodeRequest, beams: int) -> DecoderReport:
+        report = DecoderReport(
+            kv_provenance=make_provenance(MEASURED), settings=self._settings(request, beams)
+        )
+        report.not_applicable += [*self.notes, *self._not_applicable(request)]
+        return report
+
+    def _front_end(self):
+        from kvscribe.streamed_mel import WhisperNumpyFrontEnd
+
+        return WhisperNumpyFrontEnd(self.n_mels)
+
+    def _chunk_mel(self, samples):
+        """A speech chunk's first 30 s window of log-mel [n_mels, 3000] (numpy)."""
+        from kvscribe.mel import FRAMES_PER_WINDOW
+        from kvscribe.streamed_mel import StreamedMel
+
+        return StreamedMel(samples, self._front_end())[:, :FRAMES_PER_WINDOW]
+
+    def _plan(
+        self,
+        language: str,
+        task: str,
+        beams: int,
+        request: DecodeRequest | None = None,
+        timestamps: bool = True,
+    ):
+        """The decoding plan for one input (the transformers backend's signature); without
+        `request`, the defaults. `timestamps` False: batched chunks, their words aligned."""
         from kvscribe.stepped.longform import PROMPT_MAX, WindowPlan
         from kvscribe.stepped.rules import TokenRules
         from kvscribe.stepped.search import SearchSetup
 
+        request = request or DecodeRequest(task=task)
         engine, special = self.engine, self.vocab.special
         suppressed = self.vocab.suppressed(request.suppress_tokens)
-        rules = TokenRules(special, self.vocab_size, suppressed, timestamps=True, device=None)
+        rules = TokenRules(special, self.vocab_size, suppressed, timestamps=timestamps, device=None)
         return WindowPlan(
-            encode=lambda window: engine.encode(window[None]),
+            encode=lambda mel: engine.encode(mel if mel.ndim == 3 else mel[None]),
             setup=SearchSetup(engine, rules, special.eot, special.no_speech, None),
             fill_cross=lambda cross, encoded: cross.fill_projected(encoded),
             special=special,
-            sot_sequence=self.vocab.sot_sequence(language, request.task),
+            sot_sequence=self.vocab.sot_sequence(language, task),
             self_specs=self.self_specs,
             cross_spec=self.cross_spec,
             beams=beams,
@@ -182,6 +252,7 @@ class OnnxBackend(Backend):
             fallback=request.fallback,
             hotwords=tuple(self.vocab.prompt_tokens(request.hotwords)[:PROMPT_MAX]),
             max_new_tokens=request.max_new_tokens,
+            timestamps=timestamps,
         )
 
     def _settings(self, request: DecodeRequest, beams: int) -> dict[str, str]:
@@ -192,6 +263,4 @@ class OnnxBackend(Backend):
         notes = []
         if request.word_timestamps:
             notes.append("word timestamps: not in the onnx backend yet")
-        if request.batch_size not in (None, 1):
-            notes.append("batch size: the onnx backend decodes windows in sequence")
         return notes

@@ -225,20 +225,25 @@ class TransformersBackend(Backend):
 
     def _fit_budget(self, plan, wanted: int) -> tuple[int, str]:
         """The batch that fits the profile's `kv_budget_mb`, and how it was chosen."""
-        from kvscribe.backends.hf.batched import bytes_per_chunk, fit_batch
+        from kvscribe.stepped.batched import bytes_per_chunk, fit_batch
 
         budget_mb = self.settings.get("kv_budget_mb")
         if budget_mb is None:
             return wanted, ""
-        config = self.network.config
         key = (plan.beams, plan.self_specs, plan.cross_spec)
         if key not in self._chunk_bytes:
-            self._chunk_bytes[key] = bytes_per_chunk(
-                plan, config.max_source_positions, config.d_model, self.dtype
-            )
+            self._chunk_bytes[key] = bytes_per_chunk(plan, self._silent_chunk())
         per_chunk = self._chunk_bytes[key]
         batch = fit_batch(wanted, budget_mb * 1_000_000, per_chunk)
         return batch, f" (KV budget {budget_mb} MB / {per_chunk / 1e6:.1f} MB per chunk, measured)"
+
+    def _silent_chunk(self):
+        """An encoder output of one chunk, all zeros: what a KV size probe decodes."""
+        import torch
+
+        config = self.network.config
+        shape = (1, config.max_source_positions, config.d_model)
+        return torch.zeros(shape, dtype=self.dtype, device=self.device)
 
     def _chunk_mel(self, samples):
         """The first 30 s window of `samples` (one speech chunk, a numpy array)."""
@@ -253,20 +258,20 @@ class TransformersBackend(Backend):
         return mel[:, :FRAMES_PER_WINDOW]
 
     def _stream_batched(self, plan, audio, chunks, batch, report, request: DecodeRequest):
-        from kvscribe.backends.hf import batched
-
-        from kvscribe import aligned_chunks
-        from kvscribe.stepped import longform
+        from kvscribe.stepped import batched, longform
 
         stats = longform.WindowStats()
-        prompt = batched.full_prompt(plan, self._prompt_tokens(request))
-
-        def decode_group(group):
-            mels = [self._chunk_mel(chunk.samples(audio)) for chunk in group]
-            return batched.decode_with_fallback(plan, group, mels, prompt, stats, self._text)
-
-        yield from aligned_chunks.decoded_segments(
-            chunks, batch, decode_group, self._text, plan.fallback, request.word_timestamps
+        prompt = self._prompt_tokens(request)
+        yield from batched.transcribe(
+            plan,
+            audio,
+            chunks,
+            batch,
+            self._chunk_mel,
+            self._text,
+            prompt,
+            stats,
+            request.word_timestamps,
         )
         stats.fill(report)
 

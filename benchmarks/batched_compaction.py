@@ -18,7 +18,7 @@ import time
 import corpus
 import results_file
 from kvscribe.backends.base import DecodeRequest
-from kvscribe.backends.hf import batched
+from kvscribe.stepped import batched
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio

@@ -1,6 +1,6 @@
 """A batched chunk's decode, timed by alignment, and the segments it gives: written once for
 every engine that decodes speech chunks side by side (backends/ct2_batched.py,
-backends/hf/batched.py).
+kvscribe/stepped/batched.py).
 
 A chunk is decoded without timestamp tokens (with them the model skips speech between one
 timestamp and the next, docs/long-files.md); its words are timed by cross-attention

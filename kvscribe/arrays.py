@@ -31,6 +31,15 @@ def cat(parts: Sequence, axis: int):
     return torch.cat(list(parts), dim=axis)
 
 
+def stack(parts: Sequence):
+    """`parts` (all of one kind and shape) along a new first axis."""
+    if is_numpy(parts[0]):
+        return np.stack(parts)
+    import torch
+
+    return torch.stack(list(parts))
+
+
 def take_rows(x, rows):
     """Rows `rows` (a list, an int64 numpy array or a torch index tensor) of `x`, as a new
     array: beams kept, candidates fanned out, chunks dropped."""

@@ -187,11 +187,11 @@ def test_cross_attention_held_per_beam_per_chunk_and_shared(long_form_head):
 
 @pytest.mark.slow
 def test_the_budget_picks_the_largest_batch_whose_kv_fits(long_form_head):
-    from kvscribe.backends.hf.batched import bytes_per_chunk
+    from kvscribe.stepped.batched import bytes_per_chunk
 
     backend = _backend("transformers", "tiny-vram")
     plan = backend._plan("en", "transcribe", 1)
-    per_chunk = bytes_per_chunk(plan, 1500, 384, backend.dtype)
+    per_chunk = bytes_per_chunk(plan, backend._silent_chunk())
     budget_mb = int(2.5 * per_chunk / 1e6) + 1  # room for 2 chunks, not 3
     section = {**backend.settings, "kv_budget_mb": budget_mb}
     backends = {**backend.profile.backends, "transformers": section}

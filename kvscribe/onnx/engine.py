@@ -18,6 +18,7 @@ applicable here, and run as full layers (`applicable_specs` says so).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +37,33 @@ HALF_NOT_APPLICABLE = (
 class StepOutput:
     logits: np.ndarray  # [rows, new, vocab]
     alignment_scores: np.ndarray  # [rows, alignment heads, new, frames], before softmax
+
+
+class EncodedChunks:
+    """The encoder graph's output for some chunks, as the stepped core handles an encoder
+    output (kvscribe/stepped/batched.py): `len()` counts the chunks, indexing with a slice
+    or a list of chunks selects some (no copy), and iterating gives, per decoder layer,
+    the chunks' (K, V) [chunks, heads, frames, head_dim]: what
+    CrossAttentionStore.fill_projected takes."""
+
+    def __init__(self, chunks: list[list[tuple[np.ndarray, np.ndarray]]]) -> None:
+        self.chunks = chunks
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, which: slice | list[int]) -> EncodedChunks:
+        if isinstance(which, slice):
+            return EncodedChunks(self.chunks[which])
+        return EncodedChunks([self.chunks[index] for index in which])
+
+    def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for layer in zip(*self.chunks, strict=True):
+            if len(layer) == 1:
+                yield layer[0]
+            else:
+                keys, values = zip(*layer, strict=True)
+                yield np.concatenate(keys), np.concatenate(values)
 
 
 class OnnxEngine:
@@ -64,10 +92,15 @@ class OnnxEngine:
         past = self.decoder.get_inputs()[self._step_inputs.index("past_key_0")]
         self.heads, self.head_dim = past.shape[1], past.shape[3]
 
-    def encode(self, features: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Log-mel windows [batch, n_mels, 3000] -> per decoder layer its cross-attention
-        (K, V), each [batch, heads, frames, head_dim]."""
-        out = self.encoder.run(None, {"features": np.ascontiguousarray(features, np.float32)})
+    def encode(self, features: np.ndarray) -> EncodedChunks:
+        """Log-mel windows [chunks, n_mels, 3000] -> every decoder layer's cross-attention
+        (K, V) of each, encoded a window at a time: the activations of one window (tiny:
+        ~60 MB), however many chunks a batch holds."""
+        features = np.ascontiguousarray(features, np.float32)
+        return EncodedChunks([self._encode_one(window[None]) for window in features])
+
+    def _encode_one(self, features: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        out = self.encoder.run(None, {"features": features})
         return list(zip(out[0::2], out[1::2], strict=True))
 
     def step(

@@ -1,4 +1,6 @@
-"""Batched decoding: several speech chunks x beams as the rows of one decoder batch.
+"""Batched decoding: several speech chunks x beams as the rows of one decoder batch, for
+every engine kvscribe steps itself (the transformers backend's torch decoder, the onnx
+backend's ONNX Runtime graphs: kvscribe.arrays picks the array kind).
 
 Every chunk decodes from the same prompt (no previous text: the chunks are decoded
 side by side) without timestamp tokens, with the window's cache policy applied to every
@@ -10,18 +12,22 @@ cross-attention store keeps one copy per chunk when its policy is shared (beams
 fold into the query axis) and one per beam otherwise. A chunk whose search ends
 leaves the batch at once: its rows are dropped from the self-attention cache and
 its cross-attention copy from the store, so it stops costing compute and memory.
+
+What the engine's `plan.encode` returns for a batch of chunks is only counted with
+`len()`, sliced (`encoded[i:i + 1]`), indexed with a list of chunks, and handed to
+`plan.fill_cross` and the aligner: a torch tensor [chunks, frames, d] or the onnx
+engine's kvscribe.onnx.engine.EncodedChunks.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-import torch
-
+from kvscribe import aligned_chunks, arrays
 from kvscribe.aligned_chunks import AlignedChunk, on_original_clock
-from kvscribe.arrays import held_bytes
 from kvscribe.chunking import Chunk, ChunkResult
 from kvscribe.decoding import per_row
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
@@ -29,6 +35,32 @@ from kvscribe.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW, HOP
 from kvscribe.stepped import fallback
 from kvscribe.stepped.longform import WindowPlan, WindowStats
 from kvscribe.stepped.search import expand, no_speech_probs, sample, select_rows
+from kvscribe.types import Segment
+
+
+def transcribe(
+    plan: WindowPlan,
+    audio,
+    chunks: list[Chunk],
+    batch: int,
+    chunk_mel: Callable[[Any], Any],
+    decode_text: Callable[[list[int]], str],
+    prompt: list[int],
+    stats: WindowStats,
+    word_timestamps: bool,
+) -> Iterator[Segment]:
+    """Segments of `audio`'s speech `chunks`, decoded `batch` at a time; `chunk_mel`: a
+    chunk's samples -> its first 30 s log-mel [n_mels, 3000] in the engine's arrays;
+    `prompt`: the user's prompt tokens (full_prompt makes every chunk's decoder prompt)."""
+    decoder_prompt = full_prompt(plan, prompt)
+
+    def decode_group(group: list[Chunk]) -> list[AlignedChunk]:
+        mels = [chunk_mel(chunk.samples(audio)) for chunk in group]
+        return decode_with_fallback(plan, group, mels, decoder_prompt, stats, decode_text)
+
+    yield from aligned_chunks.decoded_segments(
+        chunks, batch, decode_group, decode_text, plan.fallback, word_timestamps
+    )
 
 
 @dataclass
@@ -49,11 +81,10 @@ class _Search:
         return ChunkResult(list(tokens), score / (len(tokens) + 1), self.no_speech_prob)
 
 
-@torch.inference_mode()
 def decode_with_fallback(
     plan: WindowPlan,
     chunks: list[Chunk],
-    mels: list[torch.Tensor],
+    mels: list,
     prompt: list[int],
     stats: WindowStats,
     decode_text: Callable[[list[int]], str],
@@ -62,6 +93,11 @@ def decode_with_fallback(
     (kvscribe.decoding.per_row: each temperature in turn for the chunks still failing),
     then each chunk's kept attempt with its words aligned from the encoder output already
     computed."""
+    with arrays.inference(plan.setup.device):
+        return _decode_with_fallback(plan, chunks, mels, prompt, stats, decode_text)
+
+
+def _decode_with_fallback(plan, chunks, mels, prompt, stats, decode_text) -> list[AlignedChunk]:
     encoded = _encode(plan, mels, stats)
     stats.windows += len(chunks)
     frames = [chunk.start // HOP for chunk in chunks]
@@ -105,7 +141,7 @@ def _copies(plan: WindowPlan, temperature: float) -> int:
 
 def _filled(
     plan: WindowPlan,
-    encoded: torch.Tensor,
+    encoded,
     copies: int,
     stats: WindowStats,
     alive: Sequence[CrossAttentionStore | None] = (),
@@ -115,18 +151,18 @@ def _filled(
     cross = CrossAttentionStore(plan.cross_spec, copies)
     plan.fill_cross(cross, encoded)
     stores = [cross, *(store for store in alive if store is not None)]
-    held = held_bytes(tensor for store in stores for tensor in store.tensors())
+    held = arrays.held_bytes(tensor for store in stores for tensor in store.tensors())
     stats.cross_bytes = max(stats.cross_bytes, held)
     return cross
 
 
 def _decode_at(
     plan: WindowPlan,
-    encoded: torch.Tensor,
+    encoded,
     prompt: list[int],
     stats: WindowStats,
     temperature: float,
-    generators: list[torch.Generator],
+    generators: list,
     cross: CrossAttentionStore | None = None,
 ) -> list:
     """One attempt for every chunk of `encoded`: beam search at temperature 0, else
@@ -156,7 +192,7 @@ def _decode_at(
 def _chunk_decode(
     plan: WindowPlan,
     chunk: Chunk,
-    encoded: torch.Tensor,
+    encoded,
     kept: fallback.Attempt,
     decode_text: Callable[[list[int]], str],
     cross: CrossAttentionStore | None,
@@ -168,7 +204,7 @@ def _chunk_decode(
     tokens = [] if silent else [t for t in kept.tokens if t < plan.special.eot]
     words = []
     if tokens and plan.align_words is not None and decode_text(tokens).strip():
-        words = plan.align_words.chunk_words(  # a WordAligner (backends/hf/alignment.py)
+        words = plan.align_words.chunk_words(  # kvscribe.stepped.alignment.WordAligner
             encoded,
             tokens,
             min(round(chunk.seconds * FRAMES_PER_SECOND), FRAMES_PER_WINDOW),
@@ -185,10 +221,9 @@ def _chunk_decode(
     )
 
 
-@torch.inference_mode()
 def decode_batch(
     plan: WindowPlan,
-    mels: list[torch.Tensor],
+    mels: list,
     prompt: list[int],
     stats: WindowStats,
     compact: bool = True,
@@ -199,21 +234,22 @@ def decode_batch(
     `compact`: a chunk whose search ends leaves the batch (kvscribe's way). False keeps its
     rows in the batch, fed end-of-text and ignored, as a masked batch would: only
     benchmarks/batched_compaction.py asks for that, to measure the difference."""
-    encoded = _encode(plan, mels, stats)
-    stats.windows += len(mels)
-    return _beam_batch(plan, encoded, prompt, stats, compact)
+    with arrays.inference(plan.setup.device):
+        encoded = _encode(plan, mels, stats)
+        stats.windows += len(mels)
+        return _beam_batch(plan, encoded, prompt, stats, compact)
 
 
-def _encode(plan: WindowPlan, mels: list[torch.Tensor], stats: WindowStats) -> torch.Tensor:
+def _encode(plan: WindowPlan, mels: list, stats: WindowStats):
     started = time.perf_counter()
-    encoded = plan.encode(torch.stack(mels))
+    encoded = plan.encode(arrays.stack(mels))
     stats.encoder_seconds += time.perf_counter() - started
     return encoded
 
 
 def _beam_batch(
     plan: WindowPlan,
-    encoded: torch.Tensor,
+    encoded,
     prompt: list[int],
     stats: WindowStats,
     compact: bool = True,
@@ -225,18 +261,18 @@ def _beam_batch(
     if cross is None:
         cross = _filled(plan, encoded, plan.beams, stats)
     cache = PolicyCache(plan.self_specs)
-    chunks = encoded.shape[0]
+    chunks = len(encoded)
     sot_index = plan.sot_index(prompt)
     max_new = plan.max_new(len(prompt))
 
     step_started = time.perf_counter()
-    tokens = torch.tensor([prompt] * chunks, device=setup.device)
+    tokens = arrays.tokens([prompt] * chunks, setup.device)
     logits = setup.decoder.logits(tokens, cache, cross, positions=(sot_index, -1))
     no_speech = no_speech_probs(logits[:, 0], setup.no_speech)
     searches = [_Search([[] for _ in range(plan.beams)], [0.0] * plan.beams, p) for p in no_speech]
-    fan_out = torch.arange(chunks, device=setup.device).repeat_interleave(plan.beams)
-    select_rows(cache, fan_out)
-    logits = logits[:, -1].repeat_interleave(plan.beams, dim=0)
+    fan_out = [chunk for chunk in range(chunks) for _ in range(plan.beams)]
+    select_rows(cache, arrays.index(fan_out, setup.device))
+    logits = arrays.repeat_rows(logits[:, -1], plan.beams)
 
     in_batch = list(range(chunks))  # chunk numbers with rows in the batch, in row order
     for _ in range(max_new):
@@ -244,25 +280,24 @@ def _beam_batch(
         step_started = time.perf_counter()
         _note_step(stats, plan, cache, len(in_batch) * plan.beams)
         rows = [seq for chunk in in_batch for seq in searches[chunk].sequences]
-        logprobs = setup.rules.logprobs(logits.float(), rows)
+        logprobs = setup.rules.logprobs(arrays.float32(logits), rows)
         sources = _advance(searches, in_batch, logprobs, plan.beams, setup.eot)
         still = [chunk for chunk in in_batch if not searches[chunk].ended]
         if not still:
             break
         if compact and len(still) < len(in_batch):
             kept = [in_batch.index(chunk) for chunk in still]
-            cross.select_chunks(torch.tensor(kept, device=setup.device))
+            cross.select_chunks(kept)
             sources = [sources[position] for position in kept]
             in_batch = still
-        select_rows(
-            cache, torch.tensor([r for block in sources for r in block], device=setup.device)
-        )
+        rows_kept = [row for block in sources for row in block]
+        select_rows(cache, arrays.index(rows_kept, setup.device))
         last = [
             [setup.eot if searches[chunk].ended else seq[-1]]
             for chunk in in_batch
             for seq in searches[chunk].sequences
         ]
-        logits = setup.decoder.logits(torch.tensor(last, device=setup.device), cache, cross)[:, -1]
+        logits = setup.decoder.logits(arrays.tokens(last, setup.device), cache, cross)[:, -1]
     stats.self_peak_bytes = max(stats.self_peak_bytes, cache.peak_bytes)
     stats.recompute_macs += cache.recompute_macs
     results = [search.result() for search in searches]
@@ -311,18 +346,20 @@ def full_prompt(plan: WindowPlan, prompt: list[int]) -> list[int]:
     return plan.prompt_for(prompt)
 
 
-@torch.inference_mode()
-def bytes_per_chunk(plan: WindowPlan, frames: int, d_model: int, dtype: torch.dtype) -> int:
+def bytes_per_chunk(plan: WindowPlan, silent_chunk) -> int:
     """KV storage one chunk holds at its largest under the plan's policies: its cross-
     attention copy (or one per beam) plus the self-attention cache of its beams after a
-    full window's positions, measured from the storage a probe cache actually holds."""
+    full window's positions, measured from the storage a probe cache actually holds.
+    `silent_chunk`: an encoder output of one chunk as the engine gives it (zeros will do:
+    only sizes matter)."""
     setup = plan.setup
-    cross = CrossAttentionStore(plan.cross_spec, plan.beams)
-    plan.fill_cross(cross, torch.zeros(1, frames, d_model, dtype=dtype, device=setup.device))
-    cache = PolicyCache(plan.self_specs)
-    tokens = torch.full((plan.beams, plan.text_ctx), plan.special.eot, device=setup.device)
-    setup.decoder.logits(tokens, cache, cross)
-    return cross.held_bytes + cache.peak_bytes
+    with arrays.inference(setup.device):
+        cross = CrossAttentionStore(plan.cross_spec, plan.beams)
+        plan.fill_cross(cross, silent_chunk)
+        cache = PolicyCache(plan.self_specs)
+        eot_rows = [[plan.special.eot] * plan.text_ctx] * plan.beams
+        setup.decoder.logits(arrays.tokens(eot_rows, setup.device), cache, cross)
+        return cross.held_bytes + cache.peak_bytes
 
 
 def fit_batch(wanted: int, budget_bytes: int | None, per_chunk: int) -> int:

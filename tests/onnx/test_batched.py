@@ -1,0 +1,86 @@
+"""Batched speech chunks on the ONNX engine: the stepped core's batched driver
+(kvscribe/stepped/batched.py), the one the transformers backend runs, against that
+backend's torch decoder."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvscribe.audio import load_audio
+from tests.conftest import wer
+from tests.onnx.conftest import NEEDS
+
+for module, why in NEEDS.items():
+    pytest.importorskip(module, reason=why)
+
+pytestmark = [pytest.mark.onnx, pytest.mark.model, pytest.mark.slow]
+
+
+def _onnx_backend(exported, profile_name: str):
+    from kvscribe import models, profile, registry
+
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KVSCRIBE_CACHE_DIR", str(exported.path.parent.parent))
+        backend_cls = registry.get("onnx")
+        model = models.resolve(None, backend_cls.capabilities.model_formats)
+        backend = backend_cls(model, profile.load(profile_name), "cpu")
+        backend.load()
+    return backend
+
+
+@pytest.mark.parametrize("profile_name", ["cpu-laptop", "tiny-vram"])
+def test_batched_chunks_on_the_engine_decode_torchs_tokens_holding_as_much(
+    exported, long_form_head, profile_name
+):
+    """The first three speech chunks of 61.5 s, beam 5, side by side: the ONNX engine and
+    the transformers backend's torch decoder, each with its own front end, give the same
+    tokens (float rounding may tip one near-tie of a beam search: at most one chunk differs,
+    by a word or two), and their caches hold the same cross-attention bytes (the same
+    policy over the same float32 shapes) and self-attention bytes within what a token or
+    two more or fewer moves."""
+    from kvscribe.chunking import BATCHED, speech_chunks
+    from kvscribe.stepped.batched import decode_batch, full_prompt
+    from kvscribe.stepped.longform import WindowStats
+    from tests import loaded
+
+    audio = load_audio(long_form_head)
+    chunks = speech_chunks(audio, BATCHED)[:3]
+    assert len(chunks) == 3
+    ours = _onnx_backend(exported, profile_name)
+    theirs = loaded.backend("transformers", profile_name)
+    decoded, stats = {}, {}
+    for name, backend in (("onnx", ours), ("torch", theirs)):
+        plan = backend._plan("en", "transcribe", 5, timestamps=False)
+        mels = [backend._chunk_mel(chunk.samples(audio)) for chunk in chunks]
+        stats[name] = WindowStats()
+        decoded[name] = decode_batch(plan, mels, full_prompt(plan, []), stats[name])
+    pairs = list(zip(decoded["onnx"], decoded["torch"], strict=True))
+    assert sum(mine.tokens == its.tokens for mine, its in pairs) >= 2
+    for mine, its in pairs:
+        text = ours.vocab.text
+        assert wer(text(its.tokens), text(mine.tokens)) <= 0.05
+        if mine.tokens == its.tokens:
+            assert mine.avg_logprob == pytest.approx(its.avg_logprob, abs=1e-3)
+    assert stats["onnx"].cross_bytes == stats["torch"].cross_bytes > 0
+    assert stats["onnx"].self_peak_bytes == pytest.approx(stats["torch"].self_peak_bytes, rel=0.1)
+
+
+def test_the_onnx_backend_batches_long_form_chunks(exported, reference, long_form_head):
+    """61.5 s at --batch-size 8: the speech chunks decode together (no previous text), the
+    segments are in time order inside the audio, and the text is the transformers
+    backend's batched text within a few words."""
+    from kvscribe.backends.base import DecodeRequest
+
+    audio = load_audio(long_form_head)
+    request = DecodeRequest(batch_size=8)
+    run = _onnx_backend(exported, "cpu-laptop").transcribe(audio, request)
+    segments = list(run.segments)
+    assert run.report.batch_size == 8 and run.report.windows >= 3
+    assert run.report.settings["previous-text prompt"] == "off (batched)"
+    starts = [s.start for s in segments]
+    assert starts == sorted(starts) and starts[0] >= 0 and segments[-1].end <= 61.6
+    text = " ".join(s.text for s in segments)
+    reference_text = long_form_head.with_suffix(".txt").read_text(encoding="utf-8")
+    assert wer(reference_text, text) <= 0.1
+    torch_text = " ".join(s.text for s in reference[0].transcribe(audio, request).segments)
+    assert wer(torch_text, text) <= 0.03
