@@ -12,8 +12,8 @@ speech chunks decoded side by side (`batch_size` over 1, on files over 30 s). Fe
 openai-whisper's log-mel in numpy (kvscribe.streamed_mel.WhisperNumpyFrontEnd), a window
 or a chunk at a time.
 
-Not yet here (each reported "not applicable" when asked for): language detection (a
-multilingual model needs --language), half layers (the step graph takes K/V).
+Not here: half layers (the step graph takes K/V; reported "not applicable", those layers
+kept whole).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples, hold_history
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
+from kvscribe.mel import FRAMES_PER_WINDOW
 from kvscribe.provenance import MEASURED, make_provenance
 from kvscribe.stepped.request import conditioned, decoding_rows
 
@@ -139,14 +140,16 @@ class OnnxBackend(Backend):
         from kvscribe.stepped import longform
         from kvscribe.streamed_mel import StreamedMel
 
-        language = self._language(request)
+        special = self.vocab.special
+        self.check_language(request, special.is_multilingual, list(special.languages))
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
         batch = self.batch_size_for(request, audio.size / SAMPLE_RATE)
         if batch > 1:
-            return self._transcribe_batched(audio, request, language, beams, batch)
+            return self._transcribe_batched(audio, request, beams, batch)
+        mel = StreamedMel(audio, self._front_end())
+        language, probability = self._language(request, lambda: mel[:, :FRAMES_PER_WINDOW])
         plan = self._plan(language, request.task, beams, request)
         report = self._report(request, beams)
-        mel = StreamedMel(audio, self._front_end())
         prompt = self.vocab.prompt_tokens(request.prompt)
 
         def segments():
@@ -154,17 +157,20 @@ class OnnxBackend(Backend):
             yield from longform.transcribe(plan, mel, self.vocab.text, stats, prompt)
             stats.fill(report)
 
-        return Transcription(language, None, segments(), report)
+        return Transcription(language, probability, segments(), report)
 
     def _transcribe_batched(
-        self, audio: Samples, request: DecodeRequest, language: str, beams: int, batch: int
+        self, audio: Samples, request: DecodeRequest, beams: int, batch: int
     ) -> Transcription:
         """Speech chunks decoded `batch` at a time by the stepped core's batched driver (no
-        previous text; times from alignment), as the transformers backend's are."""
+        previous text; times from alignment), as the transformers backend's are; the
+        language, unless given, is the first chunk's."""
         from kvscribe.chunking import BATCHED, speech_chunks
         from kvscribe.stepped import batched, longform
 
         chunks = speech_chunks(audio, BATCHED)
+        first = chunks[0].samples(audio) if chunks else audio
+        language, probability = self._language(request, lambda: self._chunk_mel(first))
         plan = self._plan(language, request.task, beams, request, timestamps=False)
         hold_history(audio, batch * 30 + 30)  # a group's tails are read again after it
         report = self._report(request, beams)
@@ -187,24 +193,34 @@ class OnnxBackend(Backend):
             )
             stats.fill(report)
 
-        return Transcription(language, None, segments(), report)
+        return Transcription(language, probability, segments(), report)
 
-    def _language(self, request: DecodeRequest) -> str:
-        special = self.vocab.special
-        self.check_language(request, special.is_multilingual, list(special.languages))
-        if request.language is None and special.is_multilingual:
-            raise UsageError(
-                "the onnx backend does not detect the language yet",
-                subject="--language",
-                hint="give --language (e.g. --language fr)",
-            )
-        return request.language or "en"
+    def _language(self, request: DecodeRequest, first_window) -> tuple[str, float | None]:
+        """The request's language (no probability), else the one detected on
+        `first_window()`'s log-mel [n_mels, 3000]; English-only models are English."""
+        from kvscribe.stepped.language import detect_language
+
+        if request.language is not None:
+            return request.language, None
+        if not self.vocab.special.is_multilingual:
+            return "en", None
+        engine = self.engine
+        encoded = engine.encode(first_window()[None])
+        specs = (self.self_specs, self.cross_spec)
+        fill = self._fill_cross
+        return detect_language(engine, fill, encoded, self.vocab.special, *specs, None)
+
+    @staticmethod
+    def _fill_cross(cross, encoded) -> None:
+        cross.fill_projected(encoded)
 
     def _report(self, request: DecodeRequest, beams: int) -> DecoderReport:
         report = DecoderReport(
             kv_provenance=make_provenance(MEASURED), settings=self._settings(request, beams)
         )
-        report.not_applicable += [*self.notes, *self._not_applicable(request)]
+        report.not_applicable += self.notes
+        if request.word_timestamps and self._aligner() is None:
+            report.not_applicable.append("word timestamps: the model names no alignment heads")
         return report
 
     def _front_end(self):
@@ -214,7 +230,6 @@ class OnnxBackend(Backend):
 
     def _chunk_mel(self, samples):
         """A speech chunk's first 30 s window of log-mel [n_mels, 3000] (numpy)."""
-        from kvscribe.mel import FRAMES_PER_WINDOW
         from kvscribe.streamed_mel import StreamedMel
 
         return StreamedMel(samples, self._front_end())[:, :FRAMES_PER_WINDOW]
@@ -240,7 +255,7 @@ class OnnxBackend(Backend):
         return WindowPlan(
             encode=lambda mel: engine.encode(mel if mel.ndim == 3 else mel[None]),
             setup=SearchSetup(engine, rules, special.eot, special.no_speech, None),
-            fill_cross=lambda cross, encoded: cross.fill_projected(encoded),
+            fill_cross=self._fill_cross,
             special=special,
             sot_sequence=self.vocab.sot_sequence(language, task),
             self_specs=self.self_specs,
@@ -253,14 +268,18 @@ class OnnxBackend(Backend):
             hotwords=tuple(self.vocab.prompt_tokens(request.hotwords)[:PROMPT_MAX]),
             max_new_tokens=request.max_new_tokens,
             timestamps=timestamps,
+            align_words=self._aligner() if request.word_timestamps or not timestamps else None,
         )
+
+    def _aligner(self):
+        """Word times from the step graph's alignment-head scores (None for a model whose
+        config names no alignment heads: its words are not timed)."""
+        from kvscribe.onnx.alignment import onnx_word_aligner
+
+        try:
+            return onnx_word_aligner(self.engine, self.vocab.special, self.vocab.text)
+        except ValueError:
+            return None
 
     def _settings(self, request: DecodeRequest, beams: int) -> dict[str, str]:
         return {**self.describe_settings(), **decoding_rows(request, self.settings, beams)}
-
-    @staticmethod
-    def _not_applicable(request: DecodeRequest) -> list[str]:
-        notes = []
-        if request.word_timestamps:
-            notes.append("word timestamps: not in the onnx backend yet")
-        return notes

@@ -375,11 +375,14 @@ class TransformersBackend(Backend):
             return torch.cat([encoder(one[None]) for one in features])
 
     def _detect_language(self, mel) -> tuple[str, float]:
-        from kvscribe.backends.hf.language import detect_language
+        import torch
+        from kvscribe.backends.hf.decoder import PolicyDecoder
 
         from kvscribe.mel import FRAMES_PER_WINDOW
+        from kvscribe.stepped.language import detect_language
 
         encoded = self._encode(mel[:, :FRAMES_PER_WINDOW])
-        return detect_language(
-            self.network, encoded, self.special, self.self_specs, self.cross_spec
-        )
+        decoder = PolicyDecoder(self.network)
+        specs = (self.self_specs, self.cross_spec)
+        device = torch.device(self.device)
+        return detect_language(decoder, self._fill_cross, encoded, self.special, *specs, device)

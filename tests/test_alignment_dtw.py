@@ -1,16 +1,13 @@
-"""The transformers backend's word-alignment arithmetic: row-vectorised DTW against the
-textbook recurrence openai-whisper runs, and its reflect-padded median filter."""
+"""The word aligner's arithmetic (kvscribe/stepped/alignment.py, numpy only, shared by the
+transformers and onnx backends): row-vectorised DTW against the textbook recurrence
+openai-whisper runs, and the reflect-padded median filter."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-
-from kvscribe.backends.hf.alignment import dtw, median_filter  # noqa: E402
-
-pytestmark = [pytest.mark.transformers]
+from kvscribe.stepped.alignment import dtw, median_filter
 
 
 def _plain_dtw(cost: np.ndarray) -> list[tuple[int, int]]:
@@ -58,11 +55,11 @@ def test_dtw_follows_a_planted_diagonal_band():
 def test_median_filter_is_a_reflect_padded_sliding_median(width, values):
     rng = np.random.default_rng(7)
     x = rng.normal(size=(3, 5, 40)) if values == "normal" else rng.integers(0, 3, (3, 5, 40))
-    x = torch.from_numpy(x.astype(np.float64))
+    x = x.astype(np.float32)
     pad = width // 2
-    padded = np.pad(x.numpy(), ((0, 0), (0, 0), (pad, pad)), mode="reflect")
+    padded = np.pad(x, ((0, 0), (0, 0), (pad, pad)), mode="reflect")
     windows = [padded[..., k : k + width] for k in range(40)]
     expected = np.stack([np.median(window, axis=-1) for window in windows], -1)
-    assert np.array_equal(median_filter(x, width).numpy(), expected)
+    assert np.array_equal(median_filter(x, width), expected)
     short = x[..., :pad]  # too short to pad: unchanged
-    assert torch.equal(median_filter(short, width), short)
+    assert np.array_equal(median_filter(short, width), short)

@@ -26,7 +26,7 @@ one row of the self-attention cache, whose entries differ per beam.
 
 The step also returns the alignment heads' cross-attention scores before softmax
 ([rows, alignment heads, new, frames], the heads in generation_config.json's order), which
-word timestamps read (backends/hf/alignment.py): a gather of scores the step computes
+word timestamps read (kvscribe/stepped/alignment.py): a gather of scores the step computes
 anyway.
 """
 

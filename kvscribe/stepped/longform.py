@@ -27,7 +27,7 @@ SECONDS_PER_TIMESTAMP = 0.02
 FRAMES_PER_TIMESTAMP = 2
 PROMPT_MAX = 223  # n_text_ctx // 2 - 1 previous tokens
 
-# backends/hf/alignment.py's WordAligner: (encoded window [1, frames, d], each segment's
+# kvscribe/stepped/alignment.py's WordAligner: (encoded window, each segment's
 # tokens, window frames, offset s, *, sot_sequence, bounds, last_speech) -> one tuple of
 # Words per segment, on the input's clock.
 AlignWords = Callable[..., list[tuple[Word, ...]]]

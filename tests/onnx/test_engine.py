@@ -91,6 +91,73 @@ def test_an_engine_run_imports_no_torch(exported, tmp_path):
     assert done.stdout.split() == ["(1,", "1,", "51864)", "3", "False"]
 
 
+def test_the_word_aligners_import_no_torch():
+    """The core aligner and the ONNX engine's, imported in a fresh interpreter: neither
+    brings torch in (the onnx backend's word timestamps run without it)."""
+    code = (
+        "import sys\n"
+        "import kvscribe.stepped.alignment, kvscribe.onnx.alignment\n"
+        "print('torch' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]
+
+
+def test_the_onnx_word_aligner_times_jfk_as_the_transformers_one(exported, reference, window):
+    """The core aligner (kvscribe/stepped/alignment.py) on the ONNX engine's step and on the
+    transformers network's PolicyDecoder, given JFK's greedy tokens: the same words, each
+    start and end within one encoder frame."""
+    from kvscribe.backends.hf.alignment import WordAligner
+
+    from kvscribe.mel import HOP
+    from kvscribe.onnx.alignment import onnx_word_aligner
+    from kvscribe.onnx.engine import OnnxEngine
+
+    backend, plan = reference
+    tokens = decoders.torch_greedy(backend, plan, window)
+    window_frames = load_audio(SAMPLE).size // HOP
+    engine = OnnxEngine(exported, threads=int(os.environ.get("OMP_NUM_THREADS") or 1))
+    aligner = onnx_word_aligner(engine, backend.special, backend._text)
+    ours = aligner.chunk_words(engine.encode(window.numpy()), tokens, window_frames)
+    with torch.inference_mode():
+        encoded = backend.network.model.encoder(window)
+    torch_aligner = WordAligner(
+        backend.network, backend.special, backend._text, "cpu", backend.dtype
+    )
+    theirs = torch_aligner.chunk_words(encoded, tokens, window_frames)
+    assert len(ours) > 15 and [w.word for w in ours] == [w.word for w in theirs]
+    for mine, other in zip(ours, theirs, strict=True):
+        assert mine.start == pytest.approx(other.start, abs=0.02)
+        assert mine.end == pytest.approx(other.end, abs=0.02)
+        assert mine.probability == pytest.approx(other.probability, abs=1e-3)
+
+
+def test_language_detection_reads_the_engine_as_it_reads_torch(exported, reference, window):
+    """kvscribe.stepped.language on the ONNX engine and on the transformers network, JFK's
+    window: the same language token wins with the same probability (an English-only model
+    still scores every language token, so the arithmetic is compared in full)."""
+    from kvscribe.kvcache.spec import CrossSpec, LayerSpec
+    from kvscribe.onnx.engine import OnnxEngine
+    from kvscribe.stepped.language import detect_language
+
+    backend, plan = reference
+    engine = OnnxEngine(exported, threads=int(os.environ.get("OMP_NUM_THREADS") or 1))
+    specs = (tuple(LayerSpec() for _ in range(engine.layers)), CrossSpec(shared=True))
+
+    def fill(cross, encoded):
+        cross.fill_projected(encoded)
+
+    ours = detect_language(engine, fill, engine.encode(window.numpy()), plan.special, *specs, None)
+    with torch.inference_mode():
+        encoded = backend.network.model.encoder(window)
+    decoder = plan.setup.decoder
+    device = torch.device("cpu")
+    theirs = detect_language(decoder, plan.fill_cross, encoded, plan.special, *specs, device)
+    assert ours[0] == theirs[0] and 0 < ours[1] <= 1
+    assert ours[1] == pytest.approx(theirs[1], abs=1e-4)
+
+
 @pytest.mark.parametrize("beams", [1, 5])
 def test_the_core_search_drives_the_engine_to_torchs_tokens(exported, reference, window, beams):
     """kvscribe.stepped.search (greedy and beam search, the transformers backend's own) with
