@@ -42,6 +42,7 @@ _SETTINGS = {
     "threads": int,
     "batch_size": int,
     "compute_type": str,
+    "kv_budget_mb": int,
 }
 _COMPUTE_TYPES = ("float32", "int8")
 _PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
@@ -91,6 +92,7 @@ class OnnxBackend(Backend):
         specs = parse_policy(self.profile.kv_self, self.engine.layers)
         self.self_specs, self.notes = applicable_specs(specs)
         self.cross_spec = parse_cross(self.profile.kv_cross)
+        self._chunk_bytes: dict = {}  # (beams, policies) -> KV bytes one chunk holds
 
     def _compute_type(self) -> str:
         wanted = self.settings.get("compute_type", "float32")
@@ -172,9 +174,11 @@ class OnnxBackend(Backend):
         first = chunks[0].samples(audio) if chunks else audio
         language, probability = self._language(request, lambda: self._chunk_mel(first))
         plan = self._plan(language, request.task, beams, request, timestamps=False)
+        batch, budget_note = self._fit_budget(plan, batch)
         hold_history(audio, batch * 30 + 30)  # a group's tails are read again after it
         report = self._report(request, beams)
-        report.settings.update({"batch size": str(batch), "previous-text prompt": "off (batched)"})
+        batching = {"batch size": str(batch) + budget_note, "previous-text prompt": "off (batched)"}
+        report.settings.update(batching)
         report.batch_size = batch
         prompt = self.vocab.prompt_tokens(request.prompt)
 
@@ -194,6 +198,24 @@ class OnnxBackend(Backend):
             stats.fill(report)
 
         return Transcription(language, probability, segments(), report)
+
+    def _fit_budget(self, plan, wanted: int) -> tuple[int, str]:
+        """The batch that fits the profile's `kv_budget_mb`, and how it was chosen."""
+        from kvscribe.stepped.batched import budgeted_batch
+
+        budget_mb = self.settings.get("kv_budget_mb")
+        return budgeted_batch(plan, wanted, budget_mb, self._silent_chunk, self._chunk_bytes)
+
+    def _silent_chunk(self):
+        """One chunk's cross-attention K/V, all zeros: what a KV size probe decodes."""
+        import numpy as np
+
+        from kvscribe.onnx.engine import EncodedChunks
+
+        engine = self.engine
+        shape = (1, engine.heads, engine.frames, engine.head_dim)
+        zeros = np.zeros(shape, np.float32)
+        return EncodedChunks([[(zeros, zeros)] * engine.layers])
 
     def _language(self, request: DecodeRequest, first_window) -> tuple[str, float | None]:
         """The request's language (no probability), else the one detected on

@@ -225,17 +225,10 @@ class TransformersBackend(Backend):
 
     def _fit_budget(self, plan, wanted: int) -> tuple[int, str]:
         """The batch that fits the profile's `kv_budget_mb`, and how it was chosen."""
-        from kvscribe.stepped.batched import bytes_per_chunk, fit_batch
+        from kvscribe.stepped.batched import budgeted_batch
 
         budget_mb = self.settings.get("kv_budget_mb")
-        if budget_mb is None:
-            return wanted, ""
-        key = (plan.beams, plan.self_specs, plan.cross_spec)
-        if key not in self._chunk_bytes:
-            self._chunk_bytes[key] = bytes_per_chunk(plan, self._silent_chunk())
-        per_chunk = self._chunk_bytes[key]
-        batch = fit_batch(wanted, budget_mb * 1_000_000, per_chunk)
-        return batch, f" (KV budget {budget_mb} MB / {per_chunk / 1e6:.1f} MB per chunk, measured)"
+        return budgeted_batch(plan, wanted, budget_mb, self._silent_chunk, self._chunk_bytes)
 
     def _silent_chunk(self):
         """An encoder output of one chunk, all zeros: what a KV size probe decodes."""

@@ -16,15 +16,17 @@ Configurations (CONFIGS):
 - kvscribe-transformers: the same with --backend transformers (float32, batch 8).
 - kvscribe-transformers-int8: the same with --compute-type int8 (int8 linear layers).
 - kvscribe-onnx, kvscribe-onnx-int8: --backend onnx on the float32 or int8 graphs (run
-  `kvscribe setup onnx --compute-type int8` first; windows in sequence, no batching yet).
+  `kvscribe setup onnx --compute-type int8` first), the profile's batching;
+  kvscribe-onnx-int8-batch1: int8 with --batch-size 1 (windows in sequence).
 
 Both engines read the same CTranslate2 model folder (kvscribe.models.resolve), and every
 process gets `--threads` CPU threads (faster-whisper's cpu_threads, kvscribe's --threads).
 English clips run tiny.en, French and Spanish base with --language. Runs are interleaved
 (each repeat, each clip, every configuration, the order rotated by one each time) so drift
 of the machine falls on all alike; the table gives medians. Seconds are
-time.perf_counter() around subprocess.run, so start-up and model loading count, as they
-do for a user. WER: English through kvscribe.bench.wer (Whisper's English normaliser);
+time.perf_counter() around the whole process, so start-up and model loading count, as
+they do for a user; peak RSS is each process's own (os.wait4's ru_maxrss). WER: English through
+kvscribe.bench.wer (Whisper's English normaliser);
 French and Spanish through Whisper's basic normaliser with diacritics removed (the Spanish
 references are written without accents). kvscribe's bytecode is written first, as an
 install writes it. Writes benchmarks/results/OUT.json (every run's
@@ -35,9 +37,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import wave
 from dataclasses import dataclass
@@ -96,9 +100,14 @@ CONFIGS = {  # name -> (engine, extra flags)
         "kvscribe",
         ["--backend", "transformers", "--compute-type", "int8"],
     ),
-    # ONNX Runtime on `kvscribe setup onnx --compute-type int8`'s graphs (windows in sequence)
-    "kvscribe-onnx": ("kvscribe", ["--backend", "onnx"]),
+    # ONNX Runtime on `kvscribe setup onnx --compute-type int8`'s graphs, the profile's
+    # batching ([onnx] batch_size), and in sequence (batch 1)
+    "kvscribe-onnx": ("kvscribe", ["--backend", "onnx", "--compute-type", "float32"]),
     "kvscribe-onnx-int8": ("kvscribe", ["--backend", "onnx", "--compute-type", "int8"]),
+    "kvscribe-onnx-int8-batch1": (
+        "kvscribe",
+        ["--backend", "onnx", "--compute-type", "int8", "--batch-size", "1"],
+    ),
 }
 
 
@@ -124,18 +133,33 @@ def text_of(config: str, stdout: str) -> str:
 
 
 def timed_run(config: str, clip: Clip, threads: int) -> dict:
-    """One whole process, timed from before its start to after its exit."""
+    """One whole process, timed from before its start to after its exit, with its peak
+    resident memory."""
     argv = command(config, clip, threads)
-    started = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    seconds = time.perf_counter() - started
-    run = {"clip": clip.name, "config": config, "seconds": seconds, "returncode": done.returncode}
-    if done.returncode:
-        run["error"] = done.stderr[-2000:]
+    returncode, stdout, stderr, seconds, peak_rss = _run_process(argv)
+    run = {"clip": clip.name, "config": config, "seconds": seconds, "returncode": returncode}
+    run["peak_rss_mb"] = peak_rss
+    if returncode:
+        run["error"] = stderr[-2000:]
         return run
-    run["text"] = text_of(config, done.stdout)
+    run["text"] = text_of(config, stdout)
     run["wer"] = wer(clip, [run["text"]])
     return run
+
+
+def _run_process(argv: list[str]) -> tuple[int, str, str, float, float]:
+    """(exit code, stdout, stderr, wall seconds, peak RSS in MB = 10^6 bytes) of one process:
+    its output goes to temporary files so the child can be reaped with os.wait4, whose
+    resource usage is that process's own (ru_maxrss, KiB on Linux)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.perf_counter()
+        child = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True)
+        _, status, usage = os.wait4(child.pid, 0)
+        seconds = time.perf_counter() - started
+        child.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
+        out.seek(0)
+        err.seek(0)
+        return child.returncode, out.read(), err.read(), seconds, usage.ru_maxrss * 1024 / 1e6
 
 
 @cache
@@ -206,6 +230,9 @@ def summarise(clips: list[Clip], configs: list[str], runs: list[dict]) -> list[d
                     "median_seconds": statistics.median(r["seconds"] for r in good)
                     if good
                     else None,
+                    "median_peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in good)
+                    if good
+                    else None,
                     "wer": good[0]["wer"] if good else None,
                     "texts_identical": len({r["text"] for r in good}) <= 1,
                     "text": good[0]["text"] if good else None,
@@ -252,8 +279,8 @@ def markdown(rows: list[dict], pooled: list[dict], repeat: int, threads: int) ->
         f"Whole processes, {repeat} interleaved run(s) each, {threads} CPU threads, beam 5, "
         "int8 CTranslate2 weights for both engines (kvscribe-transformers: float32).",
         "",
-        "| clip | config | median s | runs | WER | x fw-batched time |",
-        "|---|---|---|---|---|---|",
+        "| clip | config | median s | runs | WER | x fw-batched time | peak RSS MB |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         runs = ", ".join(f"{s:.2f}" for s in r["runs_seconds"])
@@ -262,7 +289,7 @@ def markdown(rows: list[dict], pooled: list[dict], repeat: int, threads: int) ->
         lines.append(
             f"| {r['clip']} ({r['audio_seconds']:.1f} s) | {r['config']} | "
             f"{_cell(r['median_seconds'], '.2f')} | {runs} | {_cell(r['wer'], '.3f')} | "
-            f"{_cell(r['x_fw_batched'], '.2f')} |"
+            f"{_cell(r['x_fw_batched'], '.2f')} | {_cell(r['median_peak_rss_mb'], '.0f')} |"
         )
     if pooled:
         lines += [
@@ -350,8 +377,9 @@ def main() -> None:
         },
         "configs": {name: _shown(command(name, clips[0], args.threads)) for name in configs},
         "versions": {p: _version(p) for p in ("kvscribe", "faster-whisper", "ctranslate2")},
-        "timing": "time.perf_counter() around subprocess.run of the whole process (start-up, "
-        "imports, model load, decode, output); configurations interleaved, rotated per clip",
+        "timing": "time.perf_counter() around the whole process (start-up, imports, model "
+        "load, decode, output); configurations interleaved, rotated per clip",
+        "memory": "peak_rss_mb: the process's own ru_maxrss (os.wait4), MB = 10^6 bytes",
         "wer": "English: kvscribe.bench.wer (Whisper's English normaliser); fr/es: "
         "whisper_normalizer BasicTextNormalizer(remove_diacritics=True); per row: the first "
         "run's text",

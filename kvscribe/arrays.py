@@ -70,6 +70,15 @@ def owned(x):
     return x.clone(memory_format=torch.contiguous_format)
 
 
+def unviewed(x):
+    """`x` itself when it is a numpy array holding exactly its own contiguous memory (a fresh
+    result: no view pinning more), else owned(x). For a store handed arrays no one writes
+    to afterwards (an encoder graph's K/V), which it may then share instead of copying."""
+    if is_numpy(x) and x.flags.owndata and x.flags.c_contiguous:
+        return x
+    return owned(x)
+
+
 def held_bytes(arrays: Iterable) -> int:
     """Sum of the distinct memory blocks behind `arrays` (one shared by views counts once):
     a view's `nbytes` counts only the elements it shows, and the whole block stays held."""

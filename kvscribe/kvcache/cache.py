@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from kvscribe.arrays import held_bytes, owned, repeat_rows, take_rows
+from kvscribe.arrays import held_bytes, repeat_rows, take_rows, unviewed
 from kvscribe.kvcache.layers import KVLayer, make_layer, split_heads
 from kvscribe.kvcache.quant import Quantized, dequantize, quantize
 from kvscribe.kvcache.spec import CrossSpec, LayerSpec
@@ -86,7 +86,7 @@ class CrossAttentionStore:
         self._layers = []
         for keys, values in projected:
             self._dtype, self.chunks = keys.dtype, keys.shape[0]
-            keys, values = owned(keys), owned(values)
+            keys, values = unviewed(keys), unviewed(values)  # read-only from here on
             if copies > 1:  # what transformers does: a real copy per beam
                 keys, values = repeat_rows(keys, copies), repeat_rows(values, copies)
             if self.spec.quant:

@@ -41,29 +41,25 @@ class StepOutput:
 
 class EncodedChunks:
     """The encoder graph's output for some chunks, as the stepped core handles an encoder
-    output (kvscribe/stepped/batched.py): `len()` counts the chunks, indexing with a slice
-    or a list of chunks selects some (no copy), and iterating gives, per decoder layer,
-    the chunks' (K, V) [chunks, heads, frames, head_dim]: what
-    CrossAttentionStore.fill_projected takes."""
+    output (kvscribe/stepped/batched.py): `len()` counts the chunks, a slice selects some
+    (a view), a list of chunks selects some (a copy), and iterating gives, per decoder
+    layer, the chunks' (K, V) [chunks, heads, frames, head_dim]: what
+    CrossAttentionStore.fill_projected takes (and may share: nothing writes them)."""
 
-    def __init__(self, chunks: list[list[tuple[np.ndarray, np.ndarray]]]) -> None:
-        self.chunks = chunks
+    def __init__(self, layers: list[tuple[np.ndarray, np.ndarray]]) -> None:
+        self.layers = layers
 
     def __len__(self) -> int:
-        return len(self.chunks)
+        return self.layers[0][0].shape[0]
 
     def __getitem__(self, which: slice | list[int]) -> EncodedChunks:
         if isinstance(which, slice):
-            return EncodedChunks(self.chunks[which])
-        return EncodedChunks([self.chunks[index] for index in which])
+            return EncodedChunks([(k[which], v[which]) for k, v in self.layers])
+        rows = np.asarray(which, dtype=np.int64)
+        return EncodedChunks([(np.take(k, rows, 0), np.take(v, rows, 0)) for k, v in self.layers])
 
     def __iter__(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for layer in zip(*self.chunks, strict=True):
-            if len(layer) == 1:
-                yield layer[0]
-            else:
-                keys, values = zip(*layer, strict=True)
-                yield np.concatenate(keys), np.concatenate(values)
+        return iter(self.layers)
 
 
 class OnnxEngine:
@@ -91,17 +87,21 @@ class OnnxEngine:
         self.layers = sum(name.startswith("past_key_") for name in self._step_inputs)
         past = self.decoder.get_inputs()[self._step_inputs.index("past_key_0")]
         self.heads, self.head_dim = past.shape[1], past.shape[3]
+        self.frames = int(export.manifest["dims"]["frames"])  # encoder frames of a window
 
     def encode(self, features: np.ndarray) -> EncodedChunks:
         """Log-mel windows [chunks, n_mels, 3000] -> every decoder layer's cross-attention
         (K, V) of each, encoded a window at a time: the activations of one window (tiny:
         ~60 MB), however many chunks a batch holds."""
         features = np.ascontiguousarray(features, np.float32)
-        return EncodedChunks([self._encode_one(window[None]) for window in features])
-
-    def _encode_one(self, features: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-        out = self.encoder.run(None, {"features": features})
-        return list(zip(out[0::2], out[1::2], strict=True))
+        arrays: list[np.ndarray] = []
+        for index, window in enumerate(features):
+            out = self.encoder.run(None, {"features": window[None]})
+            if not arrays:  # every chunk's output in one array per K and V of each layer
+                arrays = [np.empty((len(features), *o.shape[1:]), o.dtype) for o in out]
+            for whole, part in zip(arrays, out, strict=True):
+                whole[index] = part[0]
+        return EncodedChunks(list(zip(arrays[0::2], arrays[1::2], strict=True)))
 
     def step(
         self, tokens: np.ndarray, cache: PolicyCache, cross: CrossAttentionStore

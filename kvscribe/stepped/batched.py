@@ -362,6 +362,27 @@ def bytes_per_chunk(plan: WindowPlan, silent_chunk) -> int:
         return cross.held_bytes + cache.peak_bytes
 
 
+def budgeted_batch(
+    plan: WindowPlan,
+    wanted: int,
+    budget_mb: int | None,
+    silent_chunk: Callable[[], Any],
+    measured: dict,
+) -> tuple[int, str]:
+    """The batch up to `wanted` whose chunks' KV storage fits a profile's `kv_budget_mb`,
+    and how it was chosen (for the stats' batch size row). A chunk's bytes are measured
+    once per (beams, policies) by bytes_per_chunk on `silent_chunk()` and kept in
+    `measured`."""
+    if budget_mb is None:
+        return wanted, ""
+    key = (plan.beams, plan.self_specs, plan.cross_spec)
+    if key not in measured:
+        measured[key] = bytes_per_chunk(plan, silent_chunk())
+    per_chunk = measured[key]
+    batch = fit_batch(wanted, budget_mb * 1_000_000, per_chunk)
+    return batch, f" (KV budget {budget_mb} MB / {per_chunk / 1e6:.1f} MB per chunk, measured)"
+
+
 def fit_batch(wanted: int, budget_bytes: int | None, per_chunk: int) -> int:
     """The largest batch up to `wanted` whose chunks' KV storage fits `budget_bytes`
     (at least 1: one chunk at a time is the sequential path's memory, which must run)."""

@@ -37,6 +37,25 @@ def exported(cache):
     return OnnxExport(path, json.loads((path / "manifest.json").read_text()))
 
 
+def onnx_backend(exported, profile_name: str, compute_type: str = "float32"):
+    """The onnx backend on `exported`, under a built-in profile with its [onnx] compute
+    type replaced (float32 by default: what parity with the float32 torch decoder needs)."""
+    import dataclasses
+
+    from kvscribe import models, profile, registry
+
+    chosen = profile.load(profile_name)
+    section = {**chosen.settings_for("onnx"), "compute_type": compute_type}
+    chosen = dataclasses.replace(chosen, backends={**chosen.backends, "onnx": section})
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("KVSCRIBE_CACHE_DIR", str(exported.path.parent.parent))
+        backend_cls = registry.get("onnx")
+        model = models.resolve(None, backend_cls.capabilities.model_formats)
+        backend = backend_cls(model, chosen, "cpu")
+        backend.load()
+    return backend
+
+
 @pytest.fixture(scope="session")
 def sessions(exported):
     import onnxruntime as ort

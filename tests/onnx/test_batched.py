@@ -8,24 +8,12 @@ import pytest
 
 from kvscribe.audio import load_audio
 from tests.conftest import wer
-from tests.onnx.conftest import NEEDS
+from tests.onnx.conftest import NEEDS, onnx_backend
 
 for module, why in NEEDS.items():
     pytest.importorskip(module, reason=why)
 
 pytestmark = [pytest.mark.onnx, pytest.mark.model, pytest.mark.slow]
-
-
-def _onnx_backend(exported, profile_name: str):
-    from kvscribe import models, profile, registry
-
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("KVSCRIBE_CACHE_DIR", str(exported.path.parent.parent))
-        backend_cls = registry.get("onnx")
-        model = models.resolve(None, backend_cls.capabilities.model_formats)
-        backend = backend_cls(model, profile.load(profile_name), "cpu")
-        backend.load()
-    return backend
 
 
 @pytest.mark.parametrize("profile_name", ["cpu-laptop", "tiny-vram"])
@@ -46,7 +34,7 @@ def test_batched_chunks_on_the_engine_decode_torchs_tokens_holding_as_much(
     audio = load_audio(long_form_head)
     chunks = speech_chunks(audio, BATCHED)[:3]
     assert len(chunks) == 3
-    ours = _onnx_backend(exported, profile_name)
+    ours = onnx_backend(exported, profile_name)
     theirs = loaded.backend("transformers", profile_name)
     decoded, stats = {}, {}
     for name, backend in (("onnx", ours), ("torch", theirs)):
@@ -73,7 +61,7 @@ def test_the_onnx_backend_batches_long_form_chunks(exported, reference, long_for
 
     audio = load_audio(long_form_head)
     request = DecodeRequest(batch_size=8)
-    run = _onnx_backend(exported, "cpu-laptop").transcribe(audio, request)
+    run = onnx_backend(exported, "cpu-laptop").transcribe(audio, request)
     segments = list(run.segments)
     assert run.report.batch_size == 8 and run.report.windows >= 3
     assert run.report.settings["previous-text prompt"] == "off (batched)"

@@ -14,7 +14,7 @@ import pytest
 
 from kvscribe.audio import load_audio
 from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
-from tests.onnx.conftest import NEEDS
+from tests.onnx.conftest import NEEDS, onnx_backend
 
 for module, why in NEEDS.items():
     pytest.importorskip(module, reason=why)
@@ -268,14 +268,7 @@ def test_the_onnx_backend_decodes_long_form_windows_in_sequence(
     long-form path on the ONNX engine; the transformers backend's words, within a few."""
     from kvscribe.backends.base import DecodeRequest
 
-    from kvscribe import models, profile, registry
-
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("KVSCRIBE_CACHE_DIR", str(exported.path.parent.parent))
-        backend_cls = registry.get("onnx")
-        model = models.resolve(None, backend_cls.capabilities.model_formats)
-        backend = backend_cls(model, profile.load("cpu-laptop"), "cpu")
-        backend.load()
+    backend = onnx_backend(exported, "cpu-laptop")
     audio = load_audio(long_form_head)
     request = DecodeRequest(beam_size=1, batch_size=1)
     run = backend.transcribe(audio, request)
