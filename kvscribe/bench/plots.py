@@ -72,7 +72,7 @@ def kv_figure(plt, figures: list[CellFigures]):
     return fig
 
 
-MARKERS = {"transformers": "o", "ctranslate2": "x", "whispercpp": "s"}
+MARKERS = {"transformers": "o", "ctranslate2": "x", "whispercpp": "s", "onnx": "D"}
 
 
 def wer_figure(plt, figures: list[CellFigures]):
