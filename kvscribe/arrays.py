@@ -173,8 +173,10 @@ def logsumexp(x):
     if is_numpy(x):
         top = x.max(axis=-1, keepdims=True)
         top = np.where(np.isfinite(top), top, 0)
+        exp = np.subtract(x, top)  # one buffer of x's size: fresh pages cost as much as the math
+        np.exp(exp, out=exp)
         with np.errstate(divide="ignore"):
-            return (np.log(np.exp(x - top).sum(axis=-1, keepdims=True)) + top)[..., 0]
+            return (np.log(exp.sum(axis=-1, keepdims=True)) + top)[..., 0]
     import torch
 
     return torch.logsumexp(x, dim=-1)
@@ -199,7 +201,7 @@ def true_rows(flags) -> list[int]:
 def topk(x, k: int):
     """The `k` largest values of each row and their indices, largest first."""
     if is_numpy(x):
-        some = np.argpartition(-x, k - 1, axis=-1)[..., :k]  # the k largest, unordered
+        some = np.argpartition(x, -k, axis=-1)[..., -k:]  # the k largest, unordered
         values = np.take_along_axis(x, some, axis=-1)
         order = np.argsort(-values, axis=-1, kind="stable")
         return np.take_along_axis(values, order, axis=-1), np.take_along_axis(some, order, axis=-1)

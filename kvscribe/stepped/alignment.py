@@ -246,11 +246,15 @@ def median_filter(x: np.ndarray, width: int) -> np.ndarray:
     if frames <= pad:  # reflect padding needs more frames than it adds
         return x
     padded = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(pad, pad)], mode="reflect")
-    lanes = [padded[..., shift : shift + frames] for shift in range(width)]
+    # Copies, not views of `padded` (they overlap): each exchange then writes in place.
+    lanes = [padded[..., shift : shift + frames].copy() for shift in range(width)]
+    spare = np.empty_like(lanes[0])
     for round_ in range(width):
         for low in range(round_ % 2, width - 1, 2):
             a, b = lanes[low], lanes[low + 1]
-            lanes[low], lanes[low + 1] = np.minimum(a, b), np.maximum(a, b)
+            np.minimum(a, b, out=spare)
+            np.maximum(a, b, out=b)
+            lanes[low], spare = spare, a
     return lanes[pad]
 
 
