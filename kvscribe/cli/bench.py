@@ -50,9 +50,10 @@ PARAMETERS: ParameterTable = {
             None,
             "--batch-sizes",
             show_default="the profile's",
-            help="Run each transformers and ctranslate2 cell at these batch sizes, e.g. 1,8,16 "
-            "(speech chunks decoded at once on audio over 30 s; 1 = the sequential path), and "
-            "add a batch trade-off table and chart: WER, KV peak and throughput per batch size.",
+            help="Run each cell of a batching backend (ctranslate2, transformers, onnx) at "
+            "these batch sizes, e.g. 1,8,16 (speech chunks decoded at once on audio over "
+            "30 s; 1 = the sequential path), and add a batch trade-off table and chart: WER, "
+            "KV peak and throughput per batch size.",
         ),
     ),
     "model": (

@@ -72,3 +72,24 @@ def test_the_onnx_backend_batches_long_form_chunks(exported, reference, long_for
     assert wer(reference_text, text) <= 0.1
     torch_text = " ".join(s.text for s in reference[0].transcribe(audio, request).segments)
     assert wer(torch_text, text) <= 0.03
+
+
+def test_a_kv_budget_picks_the_largest_batch_whose_measured_kv_fits(exported, long_form_head):
+    """tiny-vram's kv_budget_mb on the onnx backend: a chunk's KV bytes are measured on a
+    probe (bytes_per_chunk) and the batch is the budget's share of them; the decode then
+    holds no more than the budget."""
+    from kvscribe.backends.base import DecodeRequest
+
+    from kvscribe.stepped.batched import bytes_per_chunk
+
+    backend = onnx_backend(exported, "tiny-vram", "int8")
+    plan = backend._plan("en", "transcribe", 1, timestamps=False)
+    per_chunk = bytes_per_chunk(plan, backend._silent_chunk())
+    budget = backend.settings["kv_budget_mb"] * 1_000_000
+    run = backend.transcribe(load_audio(long_form_head), DecodeRequest())
+    assert list(run.segments)
+    expected = min(backend.settings["batch_size"], budget // per_chunk)
+    assert run.report.batch_size == expected > 1
+    assert "KV budget" in run.report.settings["batch size"]
+    held = run.report.kv_self_peak_bytes + run.report.kv_cross_bytes
+    assert 0 < held <= budget
