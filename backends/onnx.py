@@ -214,8 +214,11 @@ class OnnxBackend(Backend):
 
         engine = self.engine
         shape = (1, engine.heads, engine.frames, engine.head_dim)
-        zeros = np.zeros(shape, np.float32)
-        return EncodedChunks([(zeros, zeros)] * engine.layers)
+
+        def zeros():  # an array of its own each: the store may keep them as they are
+            return np.zeros(shape, np.float32)
+
+        return EncodedChunks([(zeros(), zeros()) for _ in range(engine.layers)])
 
     def _language(self, request: DecodeRequest, first_window) -> tuple[str, float | None]:
         """The request's language (no probability), else the one detected on

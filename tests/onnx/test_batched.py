@@ -86,6 +86,9 @@ def test_a_kv_budget_picks_the_largest_batch_whose_measured_kv_fits(exported, lo
     backend = onnx_backend(exported, "tiny-vram", "int8")
     plan = backend._plan("en", "transcribe", 1, timestamps=False)
     per_chunk = bytes_per_chunk(plan, backend._silent_chunk())
+    engine = backend.engine  # at least one chunk's Q8_0 cross copy: 34 bytes per 32 values
+    cross_floats = 2 * engine.layers * engine.heads * engine.frames * engine.head_dim
+    assert per_chunk > cross_floats * 34 // 32
     budget = backend.settings["kv_budget_mb"] * 1_000_000
     run = backend.transcribe(load_audio(long_form_head), DecodeRequest())
     assert list(run.segments)
