@@ -89,6 +89,9 @@ def test_a_kv_budget_picks_the_largest_batch_whose_measured_kv_fits(exported, lo
     engine = backend.engine  # at least one chunk's Q8_0 cross copy: 34 bytes per 32 values
     cross_floats = 2 * engine.layers * engine.heads * engine.frames * engine.head_dim
     assert per_chunk > cross_floats * 34 // 32
+    float32 = onnx_backend(exported, "cpu-laptop")  # and a float32 copy: 4 bytes a value
+    float32_plan = float32._plan("en", "transcribe", 5, timestamps=False)
+    assert bytes_per_chunk(float32_plan, float32._silent_chunk()) > cross_floats * 4
     budget = backend.settings["kv_budget_mb"] * 1_000_000
     run = backend.transcribe(load_audio(long_form_head), DecodeRequest())
     assert list(run.segments)
