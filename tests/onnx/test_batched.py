@@ -89,9 +89,12 @@ def test_a_kv_budget_picks_the_largest_batch_whose_measured_kv_fits(exported, lo
     engine = backend.engine  # at least one chunk's Q8_0 cross copy: 34 bytes per 32 values
     cross_floats = 2 * engine.layers * engine.heads * engine.frames * engine.head_dim
     assert per_chunk > cross_floats * 34 // 32
-    float32 = onnx_backend(exported, "cpu-laptop")  # and a float32 copy: 4 bytes a value
-    float32_plan = float32._plan("en", "transcribe", 5, timestamps=False)
-    assert bytes_per_chunk(float32_plan, float32._silent_chunk()) > cross_floats * 4
+    # cpu-laptop (a full self-attention cache, one float32 cross copy): exactly its cross
+    # copy and its 5 beams' cache over the whole text context.
+    full = onnx_backend(exported, "cpu-laptop")
+    full_plan = full._plan("en", "transcribe", 5, timestamps=False)
+    self_bytes = 5 * full_plan.text_ctx * full_plan.kv_bytes_per_position
+    assert bytes_per_chunk(full_plan, full._silent_chunk()) == cross_floats * 4 + self_bytes
     budget = backend.settings["kv_budget_mb"] * 1_000_000
     run = backend.transcribe(load_audio(long_form_head), DecodeRequest())
     assert list(run.segments)
