@@ -46,7 +46,7 @@ _SETTINGS = {
 }
 _COMPUTE_TYPES = ("float32", "int8")
 _PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
-_SETUP_HINT = "run `kvscribe setup onnx` (with --model and --compute-type as here) first"
+_SETUP_HINT = "run `kvscribe setup onnx` (with --model as here) first"
 
 
 class OnnxBackend(Backend):

@@ -1,4 +1,4 @@
-"""One export of the embedded tiny.en per test run (`kvscribe setup onnx --compute-type int8`,
+"""One export of the embedded tiny.en per test run (`kvscribe setup onnx`: float32 and int8,
 for real, into the run's own cache), its onnxruntime sessions, and the transformers
 backend they are held to. The test modules skip themselves without the onnx extra."""
 
@@ -26,12 +26,13 @@ def cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def exported(cache):
-    """`kvscribe setup onnx --compute-type int8` run for real into the module's own cache."""
+    """`kvscribe setup onnx` (its default: float32 graphs and int8 copies) run for real into
+    the run's own cache."""
     from kvscribe.onnx.export import OnnxExport
 
     with pytest.MonkeyPatch.context() as env:
         env.setenv("KVSCRIBE_CACHE_DIR", str(cache))
-        result = run_cli("setup", "onnx", "--compute-type", "int8")
+        result = run_cli("setup", "onnx")
     assert result.code == 0, result.stderr
     path = Path(result.stdout.strip())
     return OnnxExport(path, json.loads((path / "manifest.json").read_text()))
