@@ -33,6 +33,7 @@ from kvscribe.backends.ct2_silence import (
     to_decode,
 )
 
+from kvscribe import setting_rows as row
 from kvscribe.aligned_chunks import decoded_segments
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples, hold_history
@@ -104,8 +105,8 @@ class CTranslate2Backend(Backend):
 
     def describe_settings(self) -> dict[str, str]:
         return {
-            "compute type": self.engine.model.compute_type,
-            "previous-text prompt": "on" if self._conditioned() else "off",
+            row.COMPUTE_TYPE: self.engine.model.compute_type,
+            row.PREVIOUS_TEXT: "on" if self._conditioned() else "off",
         }
 
     def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
@@ -117,7 +118,7 @@ class CTranslate2Backend(Backend):
         conditioned = self._conditioned(request)
         fallback = request.fallback
         report = self._base_report(beams, request)
-        report.settings["previous-text prompt"] = "on" if conditioned else "off"
+        report.settings[row.PREVIOUS_TEXT] = "on" if conditioned else "off"
         clock = SpeechClock.of(audio, request.vad) if request.vad is not None else None
         if clock is not None and clock.speech.size == 0:
             # nothing but silence: nothing to decode, nothing to say
@@ -171,13 +172,13 @@ class CTranslate2Backend(Backend):
         report = self._base_report(beams, request)
         rows = min(batch, max(1, len(chunks)))
         report.batch_size = batch
-        report.settings.update({"batch size": str(batch), "previous-text prompt": "off (batched)"})
+        report.settings.update({row.BATCH_SIZE: str(batch), row.PREVIOUS_TEXT: "off (batched)"})
         if replicas.workers > 1:
-            report.settings["engine threads"] = (
+            report.settings[row.ENGINE_THREADS] = (
                 f"{replicas.workers} replicas x 1 thread (rows shared out)"
             )
         if request.vad is not None:
-            report.settings["vad filter"] = "kvscribe's chunker (batched)"
+            report.settings[row.VAD_FILTER] = "kvscribe's chunker (batched)"
             report.not_applicable.append(
                 "vad min silence / pad: batched chunks keep the chunker's "
                 f"({FILE_VAD.min_silence:g} s / {FILE_VAD.pad:g} s)"
@@ -279,12 +280,12 @@ class CTranslate2Backend(Backend):
         report = DecoderReport(
             kv_provenance=make_provenance(ESTIMATED), settings=self.describe_settings()
         )
-        report.settings["beam size"] = str(beams)
-        report.settings["temperature fallback"] = request.fallback.describe()
+        report.settings[row.BEAM_SIZE] = str(beams)
+        report.settings[row.TEMPERATURE_FALLBACK] = request.fallback.describe()
         if request.word_timestamps:
-            report.settings["word timestamps"] = "cross-attention alignment (faster-whisper)"
+            report.settings[row.WORD_TIMESTAMPS] = "cross-attention alignment (faster-whisper)"
         if request.vad is not None:
-            report.settings["vad filter"] = describe_vad(request.vad)
+            report.settings[row.VAD_FILTER] = describe_vad(request.vad)
         report.kv_cross_bytes = estimate.cross_attention_bytes(self.dims, beams, nbytes)
         report.not_applicable = _not_applicable(self.profile.kv_self, self.profile.kv_cross, beams)
         return report

@@ -28,6 +28,7 @@ from kvscribe.backends.base import (
     Transcription,
 )
 
+from kvscribe import setting_rows as row
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples, hold_history
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
@@ -132,10 +133,10 @@ class OnnxBackend(Backend):
 
     def describe_settings(self) -> dict[str, str]:
         return {
-            "compute type": self.compute_type,
-            "execution provider": self._provider(),
-            "self-attn policy": self.profile.kv_self,
-            "cross-attn policy": self.cross_spec.describe(),
+            row.COMPUTE_TYPE: self.compute_type,
+            row.EXECUTION_PROVIDER: self._provider(),
+            row.SELF_POLICY: self.profile.kv_self,
+            row.CROSS_POLICY: self.cross_spec.describe(),
         }
 
     def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
@@ -177,7 +178,7 @@ class OnnxBackend(Backend):
         batch, budget_note = self._fit_budget(plan, batch)
         hold_history(audio, batch * 30 + 30)  # a group's tails are read again after it
         report = self._report(request, beams)
-        batching = {"batch size": str(batch) + budget_note, "previous-text prompt": "off (batched)"}
+        batching = {row.BATCH_SIZE: str(batch) + budget_note, row.PREVIOUS_TEXT: "off (batched)"}
         report.settings.update(batching)
         report.batch_size = batch
         prompt = self.vocab.prompt_tokens(request.prompt)

@@ -22,6 +22,7 @@ from kvscribe.backends.base import (
     Transcription,
 )
 
+from kvscribe import setting_rows as row
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples, hold_history
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
@@ -118,12 +119,12 @@ class TransformersBackend(Backend):
 
     def describe_settings(self) -> dict[str, str]:
         return {
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "threads": str(self.threads),
-            "compute type": self.compute_type,
-            "self-attn policy": self.profile.kv_self,
-            "cross-attn policy": self.cross_spec.describe(),
-            "previous-text prompt": "on" if self._conditioned() else "off",
+            row.DTYPE: str(self.dtype).removeprefix("torch."),
+            row.THREADS: str(self.threads),
+            row.COMPUTE_TYPE: self.compute_type,
+            row.SELF_POLICY: self.profile.kv_self,
+            row.CROSS_POLICY: self.cross_spec.describe(),
+            row.PREVIOUS_TEXT: "on" if self._conditioned() else "off",
         }
 
     def _compute_type(self) -> str:
@@ -207,8 +208,8 @@ class TransformersBackend(Backend):
             kv_provenance=make_provenance(MEASURED),
             settings={
                 **self._request_settings(request, beams),
-                "batch size": str(batch) + budget_note,
-                "previous-text prompt": "off (batched)",
+                row.BATCH_SIZE: str(batch) + budget_note,
+                row.PREVIOUS_TEXT: "off (batched)",
             },
             batch_size=batch,
         )

@@ -49,6 +49,7 @@ from kvscribe.backends.base import (
     Transcription,
 )
 
+from kvscribe import setting_rows as row
 from kvscribe.audio_stream import Samples
 from kvscribe.chunking import MAX_SECONDS
 from kvscribe.errors import BackendUnavailableError, UsageError
@@ -125,14 +126,14 @@ class WhisperCppBackend(Backend):
 
     def describe_settings(self) -> dict[str, str]:
         settings = {
-            "whisper-cli": f"{self.cli.path} ({self.cli.found_by})",
-            "flash attention": "on" if self._flash_attn() else "off",
-            "text context (-mc)": str(self._max_context()),
-            "threads": str(self._threads()),
-            "kv cache types": self.cache_types.describe(),
+            row.WHISPER_CLI: f"{self.cli.path} ({self.cli.found_by})",
+            row.FLASH_ATTENTION: "on" if self._flash_attn() else "off",
+            row.TEXT_CONTEXT: str(self._max_context()),
+            row.THREADS: str(self._threads()),
+            row.KV_CACHE_TYPES: self.cache_types.describe(),
         }
         if self.weights != "default":
-            settings["weights"] = f"{self.weights} ({self.model_file}, by whisper-quantize)"
+            settings[row.WEIGHTS] = f"{self.weights} ({self.model_file}, by whisper-quantize)"
         return settings
 
     def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
@@ -163,7 +164,7 @@ class WhisperCppBackend(Backend):
                 f"batch size must be at least 1, got {batch}", subject=self.profile.source
             )
         if batch > 1:
-            report.settings["batch size"] = str(batch)
+            report.settings[row.BATCH_SIZE] = str(batch)
         limit = piece_limit()
         language = request.language or ("en" if not self.multilingual else "")
         run = Transcription(language, None, iter(()), report)
@@ -200,8 +201,8 @@ class WhisperCppBackend(Backend):
         plan = Plan(beams, max_context, self._flash_attn(), self.cache_types, fallback)
         if request.word_timestamps:
             self._plan_words(plan)
-        plan.settings["beam size"] = str(beams)
-        plan.settings["text context (-mc)"] = str(max_context)
+        plan.settings[row.BEAM_SIZE] = str(beams)
+        plan.settings[row.TEXT_CONTEXT] = str(max_context)
         plan.settings.update(fallback.settings)
         plan.not_applicable[:0] = list(plan.cache_types.not_applicable)
         plan.not_applicable += fallback.not_applicable + context_notes
@@ -212,7 +213,7 @@ class WhisperCppBackend(Backend):
         attention, which a quantized cache needs: a profile's quantized cache falls back to
         F16, one asked for on the command line is an error."""
         plan.dtw = dtw_preset(self.model.name, self.dims)
-        plan.settings["word timestamps"] = (
+        plan.settings[row.WORD_TIMESTAMPS] = (
             f"DTW, heads of {plan.dtw.how}" if plan.dtw.preset else plan.dtw.how
         )
         if plan.dtw.preset is None:
@@ -231,8 +232,9 @@ class WhisperCppBackend(Backend):
                 "a quantized cache needs it on; ran F16",
             )
         plan.flash_attn = False
-        plan.settings["flash attention"] = "off (word timestamps: whisper.cpp's DTW needs it off)"
-        plan.settings["kv cache types"] = plan.cache_types.describe()
+        dtw_off = "off (word timestamps: whisper.cpp's DTW needs it off)"
+        plan.settings[row.FLASH_ATTENTION] = dtw_off
+        plan.settings[row.KV_CACHE_TYPES] = plan.cache_types.describe()
 
     def _base_argv(self) -> list[str]:
         return [str(self.cli.path), "-m", str(self.model_file)]
@@ -269,18 +271,18 @@ class WhisperCppBackend(Backend):
         report.engine_f16_bytes = self._f16_equivalents(figures)
         report.batch_size = session.processors
         if session.job.batch > 1:
-            report.settings["processors (-p)"] = describe_processors(
+            report.settings[row.PROCESSORS] = describe_processors(
                 session.processors,
                 self._threads_per_processor(session.processors),
                 session.job.batch,
             )
-        report.settings["non-speech annotations"] = (
+        report.settings[row.NON_SPEECH] = (
             f"{session.maker.dropped} segment(s) that were only one ([BLANK_AUDIO], (wind), "
             "music) dropped"
         )
         if session.pieces > 1:
             carried = "; the text so far carried as --prompt" if plan.conditions else ""
-            report.settings["pieces"] = (
+            report.settings[row.PIECES] = (
                 f"{session.pieces} whisper-cli runs of at most {session.limit_seconds:g} s, "
                 f"cut at the quietest point before each end{carried}"
             )

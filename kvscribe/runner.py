@@ -10,6 +10,7 @@ from typing import Protocol
 
 from kvscribe import audio, hardware, models, registry
 from kvscribe import profile as profiles
+from kvscribe import setting_rows as row
 from kvscribe.audio_stream import Samples, open_streamed
 from kvscribe.backends.base import Backend, DecodeRequest, Transcription
 from kvscribe.devices import device_for
@@ -70,7 +71,7 @@ def load_backend(opts: EngineChoice) -> tuple[Backend, RunStats]:
     stats.settings = backend.describe_settings()
     chosen = from_command_line(opts)
     if chosen:
-        stats.settings["from the command line"] = ", ".join(chosen) + " (the rest: profile)"
+        stats.settings[row.FROM_COMMAND_LINE] = ", ".join(chosen) + " (the rest: profile)"
     if choice.note is not None:
         stats.notes.append(choice.note)
     return backend, stats
@@ -111,14 +112,14 @@ def _command_line_settings(opts: EngineChoice, backend_cls: type[Backend], profi
 def from_command_line(opts) -> list[str]:
     """The settings this run's flags chose over the profile's, for the stats report."""
     given = {
-        "beam size": getattr(opts, "beam_size", None),
-        "batch size": getattr(opts, "batch_size", None),
-        "compute type": getattr(opts, "compute_type", None),
-        "threads": getattr(opts, "threads", None),
-        "device": opts.device,
-        "self-attn policy": opts.kv_policy,
-        "cross-attn policy": opts.kv_cross,
-        "previous-text prompt": getattr(opts, "condition_on_previous_text", None),
+        row.BEAM_SIZE: getattr(opts, "beam_size", None),
+        row.BATCH_SIZE: getattr(opts, "batch_size", None),
+        row.COMPUTE_TYPE: getattr(opts, "compute_type", None),
+        row.THREADS: getattr(opts, "threads", None),
+        row.DEVICE: opts.device,
+        row.SELF_POLICY: opts.kv_policy,
+        row.CROSS_POLICY: opts.kv_cross,
+        row.PREVIOUS_TEXT: getattr(opts, "condition_on_previous_text", None),
     }
     return [name for name, value in given.items() if value is not None]
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kvscribe import setting_rows as row
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import PEAK_FRAME, Joined, Samples, frame_peaks
 from kvscribe.decoding import VadFilter
@@ -202,9 +203,9 @@ def transcribe_speech(backend: Backend, samples: Samples, request: DecodeRequest
         clipped, time_map = clipped_audio(samples, request.clips)
         note = f"{_seconds(clipped)} of {_seconds(samples)} s decoded ({len(request.clips)} spans)"
         if clipped.size == 0:
-            return _nothing_to_decode(request, ("clip timestamps", note))
+            return _nothing_to_decode(request, (row.CLIP_TIMESTAMPS, note))
         run = transcribe_speech(backend, clipped, dataclasses.replace(request, clips=()))
-        run.report.settings["clip timestamps"] = note
+        run.report.settings[row.CLIP_TIMESTAMPS] = note
         return dataclasses.replace(run, segments=time_map.segments(run.segments))
     capabilities = backend.capabilities
     if not capabilities.streams_audio:  # a backend written for arrays: the whole file
@@ -212,12 +213,12 @@ def transcribe_speech(backend: Backend, samples: Samples, request: DecodeRequest
     if request.vad is not None and not capabilities.vad_filter:
         speech, time_map = speech_only(samples, request.vad)
         note = f"{_seconds(speech)} of {_seconds(samples)} s kept (kvscribe's silero VAD)"
-        return _on_kept_audio(backend, speech, time_map, request, ("vad filter", note))
+        return _on_kept_audio(backend, speech, time_map, request, (row.VAD_FILTER, note))
     if request.vad is None and not _cuts_pauses_itself(backend, samples, request):
         cut = without_digital_silence(samples)
         if cut is not None:
             note = f"{_seconds(samples) - _seconds(cut[0]):.1f} s not decoded"
-            return _on_kept_audio(backend, *cut, request, ("digital silence", note))
+            return _on_kept_audio(backend, *cut, request, (row.DIGITAL_SILENCE, note))
     return _decoded(backend, samples, request)
 
 

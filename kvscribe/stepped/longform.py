@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvscribe import setting_rows as row
 from kvscribe.decoding import Fallback
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
 from kvscribe.kvcache.spec import CrossSpec, LayerSpec
@@ -102,7 +103,7 @@ class WindowStats:
         report.recompute_macs = self.recompute_macs
         report.first_token_seconds = self.first_token_seconds
         report.kv_trace = self.kv_trace
-        report.settings["fallback re-decodes"] = str(self.fallback_attempts)
+        report.settings[row.FALLBACK_REDECODES] = str(self.fallback_attempts)
 
 
 def transcribe(

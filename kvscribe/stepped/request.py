@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kvscribe import setting_rows as row
 from kvscribe.backends.base import DecodeRequest
 
 
@@ -19,7 +20,7 @@ def conditioned(request: DecodeRequest | None, settings: dict[str, Any]) -> bool
 def decoding_rows(request: DecodeRequest, settings: dict[str, Any], beams: int) -> dict[str, str]:
     """The stats rows of a request's decoding: beams, prompts and the fallback."""
     return {
-        "beam size": str(beams),
-        "previous-text prompt": "on" if conditioned(request, settings) else "off",
-        "temperature fallback": request.fallback.describe(),
+        row.BEAM_SIZE: str(beams),
+        row.PREVIOUS_TEXT: "on" if conditioned(request, settings) else "off",
+        row.TEMPERATURE_FALLBACK: request.fallback.describe(),
     }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from kvscribe import setting_rows as row
 from kvscribe.backends.base import DecodeRequest, DecoderReport
 from kvscribe.provenance import DERIVED, MEASURED, make_provenance
 from kvscribe.whispercpp.report import EngineFigures
@@ -58,13 +59,13 @@ def fill_report(
     report.kv_provenance = make_provenance(self_provenance, MEASURED)
     factor = self_cache_factor(decoders)
     if factor > 1:
-        report.settings["kv self allocation"] = (
+        report.settings[row.KV_SELF_ALLOCATION] = (
             f"{figures.kv_self_bytes / 1e6:.2f} MB x {factor} ({decoders} decoders + 2, "
             "re-allocated; derived from whisper.cpp's source)"
         )
     if states > 1:
-        report.settings["kv self allocation"] = (
-            report.settings.get("kv self allocation", f"{figures.kv_self_bytes / 1e6:.2f} MB")
+        report.settings[row.KV_SELF_ALLOCATION] = (
+            report.settings.get(row.KV_SELF_ALLOCATION, f"{figures.kv_self_bytes / 1e6:.2f} MB")
             + f", x {states} whisper states (-p)"
         )
     report.kv_cross_bytes = figures.kv_cross_bytes * states

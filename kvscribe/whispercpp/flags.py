@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from kvscribe import setting_rows as row
 from kvscribe.decoding import Fallback, temperatures_from
 from kvscribe.errors import UsageError
 
@@ -51,10 +52,10 @@ def fallback_flags(fallback: Fallback) -> Flags:
     check_decoders(fallback.best_of, "--best-of")
     flags.argv += ["-bo", str(fallback.best_of)]
     ran = dataclasses.replace(fallback, temperatures=ladder)
-    flags.settings["temperature fallback"] = ran.describe(
+    flags.settings[row.TEMPERATURE_FALLBACK] = ran.describe(
         repetition_test=f"entropy < {_number(ENTROPY_THRESHOLD)} (whisper.cpp's repetition test)"
     )
-    flags.settings["fallback flags"] = " ".join(flags.argv)
+    flags.settings[row.FALLBACK_FLAGS] = " ".join(flags.argv)
     return flags
 
 

@@ -1,0 +1,46 @@
+"""The rows of a run's settings table (the stats' upper half, `--stats-json`'s
+"settings"), each worded once: every backend, the runner and live mode write a row under
+one of these names, so one setting reads the same whichever backend ran
+(tests/test_setting_rows.py fails on a row written under another name)."""
+
+from __future__ import annotations
+
+# What the run was asked for
+FROM_COMMAND_LINE = "from the command line"  # which settings the flags chose
+DEVICE = "device"
+COMPUTE_TYPE = "compute type"
+DTYPE = "dtype"
+THREADS = "threads"
+ENGINE_THREADS = "engine threads"
+EXECUTION_PROVIDER = "execution provider"
+WEIGHTS = "weights"
+WHISPER_CLI = "whisper-cli"
+
+# The decoding
+BEAM_SIZE = "beam size"
+BATCH_SIZE = "batch size"
+PREVIOUS_TEXT = "previous-text prompt"
+TEMPERATURE_FALLBACK = "temperature fallback"
+FALLBACK_FLAGS = "fallback flags"
+FALLBACK_REDECODES = "fallback re-decodes"
+WORD_TIMESTAMPS = "word timestamps"
+TEXT_CONTEXT = "text context (-mc)"
+FLASH_ATTENTION = "flash attention"
+PROCESSORS = "processors (-p)"
+PIECES = "pieces"
+NON_SPEECH = "non-speech annotations"
+
+# The cache
+SELF_POLICY = "self-attn policy"
+CROSS_POLICY = "cross-attn policy"
+KV_CACHE_TYPES = "kv cache types"
+KV_SELF_ALLOCATION = "kv self allocation"
+
+# What was cut before decoding
+VAD_FILTER = "vad filter"
+DIGITAL_SILENCE = "digital silence"
+CLIP_TIMESTAMPS = "clip timestamps"
+
+ALL = frozenset(
+    value for name, value in dict(globals()).items() if name.isupper() and isinstance(value, str)
+)
