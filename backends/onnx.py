@@ -94,6 +94,7 @@ class OnnxBackend(Backend):
         self.self_specs, self.notes = applicable_specs(specs)
         self.cross_spec = parse_cross(self.profile.kv_cross)
         self._chunk_bytes: dict = {}  # (beams, policies) -> KV bytes one chunk holds
+        self.aligner = self._aligner()  # None: the export names no alignment heads
 
     def _compute_type(self) -> str:
         wanted = self.settings.get("compute_type", "float32")
@@ -245,7 +246,7 @@ class OnnxBackend(Backend):
             kv_provenance=make_provenance(MEASURED), settings=self._settings(request, beams)
         )
         report.not_applicable += self.notes
-        if request.word_timestamps and self._aligner() is None:
+        if request.word_timestamps and self.aligner is None:
             report.not_applicable.append("word timestamps: the model names no alignment heads")
         return report
 
@@ -294,7 +295,7 @@ class OnnxBackend(Backend):
             hotwords=tuple(self.vocab.prompt_tokens(request.hotwords)[:PROMPT_MAX]),
             max_new_tokens=request.max_new_tokens,
             timestamps=timestamps,
-            align_words=self._aligner() if request.word_timestamps or not timestamps else None,
+            align_words=self.aligner if request.word_timestamps or not timestamps else None,
         )
 
     def _aligner(self):

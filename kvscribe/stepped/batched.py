@@ -33,7 +33,7 @@ from kvscribe.decoding import per_row
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
 from kvscribe.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW, HOP
 from kvscribe.stepped import fallback
-from kvscribe.stepped.longform import WindowPlan, WindowStats
+from kvscribe.stepped.longform import WindowPlan, WindowStats, encode_timed
 from kvscribe.stepped.search import expand, no_speech_probs, sample, select_rows
 from kvscribe.types import Segment
 
@@ -98,7 +98,7 @@ def decode_with_fallback(
 
 
 def _decode_with_fallback(plan, chunks, mels, prompt, stats, decode_text) -> list[AlignedChunk]:
-    encoded = _encode(plan, mels, stats)
+    encoded = encode_timed(plan, arrays.stack(mels), stats)
     stats.windows += len(chunks)
     frames = [chunk.start // HOP for chunk in chunks]
     aligned: list[CrossAttentionStore | None] = [None] * len(chunks)
@@ -235,16 +235,9 @@ def decode_batch(
     rows in the batch, fed end-of-text and ignored, as a masked batch would: only
     benchmarks/batched_compaction.py asks for that, to measure the difference."""
     with arrays.inference(plan.setup.device):
-        encoded = _encode(plan, mels, stats)
+        encoded = encode_timed(plan, arrays.stack(mels), stats)
         stats.windows += len(mels)
         return _beam_batch(plan, encoded, prompt, stats, compact)
-
-
-def _encode(plan: WindowPlan, mels: list, stats: WindowStats):
-    started = time.perf_counter()
-    encoded = plan.encode(arrays.stack(mels))
-    stats.encoder_seconds += time.perf_counter() - started
-    return encoded
 
 
 def _beam_batch(

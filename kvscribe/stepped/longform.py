@@ -124,7 +124,7 @@ def transcribe(
     last_speech = None  # where the last word ended (openai-whisper's last_speech_timestamp)
     while seek < content_frames:
         window_frames = min(FRAMES_PER_WINDOW, content_frames - seek)
-        encoded = _encode(plan, mel[:, seek : seek + FRAMES_PER_WINDOW], stats)
+        encoded = encode_timed(plan, mel[:, seek : seek + FRAMES_PER_WINDOW], stats)
         window = stats.windows
         stats.windows += 1
         attempts = _decode_with_fallback(plan, encoded, history, stats, decode_text, seek)
@@ -189,9 +189,10 @@ def _words(
     )
 
 
-def _encode(plan: WindowPlan, window_mel, stats: WindowStats):
+def encode_timed(plan: WindowPlan, mel, stats: WindowStats):
+    """plan.encode(mel) (one window, or a batch of chunks' windows), its time counted."""
     started = time.perf_counter()
-    encoded = plan.encode(window_mel)
+    encoded = plan.encode(mel)
     stats.encoder_seconds += time.perf_counter() - started
     return encoded
 
