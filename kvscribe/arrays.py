@@ -52,6 +52,23 @@ def take_rows(x, rows):
     return x.index_select(0, rows)
 
 
+def rows_reordered(x, rows):
+    """take_rows(x, rows) for an array the caller owns and gives up. A numpy array given at
+    most as many rows is rearranged in place, copying only the rows that move, and its
+    first len(rows) rows are returned (a view: the whole block stays held, and counted by
+    held_bytes, until the next copy lets it go). A beam-search step moves about a quarter
+    of its rows (none, a fifth of the time) and a finished chunk's rows are dropped, where
+    take_rows copies every row into fresh memory each time."""
+    if is_numpy(x) and x.flags.writeable:
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.shape[0] <= x.shape[0]:
+            moved = np.flatnonzero(rows != np.arange(rows.shape[0]))
+            if moved.size:
+                x[moved] = x[rows[moved]]  # every moving row is read out before any is written
+            return x[: rows.shape[0]]
+    return take_rows(x, rows)
+
+
 def repeat_rows(x, times: int):
     """Each row `times` times in a row (a copy per beam)."""
     if is_numpy(x):
@@ -145,7 +162,10 @@ def float32(x):
 def mask_(x, mask, value: float):
     """Set `x` to `value` where `mask` (broadcast over rows) is true, in place."""
     if is_numpy(x):
-        np.copyto(x, np.asarray(value, dtype=x.dtype), where=np.broadcast_to(mask, x.shape))
+        if mask.ndim == 1:  # columns: write those (the timestamps, a few suppressed
+            x[..., np.flatnonzero(mask)] = value  # tokens), not a pass over all of x
+        else:
+            np.copyto(x, np.asarray(value, dtype=x.dtype), where=np.broadcast_to(mask, x.shape))
         return x
     return x.masked_fill_(mask, value)
 
@@ -201,11 +221,39 @@ def true_rows(flags) -> list[int]:
 def topk(x, k: int):
     """The `k` largest values of each row and their indices, largest first."""
     if is_numpy(x):
-        some = np.argpartition(x, -k, axis=-1)[..., -k:]  # the k largest, unordered
+        some = _largest_columns(x, k)  # the k largest, unordered
         values = np.take_along_axis(x, some, axis=-1)
         order = np.argsort(-values, axis=-1, kind="stable")
         return np.take_along_axis(values, order, axis=-1), np.take_along_axis(some, order, axis=-1)
     return x.topk(k, dim=-1)
+
+
+_COLUMN_CLASSES = 64
+
+
+def _largest_columns(x: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the `k` largest values of each row (unordered), as an argpartition of the
+    whole row would find them, partitioning only a few hundred candidates.
+
+    Split a row's first `classes * width` columns into `width` classes of the columns equal
+    modulo `width`: the classes with the k largest maxima hold all of the row's k largest
+    values (each of them lies in a class whose maximum is at least the k-th largest, and a
+    class whose maximum exceeds it holds one of the larger ones), so they and the few columns
+    past the classes are the candidates. At Whisper's vocabulary the class maxima are one
+    vectorised pass: 5x less time than an argpartition of every column at 40 rows.
+    """
+    rows, columns = x.shape[0], x.shape[-1]
+    width = columns // _COLUMN_CLASSES
+    if x.ndim != 2 or width < 4 * k:
+        return np.argpartition(x, -k, axis=-1)[..., -k:]
+    whole = width * _COLUMN_CLASSES
+    maxima = x[:, :whole].reshape(rows, _COLUMN_CLASSES, width).max(axis=1)
+    classes = np.argpartition(maxima, -k, axis=-1)[:, -k:]
+    members = classes[:, :, None] + width * np.arange(_COLUMN_CLASSES)
+    past = np.broadcast_to(np.arange(whole, columns), (rows, columns - whole))
+    candidates = np.concatenate([members.reshape(rows, -1), past], axis=1)
+    values = np.take_along_axis(x, candidates, axis=-1)
+    return np.take_along_axis(candidates, np.argpartition(values, -k, axis=-1)[:, -k:], axis=-1)
 
 
 def first_row_repeated(x, times: int):

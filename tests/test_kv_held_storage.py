@@ -140,9 +140,7 @@ def _profile_variants():
 def test_real_decoding_reports_the_storage_held_on_long_form(monkeypatch, name, beams, batch):
     """The issue's case: tiny-vram greedy reported 12 % while views kept 100 % alive; and
     the batched path, whose cache also drops the rows of chunks that finished."""
-    from kvscribe.stepped import batched
-
-    from kvscribe.stepped import longform
+    from kvscribe.stepped import batched, longform
 
     monkeypatch.setattr(longform, "PolicyCache", _CheckedCache)
     monkeypatch.setattr(batched, "PolicyCache", _CheckedCache)

@@ -95,14 +95,74 @@ def test_numpy_cross_attention_copies_are_held_as_torchs(cross):
     )
     ours.fill_projected(projected)
     theirs.fill_projected([tuple(torch.from_numpy(p) for p in pair) for pair in projected])
+    filled = ours.held_bytes
     for store in (ours, theirs):
         store.select_chunks([1])
     for layer in range(2):
         for mine, other in zip(ours.get(layer), theirs.get(layer), strict=True):
             assert np.array_equal(mine, other.numpy())
-    assert ours.held_bytes == theirs.held_bytes == reachable_storage_bytes(ours)
+    assert ours.held_bytes == reachable_storage_bytes(ours)
     copies = 1 if "shared" in cross else 3
     assert ours.get(0)[0].shape == (copies, HEADS, 40, DIM)
+    # A store that made its own copies (per beam, or quantized) drops a chunk by moving rows
+    # in place: its arrays stay held, whole, until the batch ends. One sharing the encoder's
+    # arrays copies the chunks it keeps, as torch's does.
+    made_its_own = copies > 1 or "q" in cross
+    assert ours.held_bytes == (filled if made_its_own else theirs.held_bytes)
+
+
+def test_dropping_chunks_never_writes_to_arrays_a_store_shares():
+    """The encoder's K/V (shared) and the views one_chunk lends for alignment are read after
+    the decode: dropping chunks must copy, not move rows in place under them."""
+    rng = np.random.default_rng(4)
+    projected = [
+        tuple(rng.normal(size=(3, HEADS, 20, DIM)).astype(np.float32) for _ in range(2))
+        for _ in range(2)
+    ]
+    before = [tuple(part.copy() for part in pair) for pair in projected]
+    shared = CrossAttentionStore(parse_cross("shared"), 4)
+    shared.fill_projected(projected)
+    shared.select_chunks([2])
+    for pair, saved in zip(projected, before, strict=True):
+        assert all(np.array_equal(a, b) for a, b in zip(pair, saved, strict=True))
+    per_beam = CrossAttentionStore(parse_cross("full"), 2)
+    per_beam.fill_projected(projected)
+    lent = per_beam.one_chunk(0)
+    per_beam.select_chunks([2])
+    assert np.array_equal(lent.get(0)[0], np.repeat(projected[0][0], 2, axis=0)[:1])
+    assert np.array_equal(per_beam.get(0)[0], np.repeat(projected[0][0][2:], 2, axis=0))
+    per_beam.select_chunks([0])  # its own copies now: moved in place, the same values
+    assert np.array_equal(per_beam.get(1)[1], np.repeat(projected[1][1][2:], 2, axis=0))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 7), st.booleans())
+def test_rows_reordered_is_take_rows(seed, rows, fan_out):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, 3, 4)).astype(np.float32)
+    count = rows + 2 if fan_out else int(rng.integers(1, rows + 1))
+    index = rng.integers(0, rows, size=count)
+    expected = arrays.take_rows(x, index)
+    assert np.array_equal(arrays.rows_reordered(x.copy(), index), expected)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**31 - 1), st.integers(1, 12), st.integers(1, 8), st.booleans())
+def test_topk_over_a_vocabulary_is_torchs(seed, rows, k, masked):
+    """numpy's top-k over Whisper's vocabulary (candidates from column classes) finds what
+    torch.topk finds, with most of a row masked to -inf or nearly all of it."""
+    rng = np.random.default_rng(seed)
+    x = (rng.normal(size=(rows, 51864)) * rng.uniform(0.1, 10)).astype(np.float32)
+    x[-1, [5, 50000, 51863]] = [1e4, 2e4, 3e4]  # in the first class, a middle one, the last
+    if masked:
+        x[:, 50257:] = -np.inf
+        x[0, : 51864 - k // 2] = -np.inf  # fewer finite values than k in the first row
+    values, index = arrays.topk(x, k)
+    theirs = torch.from_numpy(x).topk(k, dim=-1)
+    assert np.array_equal(values, theirs.values.numpy())
+    finite = np.isfinite(values)
+    assert np.array_equal(index[finite], theirs.indices.numpy()[finite])
+    assert all(len(set(row)) == k for row in index.tolist())  # no column twice
 
 
 def test_a_view_counts_its_whole_buffer():

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from kvscribe.arrays import held_bytes, repeat_rows, take_rows, unviewed
+from kvscribe.arrays import held_bytes, repeat_rows, rows_reordered, take_rows, unviewed
 from kvscribe.kvcache.layers import KVLayer, make_layer, split_heads
 from kvscribe.kvcache.quant import Quantized, dequantize, quantize
 from kvscribe.kvcache.spec import CrossSpec, LayerSpec
@@ -62,6 +62,9 @@ class CrossAttentionStore:
         self.chunks = 0
         self._layers: list[tuple[Any, Any]] = []  # per layer (K, V): arrays or Quantized
         self._dtype: Any = None
+        # Whether nothing but this store sees its arrays (so dropping chunks may move rows
+        # in place): not when it shares the encoder's, nor once one_chunk has lent views.
+        self._exclusive = False
 
     def fill(self, encoder_output, decoder) -> None:
         """Project `encoder_output` [chunks, frames, d] (torch) through every decoder layer's
@@ -84,6 +87,7 @@ class CrossAttentionStore:
         projected (an encoder graph returns them), as the spec keeps them."""
         copies = 1 if self.spec.shared else self.beams
         self._layers = []
+        self._exclusive = copies > 1 or bool(self.spec.quant)  # made here: its own copies
         for keys, values in projected:
             self._dtype, self.chunks = keys.dtype, keys.shape[0]
             keys, values = unviewed(keys), unviewed(values)  # read-only from here on
@@ -100,8 +104,10 @@ class CrossAttentionStore:
         rows = kept
         if not self.spec.shared and self.beams > 1:
             rows = [chunk * self.beams + beam for chunk in kept for beam in range(self.beams)]
-        self._layers = [(_rows(k, rows), _rows(v, rows)) for k, v in self._layers]
+        pick = _rows_in_place if self._exclusive else _rows
+        self._layers = [(pick(k, rows), pick(v, rows)) for k, v in self._layers]
         self.chunks = len(kept)
+        self._exclusive = True  # copies of its own, or its own arrays still
 
     def one_chunk(self, index: int) -> CrossAttentionStore:
         """Chunk `index`'s full-precision K/V as a store of its own, for one row (views, no
@@ -110,6 +116,7 @@ class CrossAttentionStore:
         if self.spec.quant:
             raise ValueError("a quantized store does not hold the full-precision K/V")
         row = index * (1 if self.spec.shared else self.beams)
+        self._exclusive = False  # the views must keep reading this chunk
         single = CrossAttentionStore(CrossSpec(), 1)
         single.chunks, single._dtype = 1, self._dtype
         single._layers = [(k[row : row + 1], v[row : row + 1]) for k, v in self._layers]
@@ -136,3 +143,10 @@ def _rows(part, rows: list[int]):
     if isinstance(part, Quantized):
         return Quantized(part.kind, take_rows(part.data, rows), take_rows(part.scale, rows))
     return take_rows(part, rows)
+
+
+def _rows_in_place(part, rows: list[int]):
+    if isinstance(part, Quantized):
+        data, scale = rows_reordered(part.data, rows), rows_reordered(part.scale, rows)
+        return Quantized(part.kind, data, scale)
+    return rows_reordered(part, rows)

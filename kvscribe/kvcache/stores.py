@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from kvscribe.arrays import cat, held_bytes, owned, take_rows
+from kvscribe.arrays import cat, held_bytes, owned, rows_reordered
 from kvscribe.kvcache.quant import Quantized, concat, dequantize, quantize
 
 
@@ -45,7 +45,7 @@ class TensorStore:
 
     def select_batch(self, index) -> None:
         if self.data is not None:
-            self.data = take_rows(self.data, index)
+            self.data = rows_reordered(self.data, index)  # the store's own array
 
 
 class QuantizedStore:
@@ -109,5 +109,6 @@ class QuantizedStore:
     def select_batch(self, index) -> None:
         if self.blocks is not None:
             b = self.blocks
-            self.blocks = Quantized(b.kind, take_rows(b.data, index), take_rows(b.scale, index))
+            data, scale = rows_reordered(b.data, index), rows_reordered(b.scale, index)
+            self.blocks = Quantized(b.kind, data, scale)
         self.recent.select_batch(index)

@@ -134,7 +134,10 @@ class OnnxEngine:
         """kvscribe.stepped.search's decoder interface: the step's logits at `positions`
         [rows, len(positions), vocab], so the same greedy and beam search drive this engine
         and the transformers backend's."""
-        return self.step(tokens, cache, cross).logits[:, list(positions)]
+        logits = self.step(tokens, cache, cross).logits
+        if positions == (-1,):  # a decoding step: a view, not a copy of [rows, vocab]
+            return logits[:, -1:]
+        return logits[:, list(positions)]
 
 
 def applicable_specs(specs: tuple[LayerSpec, ...]) -> tuple[tuple[LayerSpec, ...], list[str]]:
