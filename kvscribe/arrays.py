@@ -240,7 +240,7 @@ def _largest_columns(x: np.ndarray, k: int) -> np.ndarray:
     values (each of them lies in a class whose maximum is at least the k-th largest, and a
     class whose maximum exceeds it holds one of the larger ones), so they and the few columns
     past the classes are the candidates. At Whisper's vocabulary the class maxima are one
-    vectorised pass: 5x less time than an argpartition of every column at 40 rows.
+    vectorised pass, and a few hundred candidates are partitioned instead of ~52,000.
     """
     rows, columns = x.shape[0], x.shape[-1]
     width = columns // _COLUMN_CLASSES
