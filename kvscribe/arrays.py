@@ -53,20 +53,47 @@ def take_rows(x, rows):
 
 
 def rows_reordered(x, rows):
-    """take_rows(x, rows) for an array the caller owns and gives up. A numpy array given at
-    most as many rows is rearranged in place, copying only the rows that move, and its
-    first len(rows) rows are returned (a view: the whole block stays held, and counted by
-    held_bytes, until the next copy lets it go). A beam-search step moves about a quarter
-    of its rows (none, a fifth of the time) and a finished chunk's rows are dropped, where
-    take_rows copies every row into fresh memory each time."""
-    if is_numpy(x) and x.flags.writeable:
-        rows = np.asarray(rows, dtype=np.int64)
-        if rows.shape[0] <= x.shape[0]:
-            moved = np.flatnonzero(rows != np.arange(rows.shape[0]))
-            if moved.size:
-                x[moved] = x[rows[moved]]  # every moving row is read out before any is written
-            return x[: rows.shape[0]]
+    """take_rows(x, rows) for an array the caller owns and gives up, in place when `rows` is
+    a reordering of as many rows (a beam-search step moves about a quarter of its rows, none
+    a fifth of the time, where take_rows copies the whole cache every step). Fewer rows are
+    copied out, so the memory of the dropped ones is let go at once."""
+    count = len(rows)
+    if count == x.shape[0] and _in_place(x):
+        return _moved_to_front(x, rows)
     return take_rows(x, rows)
+
+
+def rows_kept(x, rows):
+    """take_rows(x, rows) for an array the caller owns and gives up, in place: the rows are
+    moved to the front and the first len(rows) returned, a view that keeps the whole block
+    held (and counted by held_bytes) until the array goes. For a store whose footprint
+    peaked when it was filled (cross-attention K/V dropping finished chunks)."""
+    if len(rows) <= x.shape[0] and _in_place(x):
+        return _moved_to_front(x, rows)
+    return take_rows(x, rows)
+
+
+def _in_place(x) -> bool:
+    """Whether rows of `x` may be moved in place: a writable numpy array, or a CPU tensor
+    (on a device, finding the rows that move would wait for it)."""
+    return x.flags.writeable if is_numpy(x) else x.device.type == "cpu"
+
+
+def _moved_to_front(x, rows):
+    """x[:len(rows)] = x[rows], copying only the rows that move."""
+    if is_numpy(x):
+        rows = np.asarray(rows, dtype=np.int64)
+        moved = np.flatnonzero(rows != np.arange(rows.shape[0]))
+        if moved.size:
+            x[moved] = x[rows[moved]]  # the moving rows are read before any is written
+        return x[: rows.shape[0]]
+    import torch
+
+    rows = rows if torch.is_tensor(rows) else torch.as_tensor(np.asarray(rows, dtype=np.int64))
+    moved = torch.nonzero(rows != torch.arange(rows.numel())).flatten()
+    if moved.numel():
+        x[moved] = x.index_select(0, rows[moved])
+    return x[: rows.numel()]
 
 
 def repeat_rows(x, times: int):
@@ -228,28 +255,28 @@ def topk(x, k: int):
     return x.topk(k, dim=-1)
 
 
-_COLUMN_CLASSES = 64
+_CLASS_SIZE = 64
 
 
 def _largest_columns(x: np.ndarray, k: int) -> np.ndarray:
     """Indices of the `k` largest values of each row (unordered), as an argpartition of the
     whole row would find them, partitioning only a few hundred candidates.
 
-    Split a row's first `classes * width` columns into `width` classes of the columns equal
-    modulo `width`: the classes with the k largest maxima hold all of the row's k largest
-    values (each of them lies in a class whose maximum is at least the k-th largest, and a
-    class whose maximum exceeds it holds one of the larger ones), so they and the few columns
-    past the classes are the candidates. At Whisper's vocabulary the class maxima are one
-    vectorised pass, and a few hundred candidates are partitioned instead of ~52,000.
+    With width = columns // 64, class j holds the 64 columns j, j + width, j + 2 * width, ...
+    The k classes with the largest maxima hold all of the row's k largest values (each of
+    them lies in a class whose maximum is at least the k-th largest, and a class whose
+    maximum exceeds it holds one of the larger ones), so their columns and the few past the
+    last class are the candidates. At Whisper's vocabulary the class maxima are one
+    vectorised pass, and ~400 candidates are partitioned instead of ~52,000.
     """
     rows, columns = x.shape[0], x.shape[-1]
-    width = columns // _COLUMN_CLASSES
+    width = columns // _CLASS_SIZE
     if x.ndim != 2 or width < 4 * k:
         return np.argpartition(x, -k, axis=-1)[..., -k:]
-    whole = width * _COLUMN_CLASSES
-    maxima = x[:, :whole].reshape(rows, _COLUMN_CLASSES, width).max(axis=1)
+    whole = width * _CLASS_SIZE
+    maxima = x[:, :whole].reshape(rows, _CLASS_SIZE, width).max(axis=1)  # [rows, width]
     classes = np.argpartition(maxima, -k, axis=-1)[:, -k:]
-    members = classes[:, :, None] + width * np.arange(_COLUMN_CLASSES)
+    members = classes[:, :, None] + width * np.arange(_CLASS_SIZE)
     past = np.broadcast_to(np.arange(whole, columns), (rows, columns - whole))
     candidates = np.concatenate([members.reshape(rows, -1), past], axis=1)
     values = np.take_along_axis(x, candidates, axis=-1)

@@ -136,14 +136,20 @@ def test_dropping_chunks_never_writes_to_arrays_a_store_shares():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(0, 2**31 - 1), st.integers(1, 7), st.booleans())
-def test_rows_reordered_is_take_rows(seed, rows, fan_out):
+@given(st.integers(0, 2**31 - 1), st.integers(1, 7), st.sampled_from(["same", "fewer", "more"]))
+def test_rows_moved_in_place_are_take_rows(seed, rows, count):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(rows, 3, 4)).astype(np.float32)
-    count = rows + 2 if fan_out else int(rng.integers(1, rows + 1))
-    index = rng.integers(0, rows, size=count)
+    size = {"same": rows, "fewer": int(rng.integers(1, rows + 1)), "more": rows + 2}[count]
+    index = rng.integers(0, rows, size=size)
     expected = arrays.take_rows(x, index)
-    assert np.array_equal(arrays.rows_reordered(x.copy(), index), expected)
+    for move in (arrays.rows_reordered, arrays.rows_kept):
+        assert np.array_equal(move(x.copy(), index), expected)
+        on_torch = move(torch.from_numpy(x.copy()), torch.from_numpy(index))
+        assert np.array_equal(on_torch.numpy(), expected)
+    # A reorder keeps the block; dropping rows lets it go (rows_kept keeps it, a view).
+    kept = arrays.rows_reordered(x, index)
+    assert (kept.base is x or kept is x) == (size == rows)
 
 
 @settings(max_examples=30, deadline=None)

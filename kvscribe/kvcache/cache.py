@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from kvscribe.arrays import held_bytes, repeat_rows, rows_reordered, take_rows, unviewed
+from kvscribe.arrays import held_bytes, repeat_rows, rows_kept, take_rows, unviewed
 from kvscribe.kvcache.layers import KVLayer, make_layer, split_heads
 from kvscribe.kvcache.quant import Quantized, dequantize, quantize
 from kvscribe.kvcache.spec import CrossSpec, LayerSpec
@@ -147,6 +147,5 @@ def _rows(part, rows: list[int]):
 
 def _rows_in_place(part, rows: list[int]):
     if isinstance(part, Quantized):
-        data, scale = rows_reordered(part.data, rows), rows_reordered(part.scale, rows)
-        return Quantized(part.kind, data, scale)
-    return rows_reordered(part, rows)
+        return Quantized(part.kind, rows_kept(part.data, rows), rows_kept(part.scale, rows))
+    return rows_kept(part, rows)

@@ -11,8 +11,8 @@ together at the next temperature (`best_of` sampled rows each). The
 cross-attention store keeps one copy per chunk when its policy is shared (beams
 fold into the query axis) and one per beam otherwise. A chunk whose search ends
 leaves the batch at once: its rows are dropped from the self-attention cache and
-its cross-attention copy from the store, so it stops costing compute. (numpy arrays a
-store owns keep the rows left at their front, moved in place: held until the next copy.)
+its cross-attention copy from the store, so it stops costing compute. (A cross store
+with copies of its own moves the kept ones to its front: held until the batch ends.)
 
 What the engine's `plan.encode` returns for a batch of chunks is only counted with
 `len()`, sliced (`encoded[i:i + 1]`), indexed with a list of chunks, and handed to
