@@ -63,3 +63,13 @@ def test_median_filter_is_a_reflect_padded_sliding_median(width, values):
     assert np.array_equal(median_filter(x, width), expected)
     short = x[..., :pad]  # too short to pad: unchanged
     assert np.array_equal(median_filter(short, width), short)
+
+
+def test_the_median_of_7_network_selects_the_median_of_every_0_1_input():
+    """By the 0-1 principle a compare-exchange network that selects the median of every
+    input of zeros and ones selects the median of any input."""
+    import itertools
+
+    inputs = np.array(list(itertools.product([0.0, 1.0], repeat=7)), dtype=np.float32)
+    # Frame 3 of a 7-frame row sees exactly the row's 7 values (no padding reaches it).
+    assert np.array_equal(median_filter(inputs, 7)[:, 3], np.median(inputs, axis=-1))
