@@ -104,8 +104,8 @@ class CrossAttentionStore:
         rows = kept
         if not self.spec.shared and self.beams > 1:
             rows = [chunk * self.beams + beam for chunk in kept for beam in range(self.beams)]
-        pick = _rows_in_place if self._exclusive else _rows
-        self._layers = [(pick(k, rows), pick(v, rows)) for k, v in self._layers]
+        move = rows_kept if self._exclusive else take_rows
+        self._layers = [(_rows(k, rows, move), _rows(v, rows, move)) for k, v in self._layers]
         self.chunks = len(kept)
         self._exclusive = True  # copies of its own, or its own arrays still
 
@@ -139,13 +139,8 @@ class CrossAttentionStore:
         return held_bytes(self.tensors())
 
 
-def _rows(part, rows: list[int]):
+def _rows(part, rows: list[int], move):
+    """`move` (take_rows, or rows_kept in place) applied to an array or a Quantized's parts."""
     if isinstance(part, Quantized):
-        return Quantized(part.kind, take_rows(part.data, rows), take_rows(part.scale, rows))
-    return take_rows(part, rows)
-
-
-def _rows_in_place(part, rows: list[int]):
-    if isinstance(part, Quantized):
-        return Quantized(part.kind, rows_kept(part.data, rows), rows_kept(part.scale, rows))
-    return rows_kept(part, rows)
+        return Quantized(part.kind, move(part.data, rows), move(part.scale, rows))
+    return move(part, rows)
