@@ -84,9 +84,10 @@ def pytest_runtest_setup(item):
 
 @pytest.fixture(scope="session")
 def onnx_export():
-    """The embedded tiny.en exported to ONNX (`kvscribe setup onnx`) in the user's cache,
-    where module fixtures resolve models (as whisper_cli builds there): found, or exported
-    once (seconds). Skipped without the onnx extra."""
+    """The embedded tiny.en exported to ONNX (`kvscribe setup onnx --compute-type int8`: the
+    float32 graphs and the int8 copies the built-in profiles run) in the user's cache, where
+    module fixtures resolve models (as whisper_cli builds there): found, or exported once
+    (seconds). Skipped without the onnx extra."""
     pytest.importorskip("onnx", reason="no onnx extra: pip install 'kvscribe[onnx]'")
     from kvscribe.onnx import export
 
@@ -96,7 +97,7 @@ def onnx_export():
                 users.delenv(name, raising=False)
             else:
                 users.setenv(name, value)
-        return export.find() or export.export()
+        return export.find(compute_type="int8") or export.export(compute_type="int8")
 
 
 @pytest.fixture(scope="session")
