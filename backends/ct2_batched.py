@@ -21,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 import numpy as np
-from kvscribe.backends.base import DecodeRequest
-from kvscribe.backends.ct2_replicas import Replicas, rows_of
 
 from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.aligned_chunks import AlignedChunk, on_original_clock
 from kvscribe.audio_stream import Samples
+from kvscribe.backends.base import DecodeRequest
+from kvscribe.backends.ct2_replicas import Replicas, rows_of
 from kvscribe.chunking import Chunk
 from kvscribe.decoding import Fallback, compression_ratio, per_row
 from kvscribe.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW

@@ -35,9 +35,9 @@ class SpeechClock:
     @classmethod
     def of(cls, audio: Samples, vad: VadFilter) -> SpeechClock:
         from faster_whisper.vad import VadOptions
-        from kvscribe.backends.ct2_vad import regions_of, speech_timestamps
 
         from kvscribe.adapters.faster_whisper import speech_clock
+        from kvscribe.backends.ct2_vad import regions_of, speech_timestamps
 
         options = VadOptions(
             threshold=vad.threshold,

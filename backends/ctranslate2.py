@@ -18,6 +18,10 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
+from kvscribe import setting_rows as row
+from kvscribe.aligned_chunks import decoded_segments
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.audio_stream import Samples, hold_history
 from kvscribe.backends import ct2_stream
 from kvscribe.backends.base import (
     OPTIONAL_FIELDS,
@@ -32,11 +36,6 @@ from kvscribe.backends.ct2_silence import (
     describe_vad,
     to_decode,
 )
-
-from kvscribe import setting_rows as row
-from kvscribe.aligned_chunks import decoded_segments
-from kvscribe.audio import SAMPLE_RATE
-from kvscribe.audio_stream import Samples, hold_history
 from kvscribe.chunking import (
     BATCHED,
     FILE_VAD,

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import json
 
+from kvscribe import setting_rows as row
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.audio_stream import Samples, hold_history
 from kvscribe.backends.base import (
     Backend,
     Capabilities,
@@ -27,10 +30,6 @@ from kvscribe.backends.base import (
     DecoderReport,
     Transcription,
 )
-
-from kvscribe import setting_rows as row
-from kvscribe.audio import SAMPLE_RATE
-from kvscribe.audio_stream import Samples, hold_history
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
 from kvscribe.mel import FRAMES_PER_WINDOW

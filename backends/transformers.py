@@ -14,6 +14,9 @@ a group of chunks' audio decoded while their unfinished tails are decoded again.
 
 from __future__ import annotations
 
+from kvscribe import setting_rows as row
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.audio_stream import Samples, hold_history
 from kvscribe.backends.base import (
     Backend,
     Capabilities,
@@ -21,10 +24,6 @@ from kvscribe.backends.base import (
     DecoderReport,
     Transcription,
 )
-
-from kvscribe import setting_rows as row
-from kvscribe.audio import SAMPLE_RATE
-from kvscribe.audio_stream import Samples, hold_history
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
 from kvscribe.provenance import MEASURED, make_provenance
@@ -69,8 +68,8 @@ class TransformersBackend(Backend):
 
     def load(self) -> None:
         import torch
-        from kvscribe.backends.hf import network, weights
 
+        from kvscribe.backends.hf import network, weights
         from kvscribe.stepped.vocabulary import Vocabulary
 
         self.settings = self.profile_settings(_SETTINGS)
@@ -292,8 +291,8 @@ class TransformersBackend(Backend):
         `timestamps` False: batched chunks, decoded without them and every word aligned."""
         request = request or DecodeRequest(task=task)
         import torch
-        from kvscribe.backends.hf.decoder import PolicyDecoder
 
+        from kvscribe.backends.hf.decoder import PolicyDecoder
         from kvscribe.stepped.longform import PROMPT_MAX, WindowPlan
         from kvscribe.stepped.rules import TokenRules
         from kvscribe.stepped.search import SearchSetup
@@ -370,8 +369,8 @@ class TransformersBackend(Backend):
 
     def _detect_language(self, mel) -> tuple[str, float]:
         import torch
-        from kvscribe.backends.hf.decoder import PolicyDecoder
 
+        from kvscribe.backends.hf.decoder import PolicyDecoder
         from kvscribe.mel import FRAMES_PER_WINDOW
         from kvscribe.stepped.language import detect_language
 

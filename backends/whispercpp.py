@@ -41,6 +41,8 @@ import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
+from kvscribe import setting_rows as row
+from kvscribe.audio_stream import Samples
 from kvscribe.backends.base import (
     Backend,
     Capabilities,
@@ -48,9 +50,6 @@ from kvscribe.backends.base import (
     DecoderReport,
     Transcription,
 )
-
-from kvscribe import setting_rows as row
-from kvscribe.audio_stream import Samples
 from kvscribe.chunking import MAX_SECONDS
 from kvscribe.errors import BackendUnavailableError, UsageError
 from kvscribe.models import ggml

@@ -17,13 +17,12 @@ import time
 
 import corpus
 import results_file
-from kvscribe.backends.base import DecodeRequest
-from kvscribe.stepped import batched
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
+from kvscribe.backends.base import DecodeRequest
 from kvscribe.chunking import speech_chunks
-from kvscribe.stepped import longform
+from kvscribe.stepped import batched, longform
 
 LONG_FORM = corpus.CLIPS / "espeak_longform_en.wav"
 

@@ -336,9 +336,8 @@ def _byte_compile() -> None:
     do."""
     import compileall
 
-    import kvscribe.backends
-
     import kvscribe
+    import kvscribe.backends
 
     for folder in {*kvscribe.__path__, *kvscribe.backends.__path__}:
         compileall.compile_dir(folder, quiet=1)

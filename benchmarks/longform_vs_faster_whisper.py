@@ -21,10 +21,10 @@ from pathlib import Path
 
 import corpus
 import results_file
-from kvscribe.backends.base import DecodeRequest
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
+from kvscribe.backends.base import DecodeRequest
 
 LONG_FORM = corpus.CLIPS / "espeak_longform_en.wav"
 

@@ -21,10 +21,10 @@ import dataclasses
 from pathlib import Path
 
 import results_file
-from kvscribe.backends.base import DecodeRequest
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
+from kvscribe.backends.base import DecodeRequest
 from kvscribe.bench.wer import pooled_wer
 
 HERE = Path(__file__).resolve().parent

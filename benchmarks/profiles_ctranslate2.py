@@ -18,11 +18,11 @@ from pathlib import Path
 import corpus
 import jiwer
 import results_file
-from kvscribe.backends.base import DecodeRequest
 from whisper_normalizer.english import EnglishTextNormalizer
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
+from kvscribe.backends.base import DecodeRequest
 
 PROFILES = ("cpu-laptop", "tiny-vram", "no-loss")
 

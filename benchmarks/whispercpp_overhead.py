@@ -24,10 +24,10 @@ from pathlib import Path
 
 import corpus
 import results_file
-from kvscribe.backends.base import DecodeRequest
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
+from kvscribe.backends.base import DecodeRequest
 
 KVSCRIBE = Path(sys.executable).parent / "kvscribe"
 

@@ -33,10 +33,10 @@ from pathlib import Path
 import corpus
 import numpy as np
 import results_file
-from kvscribe.backends.base import DecodeRequest
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import SAMPLE_RATE, load_audio
+from kvscribe.backends.base import DecodeRequest
 from kvscribe.bench.wer import pooled_wer
 from kvscribe.whispercpp.pieces import PIECE_ENV, PIECE_SECONDS
 from kvscribe.whispercpp.process import WhisperProcess, check_outcome, write_wav_f32

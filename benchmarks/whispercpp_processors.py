@@ -40,10 +40,10 @@ from pathlib import Path
 import corpus
 import numpy as np
 import results_file
-from kvscribe.backends.base import DecodeRequest
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
+from kvscribe.backends.base import DecodeRequest
 from kvscribe.bench.wer import pooled_wer
 from kvscribe.whispercpp.process import WhisperProcess, check_outcome, write_wav_f32
 from kvscribe.whispercpp.report import parse_stderr

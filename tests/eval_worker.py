@@ -14,10 +14,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kvscribe.backends.base import DecodeRequest
-
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
+from kvscribe.backends.base import DecodeRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -7,10 +7,10 @@ import subprocess
 import sys
 
 import pytest
-from kvscribe.backends.base import Backend, DecodeRequest, DecoderReport
 
 from kvscribe import registry
 from kvscribe.audio import load_audio
+from kvscribe.backends.base import Backend, DecodeRequest, DecoderReport
 from kvscribe.types import Segment
 from tests.conftest import SAMPLE, SAMPLE_TEXT, wer
 from tests.loaded import backend as shared_backend

@@ -9,10 +9,10 @@ import json
 
 import numpy as np
 import pytest
-from kvscribe.backends.base import DecodeRequest
 
 from kvscribe.aligned_chunks import AlignedChunk
 from kvscribe.audio import SAMPLE_RATE, load_audio
+from kvscribe.backends.base import DecodeRequest
 from kvscribe.capacity import usable_cores
 from kvscribe.chunking import (
     Chunk,

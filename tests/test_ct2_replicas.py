@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.backends import ct2_batched
 from kvscribe.backends.base import DecodeRequest
 from kvscribe.backends.ct2_replicas import Replicas, replicas
-
-from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.chunking import ChunkRules, speech_chunks
 from tests.conftest import EVAL_DIR
 

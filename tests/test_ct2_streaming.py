@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kvscribe.backends.base import DecodeRequest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.audio_stream import open_streamed
+from kvscribe.backends.base import DecodeRequest
 from kvscribe.decoding import Fallback, VadFilter
 from kvscribe.vadfilter import transcribe_speech
 from tests import loaded, media
@@ -150,6 +150,7 @@ def test_block_fed_vad_equals_faster_whispers():
     across its 10,000-window batches and ours, with a length whose last 64 samples
     faster-whisper zeroes (size % 512 > 448)."""
     from faster_whisper.vad import VadOptions, get_speech_timestamps, get_vad_model
+
     from kvscribe.backends import ct2_vad
 
     speech = load_audio(LONG_FORM)

@@ -11,9 +11,9 @@ import statistics
 
 import numpy as np
 import pytest
-from kvscribe.backends.base import DecodeRequest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
+from kvscribe.backends.base import DecodeRequest
 from kvscribe.decoding import Fallback, VadFilter
 from kvscribe.vadfilter import KEPT_SILENCE, transcribe_speech, without_digital_silence
 from tests.conftest import EVAL_DIR, SAMPLE

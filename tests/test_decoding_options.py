@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-from kvscribe.backends.base import DecodeRequest, not_honoured
 
+from kvscribe.backends.base import DecodeRequest, not_honoured
 from kvscribe.errors import ExitCode, UsageError
 from kvscribe.option_values import parse_clips, suppressed_ids
 from tests.conftest import ROOT, SAMPLE, SAMPLE_TEXT, run_cli
@@ -136,10 +136,9 @@ def test_a_suppressed_token_is_never_decoded(backend, tmp_path):
 def test_hotwords_reach_the_prompt_as_faster_whisper_builds_it():
     """Both stepped engines put the hotwords where faster-whisper's transcribe() does:
     after <|startofprev|>, before the previous text and the start sequence."""
+    from kvscribe.adapters import faster_whisper as adapter
     from kvscribe.backends import ct2_batched
     from kvscribe.backends.ct2_replicas import Replicas
-
-    from kvscribe.adapters import faster_whisper as adapter
     from tests.loaded import backend
 
     hotwords = "Kennedy, Americans"

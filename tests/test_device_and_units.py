@@ -10,12 +10,12 @@ import io
 import json
 
 import pytest
-from kvscribe.backends.base import DecoderReport
-from kvscribe.backends.whispercpp import self_cache_bytes
 from rich.console import Console
 
 from kvscribe import hardware
 from kvscribe import profile as profiles
+from kvscribe.backends.base import DecoderReport
+from kvscribe.backends.whispercpp import self_cache_bytes
 from kvscribe.bench.cells import Cell
 from kvscribe.bench.figures import CellFigures
 from kvscribe.bench.placement import place

@@ -23,8 +23,9 @@ pytestmark = [pytest.mark.transformers]
 
 @pytest.fixture(scope="module")
 def both():
-    from kvscribe.backends.hf import network
     from transformers import WhisperForConditionalGeneration
+
+    from kvscribe.backends.hf import network
 
     path = models.resolve("tiny.en", ("transformers",)).path
     ours = network.load(path, torch.float32, "cpu")
@@ -47,7 +48,6 @@ def test_weights_and_sizes_are_transformers_own(both):
 
 def test_encoder_and_decoder_logits_equal_transformers_to_the_bit(both):
     from kvscribe.backends.hf.decoder import PolicyDecoder
-
     from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
     from kvscribe.kvcache.spec import parse_cross, parse_policy
 

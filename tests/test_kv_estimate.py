@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
-from kvscribe.backends.ctranslate2 import _not_applicable, _WindowCounter
 
+from kvscribe.backends.ctranslate2 import _not_applicable, _WindowCounter
 from kvscribe.kvcache import estimate
 from kvscribe.models.ct2_file import WhisperDims
 

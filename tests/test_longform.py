@@ -8,10 +8,10 @@ import itertools
 
 import numpy as np
 import pytest
-from kvscribe.backends.base import DecodeRequest
 
 from kvscribe import chunking
 from kvscribe.audio import SAMPLE_RATE, load_audio
+from kvscribe.backends.base import DecodeRequest
 from kvscribe.timed_words import SegmentRules, TimedWord, split_segments, tidy
 from kvscribe.vadfilter import transcribe_speech
 from tests import loaded

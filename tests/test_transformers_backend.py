@@ -10,10 +10,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from kvscribe.backends.base import DecodeRequest  # noqa: E402
-
 from kvscribe import models, profile  # noqa: E402
 from kvscribe.audio import SAMPLE_RATE, load_audio  # noqa: E402
+from kvscribe.backends.base import DecodeRequest  # noqa: E402
 from kvscribe.models.embedded import EMBEDDED  # noqa: E402
 from tests import loaded  # noqa: E402
 from tests.conftest import (  # noqa: E402
@@ -99,9 +98,9 @@ def engine_text(ref, tokens):
 
 @pytest.mark.slow
 def test_policy_decoder_with_a_full_cache_matches_transformers_forward():
-    from kvscribe.backends.hf.decoder import PolicyDecoder
     from transformers import WhisperForConditionalGeneration
 
+    from kvscribe.backends.hf.decoder import PolicyDecoder
     from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
     from kvscribe.kvcache.spec import parse_cross, parse_policy
 

@@ -16,10 +16,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from kvscribe.backends.base import DecodeRequest  # noqa: E402
-
 from kvscribe.audio import SAMPLE_RATE, load_audio  # noqa: E402
 from kvscribe.audio_stream import open_streamed  # noqa: E402
+from kvscribe.backends.base import DecodeRequest  # noqa: E402
 from kvscribe.decoding import VadFilter  # noqa: E402
 from kvscribe.mel import FRAMES_PER_WINDOW, HOP, N_FFT  # noqa: E402
 from kvscribe.models.embedded import EMBEDDED  # noqa: E402

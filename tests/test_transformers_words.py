@@ -14,10 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kvscribe.backends.base import DecodeRequest  # noqa: E402
-
 from kvscribe import models  # noqa: E402
 from kvscribe.audio import SAMPLE_RATE, load_audio  # noqa: E402
+from kvscribe.backends.base import DecodeRequest  # noqa: E402
 from kvscribe.words import (  # noqa: E402
     Durations,
     SegmentWords,
@@ -174,7 +173,6 @@ def _aligned(clip: Path):
     """(segments, words per segment) from the backend's own decode, aligned by WordAligner
     on the window's encoder output (one window: the clips are under 30 s)."""
     from kvscribe.backends.hf.alignment import WordAligner
-
     from kvscribe.mel import FRAMES_PER_WINDOW, log_mel
 
     backend = _backend()
@@ -247,7 +245,6 @@ def test_word_starts_agree_with_faster_whisper_within_a_fifth_of_a_second(clip):
 def test_frames_past_the_audio_are_never_chosen():
     """Half the JFK window's content: every word must end inside that half."""
     from kvscribe.backends.hf.alignment import WordAligner
-
     from kvscribe.mel import FRAMES_PER_WINDOW, log_mel
 
     backend = _backend()

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kvscribe.backends.base import DecodeRequest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
+from kvscribe.backends.base import DecodeRequest
 from kvscribe.decoding import Fallback, compression_ratio
 from kvscribe.errors import UsageError
 from kvscribe.models import resolve

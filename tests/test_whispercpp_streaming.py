@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kvscribe.backends.base import DecodeRequest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.audio_stream import PEAK_FRAME, Joined, open_streamed
+from kvscribe.backends.base import DecodeRequest
 from kvscribe.decoding import VadFilter
 from kvscribe.errors import UsageError
 from kvscribe.models import resolve

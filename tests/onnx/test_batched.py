@@ -80,7 +80,6 @@ def test_a_kv_budget_picks_the_largest_batch_whose_measured_kv_fits(exported, lo
     probe (bytes_per_chunk) and the batch is the budget's share of them; the decode then
     holds no more than the budget."""
     from kvscribe.backends.base import DecodeRequest
-
     from kvscribe.stepped.batched import bytes_per_chunk
 
     backend = onnx_backend(exported, "tiny-vram", "int8")

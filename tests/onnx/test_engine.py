@@ -109,7 +109,6 @@ def test_the_onnx_word_aligner_times_jfk_as_the_transformers_one(exported, refer
     transformers network's PolicyDecoder, given JFK's greedy tokens: the same words, each
     start and end within one encoder frame."""
     from kvscribe.backends.hf.alignment import WordAligner
-
     from kvscribe.mel import HOP
     from kvscribe.onnx.alignment import onnx_word_aligner
     from kvscribe.onnx.engine import OnnxEngine
@@ -165,7 +164,6 @@ def test_the_core_search_drives_the_engine_to_torchs_tokens(exported, reference,
     torch's decoder gives, under tiny-vram's policies (4 sinks + 128 newest in Q8_0; one
     shared Q8_0 cross copy for the beams)."""
     from kvscribe.backends.base import DecodeRequest
-
     from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
     from kvscribe.kvcache.spec import parse_cross, parse_policy
     from kvscribe.onnx.engine import OnnxEngine
@@ -201,7 +199,6 @@ def test_temperature_draws_drive_the_engine_with_numpy_generators(exported, refe
     generators seeded as the fallback seeds them, so the same window draws the same text
     again, and at a low temperature it is still JFK."""
     from kvscribe.backends.base import DecodeRequest
-
     from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
     from kvscribe.onnx.engine import OnnxEngine
     from kvscribe.stepped import fallback
