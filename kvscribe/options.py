@@ -360,6 +360,7 @@ class LiveOptions(EngineOptions):
     prompt: str | None = None
     step: float = 1.0
     min_silence: float = 0.7
+    commit_silence: float = 0.3
     vad_threshold: float = 0.5
 
     def request_fields(self) -> dict[str, Any]:
@@ -369,6 +370,7 @@ class LiveOptions(EngineOptions):
     def __post_init__(self) -> None:
         in_range("--step", self.step, 0.2, 10.0)
         in_range("--min-silence", self.min_silence, 0.1, 5.0)
+        in_range("--commit-silence", self.commit_silence, 0.1, 5.0)
         in_range("--vad-threshold", self.vad_threshold, 0.05, 0.95)
         if not self.paced and self.source in (None, "-"):
             raise UsageError(

@@ -187,6 +187,17 @@ PARAMETERS: ParameterTable = {
             rich_help_panel=_STREAMING,
         ),
     ),
+    "commit_silence": (
+        float,
+        typer.Option(
+            0.3,
+            "--commit-silence",
+            help="Seconds of silence after which an utterance's words are committed, before "
+            "--min-silence ends it (speech that resumes continues the utterance); utterances "
+            "under 2.5 s wait for their end.",
+            rich_help_panel=_STREAMING,
+        ),
+    ),
     "vad_threshold": (
         float,
         typer.Option(
@@ -291,7 +302,7 @@ def _run(options: LiveOptions, console) -> int:
         detector,
         LiveView(stats, transcript, options.quiet),
         stats,
-        StreamSettings(step=options.step, vad=vad),
+        StreamSettings(step=options.step, commit_silence=options.commit_silence, vad=vad),
     )
     if not options.quiet:
         console.print(f"[dim]kvscribe: listening to {source.label} (Ctrl-C to stop)[/]")

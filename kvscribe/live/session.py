@@ -1,9 +1,12 @@
 """A live session: audio chunks -> voice activity -> per-utterance re-decoding -> committed text.
 
 Within an utterance the buffer (from its onset) is re-decoded every `step` seconds of new
-audio and LocalAgreement commits what two decodes in a row agree on. When the voice detector
-ends the utterance, its final hypothesis commits the rest, and the next utterance starts from
-an empty buffer and a fresh decoder cache (every decode builds its own; nothing carries over).
+audio and LocalAgreement commits what two decodes in a row agree on. When speech pauses, the
+buffer is decoded again; after `commit_silence` of quiet that hypothesis is committed whole,
+while the utterance stays open in case speech resumes (the voice detector ends it only after
+`min_silence`, and an utterance too short to read alone waits for that end). At the end the
+final hypothesis commits the rest, and the next utterance starts from an empty buffer and a
+fresh decoder cache (every decode builds its own; nothing carries over).
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ _SLACK = SAMPLE_RATE // 2  # audio kept before a possible onset, beyond the pad
 @dataclass(frozen=True)
 class StreamSettings:
     step: float = 1.0  # seconds of new audio between re-decodes of an utterance
+    # Quiet this long: commit what the decoder heard, not waiting for the utterance's end (the
+    # commit latency a speaker sees); the end (vad.min_silence) stays later, so speech that
+    # resumes after a short pause continues the same buffer.
+    commit_silence: float = 0.3
     hold: float = 2.0  # words are committed once the decoder has heard this much speech after
     min_context: float = 5.0  # and not before the buffer holds this much audio
     # Whisper reads better with more context: cut the buffer late (it sees 30 s at most).
@@ -56,11 +63,13 @@ class LiveListener(Protocol):
 @dataclass
 class _Utterance:
     start: int  # stream sample where the buffer starts (moves forward when it is cut)
+    onset: int  # stream sample where its speech began
     agreement: LocalAgreement = field(default_factory=LocalAgreement)
     words: list[str] = field(default_factory=list)  # everything committed in this utterance
     decoded_to: int = 0  # stream sample up to which the latest hypothesis heard
     paused_at: int | None = None  # speech went quiet here and has not resumed
     pauses: list[tuple[int, int]] = field(default_factory=list)  # quiet stretches inside it
+    settled_at: float | None = None  # perf_counter() of a commit of all heard, until speech resumes
 
 
 class LiveSession:
@@ -83,6 +92,10 @@ class LiveSession:
         )
         self._pad = int(settings.vad.pad * SAMPLE_RATE)
         self._step = int(settings.step * SAMPLE_RATE)
+        self._settle_after = int(
+            min(settings.commit_silence, settings.vad.min_silence) * SAMPLE_RATE
+        )
+        self._short = int(settings.vad.min_utterance * SAMPLE_RATE)
         self._stop = threading.Event()
         self._audio = np.zeros(0, dtype=np.float32)  # recent stream audio from `_origin`
         self._origin = 0
@@ -128,6 +141,8 @@ class LiveSession:
         self.listener.heard(level_dbfs(chunk.samples), speaking)
         if decode and self._decode_due():
             self._redecode()
+        if decode and self._settle_due():
+            self._settle()
         self._forget_old_audio()
         self.stats.busy_seconds += time.perf_counter() - busy
         if self.stats.audio_seconds >= self._next_memory_sample:
@@ -143,7 +158,7 @@ class LiveSession:
     def _on_event(self, event: VoiceEvent) -> None:
         if event.kind == "start":
             start = max(self._origin, event.sample - self._pad)
-            self._utterance = _Utterance(start=start, decoded_to=start)
+            self._utterance = _Utterance(start=start, onset=event.sample, decoded_to=start)
             return
         utterance = self._utterance
         if utterance is None:
@@ -155,6 +170,7 @@ class LiveSession:
                 utterance.pauses.append((utterance.paused_at, event.sample))
                 del utterance.pauses[:-64]  # the recent ones are all a cut can use
             utterance.paused_at = None
+            utterance.settled_at = None
         elif event.kind == "end":
             self._finish(event.sample)
         else:  # "discard": too short to be speech
@@ -172,6 +188,21 @@ class LiveSession:
         paused = utterance.paused_at
         return (
             paused is not None and utterance.decoded_to < paused + self._pad // 2 <= self._received
+        )
+
+    def _settle_due(self) -> bool:
+        """Speech has been quiet for `commit_silence`, the decode at the pause has heard it, and
+        the utterance is long enough to read alone (a short one may still join the next)."""
+        utterance = self._utterance
+        if utterance is None or utterance.settled_at is not None:
+            return False
+        paused = utterance.paused_at
+        return (
+            paused is not None
+            and self._received - paused >= self._settle_after
+            and utterance.decoded_to >= paused + self._pad // 2
+            and paused - utterance.onset >= self._short
+            and utterance.agreement.latest is not None
         )
 
     # -- decoding ------------------------------------------------------------------------------
@@ -237,6 +268,15 @@ class LiveSession:
         a, b = min(near, key=lambda p: abs((p[0] + p[1]) // 2 - sample))
         return max(utterance.start, (a + b) // 2)
 
+    def _settle(self) -> None:
+        """Commit the whole latest hypothesis (decoded after the pause began): what the speaker
+        said up to the pause, committed without waiting for the end of the utterance."""
+        utterance = self._utterance
+        assert utterance is not None and utterance.agreement.latest is not None
+        self._commit(utterance, utterance.agreement.finish(utterance.agreement.latest))
+        utterance.settled_at = time.perf_counter()
+        self.listener.tentative("")
+
     def _commit(self, utterance: _Utterance, words: list[str]) -> None:
         if words:
             utterance.words.extend(words)
@@ -249,10 +289,13 @@ class LiveSession:
         latest = utterance.agreement.latest
         if latest is None or utterance.decoded_to < end + self._pad // 2:
             latest = self._decode(utterance.start, min(self._received, end + self._pad))
-        self._commit(utterance, utterance.agreement.finish(latest))
+        rest = utterance.agreement.finish(latest)
+        self._commit(utterance, rest)
         self._utterance = None
         self.listener.tentative("")
-        latency = time.perf_counter() - self._arrival(end)
+        # Committed when the pause settled it, unless the final hypothesis added words since.
+        settled = utterance.settled_at if not rest else None
+        latency = (settled or time.perf_counter()) - self._arrival(end)
         if utterance.words:
             self.stats.utterances += 1
             self.stats.latencies.append(latency)

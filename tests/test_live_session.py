@@ -1,0 +1,109 @@
+"""A live session in the test process, on the real embedded model and a replayed file: when
+words are committed, measured on the stream's own clock (the samples it had received)."""
+
+from __future__ import annotations
+
+import wave
+
+import numpy as np
+import pytest
+
+from kvscribe import audio
+from kvscribe.live.capture import Capture, FileReplay
+from kvscribe.live.session import LiveSession, StreamSettings
+from kvscribe.live.stats import LiveStats
+from kvscribe.live.vad import WINDOW, SileroVad, VadSettings, VoiceDetector
+from kvscribe.options import LiveOptions
+from kvscribe.runner import decode_request
+from tests.conftest import SAMPLE, wer
+from tests.loaded import backend as shared_backend
+
+pytestmark = [pytest.mark.model]
+
+SR = audio.SAMPLE_RATE
+
+
+class Recorder:
+    """Every commit and utterance end, with the stream sample the session had reached."""
+
+    def __init__(self) -> None:
+        self.session: LiveSession | None = None
+        self.events: list[tuple[str, str, int]] = []
+
+    def _at(self) -> int:
+        assert self.session is not None
+        return self.session._received
+
+    def committed(self, text: str) -> None:
+        self.events.append(("committed", text, self._at()))
+
+    def tentative(self, text: str) -> None:
+        pass
+
+    def utterance_done(self, text: str, latency: float) -> None:
+        self.events.append(("done", text, self._at()))
+
+    def heard(self, level_db: float, speaking: bool) -> None:
+        pass
+
+
+def _speech_only(samples: np.ndarray) -> np.ndarray:
+    """`samples` from the first to the last VAD window over the speech threshold."""
+    speech = np.flatnonzero(SileroVad().probabilities(samples) >= VadSettings().threshold)
+    return samples[speech[0] * WINDOW : (speech[-1] + 1) * WINDOW]
+
+
+def _replay(tmp_path, samples: np.ndarray, settings: StreamSettings) -> Recorder:
+    path = tmp_path / "stream.wav"
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(SR)
+        out.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
+    options = LiveOptions(source=str(path), paced=False)
+    recorder = Recorder()
+    stats = LiveStats("ctranslate2", "cpu-laptop", "tiny.en", str(path), paced=False)
+    session = LiveSession(
+        shared_backend("ctranslate2", "cpu-laptop"),
+        decode_request(options),
+        Capture(FileReplay(path, paced=False)),
+        VoiceDetector(SileroVad(), settings.vad),
+        recorder,
+        stats,
+        settings,
+    )
+    recorder.session = session
+    session.run()
+    return recorder
+
+
+@pytest.fixture(scope="module")
+def speech() -> np.ndarray:
+    return _speech_only(audio.load_audio(SAMPLE))
+
+
+@pytest.mark.parametrize("commit_silence", [0.3, 0.7])
+def test_a_pause_commits_what_was_heard_before_the_utterance_ends(tmp_path, speech, commit_silence):
+    """JFK, 0.45 s of silence, JFK again: the pause is longer than the commit silence (0.3 s)
+    and shorter than the silence that ends an utterance (0.7 s). The first copy's last words
+    are committed inside the pause, the utterance goes on into the second copy, and nothing
+    is committed twice or lost. With the commit silence at the end's (0.7 s), they wait for
+    the second copy instead: the test can tell the two apart."""
+    gap = int(0.45 * SR)
+    stream = np.concatenate([speech, np.zeros(gap, dtype=np.float32), speech])
+    settings = StreamSettings(commit_silence=commit_silence, vad=VadSettings(min_silence=0.7))
+    events = _replay(tmp_path, stream, settings).events
+
+    once = "And so my fellow Americans, ask not what your country can do for you, ask what you "
+    once += "can do for your country."
+    commits = [(text, at) for kind, text, at in events if kind == "committed"]
+    counts = np.cumsum([len(text.split()) for text, _ in commits])
+    # where the first copy's words (all but one, should the decoder merge two) are committed
+    first_copy = commits[int(np.searchsorted(counts, len(once.split()) - 1))][1]
+    first_end = speech.size
+    settled_in_the_pause = first_end <= first_copy <= first_end + gap
+    assert settled_in_the_pause == (commit_silence < 0.45)
+    ended = [at for kind, _, at in events if kind == "done"]
+    assert not [at for at in ended if first_end < at <= first_end + gap]  # it did not end there
+    committed = " ".join(text for text, _ in commits)
+    assert wer(f"{once} {once}", committed) <= 0.1
