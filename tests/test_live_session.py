@@ -18,7 +18,8 @@ from kvscribe.runner import decode_request
 from tests.conftest import SAMPLE, wer
 from tests.loaded import backend as shared_backend
 
-pytestmark = [pytest.mark.model]
+# slow: each replay decodes its 21 s of audio a second at a time
+pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 SR = audio.SAMPLE_RATE
 
