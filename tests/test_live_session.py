@@ -25,15 +25,14 @@ SR = audio.SAMPLE_RATE
 
 
 class Recorder:
-    """Every commit and utterance end, with the stream sample the session had reached."""
+    """Every commit and utterance end, with the seconds of audio the session had received."""
 
-    def __init__(self) -> None:
-        self.session: LiveSession | None = None
-        self.events: list[tuple[str, str, int]] = []
+    def __init__(self, stats: LiveStats) -> None:
+        self.stats = stats
+        self.events: list[tuple[str, str, float]] = []
 
-    def _at(self) -> int:
-        assert self.session is not None
-        return self.session._received
+    def _at(self) -> float:
+        return self.stats.audio_seconds
 
     def committed(self, text: str) -> None:
         self.events.append(("committed", text, self._at()))
@@ -62,8 +61,8 @@ def _replay(tmp_path, samples: np.ndarray, settings: StreamSettings) -> Recorder
         out.setframerate(SR)
         out.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
     options = LiveOptions(source=str(path), paced=False)
-    recorder = Recorder()
     stats = LiveStats("ctranslate2", "cpu-laptop", "tiny.en", str(path), paced=False)
+    recorder = Recorder(stats)
     session = LiveSession(
         shared_backend("ctranslate2", "cpu-laptop"),
         decode_request(options),
@@ -73,7 +72,6 @@ def _replay(tmp_path, samples: np.ndarray, settings: StreamSettings) -> Recorder
         stats,
         settings,
     )
-    recorder.session = session
     session.run()
     return recorder
 
@@ -90,8 +88,8 @@ def test_a_pause_commits_what_was_heard_before_the_utterance_ends(tmp_path, spee
     are committed inside the pause, the utterance goes on into the second copy, and nothing
     is committed twice or lost. With the commit silence at the end's (0.7 s), they wait for
     the second copy instead: the test can tell the two apart."""
-    gap = int(0.45 * SR)
-    stream = np.concatenate([speech, np.zeros(gap, dtype=np.float32), speech])
+    gap = 0.45
+    stream = np.concatenate([speech, np.zeros(int(gap * SR), dtype=np.float32), speech])
     settings = StreamSettings(commit_silence=commit_silence, vad=VadSettings(min_silence=0.7))
     events = _replay(tmp_path, stream, settings).events
 
@@ -101,7 +99,7 @@ def test_a_pause_commits_what_was_heard_before_the_utterance_ends(tmp_path, spee
     counts = np.cumsum([len(text.split()) for text, _ in commits])
     # where the first copy's words (all but one, should the decoder merge two) are committed
     first_copy = commits[int(np.searchsorted(counts, len(once.split()) - 1))][1]
-    first_end = speech.size
+    first_end = speech.size / SR
     settled_in_the_pause = first_end <= first_copy <= first_end + gap
     assert settled_in_the_pause == (commit_silence < 0.45)
     ended = [at for kind, _, at in events if kind == "done"]
