@@ -30,6 +30,9 @@ PROCESSORS = "processors (-p)"
 PIECES = "pieces"
 NON_SPEECH = "non-speech annotations"
 
+# Live mode: when a buffer is re-decoded, committed, ended
+STREAMING = "streaming"
+
 # The cache
 SELF_POLICY = "self-attn policy"
 CROSS_POLICY = "cross-attn policy"

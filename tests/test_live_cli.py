@@ -109,6 +109,10 @@ def test_a_ten_minute_stream_keeps_memory_flat(tmp_path):
     stats = json.loads(stats_path.read_text())
     assert stats["audio_seconds"] == pytest.approx(600, abs=0.5)
     assert stats["utterances"] >= 12
+    # the streaming flags given, worded in the settings as the stats table shows them
+    assert stats["settings"]["streaming"] == (
+        "re-decode every 5 s; commit after 0.3 s of silence, end after 0.7 s"
+    )
     samples = stats["memory_samples"]  # [audio seconds, RSS bytes] every 10 s
     warm = max(rss for t, rss in samples if 60 <= t <= 120)
     end = max(rss for t, rss in samples if t >= 540)

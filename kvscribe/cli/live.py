@@ -11,6 +11,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from kvscribe import setting_rows as row
 from kvscribe.atomic_file import atomic_write_text
 from kvscribe.cli import shared_options as shared
 from kvscribe.cli.parameters import ParameterTable, option_values, takes
@@ -291,7 +292,7 @@ def _run(options: LiveOptions, console) -> int:
         paced=source.live,
         device=loaded.device,
         notes=list(loaded.notes),
-        settings=loaded.settings,
+        settings=loaded.settings | {row.STREAMING: _streaming_row(options)},
         load_seconds=loaded.load_seconds,
     )
     transcript = TranscriptFile(options.output) if options.output is not None else None
@@ -334,6 +335,14 @@ class _stop_on_signals:
             raise KeyboardInterrupt
         self._asked = True
         self.session.stop()
+
+
+def _streaming_row(options: LiveOptions) -> str:
+    commit = min(options.commit_silence, options.min_silence)
+    return (
+        f"re-decode every {options.step:g} s; commit after {commit:g} s of silence, "
+        f"end after {options.min_silence:g} s"
+    )
 
 
 def _report(options: LiveOptions, stats, console) -> None:
