@@ -282,6 +282,7 @@ def _run(options: LiveOptions, console) -> int:
 
     source = _open_source(options)  # a missing file or microphone fails before the model loads
     vad = VadSettings(threshold=options.vad_threshold, min_silence=options.min_silence)
+    streaming = StreamSettings(step=options.step, commit_silence=options.commit_silence, vad=vad)
     detector = VoiceDetector(SileroVad(), vad)
     engine, loaded = load_backend(options)
     stats = LiveStats(
@@ -292,7 +293,7 @@ def _run(options: LiveOptions, console) -> int:
         paced=source.live,
         device=loaded.device,
         notes=list(loaded.notes),
-        settings=loaded.settings | {row.STREAMING: _streaming_row(options)},
+        settings=loaded.settings | {row.STREAMING: streaming.describe()},
         load_seconds=loaded.load_seconds,
     )
     transcript = TranscriptFile(options.output) if options.output is not None else None
@@ -303,7 +304,7 @@ def _run(options: LiveOptions, console) -> int:
         detector,
         LiveView(stats, transcript, options.quiet),
         stats,
-        StreamSettings(step=options.step, commit_silence=options.commit_silence, vad=vad),
+        streaming,
     )
     if not options.quiet:
         console.print(f"[dim]kvscribe: listening to {source.label} (Ctrl-C to stop)[/]")
@@ -335,14 +336,6 @@ class _stop_on_signals:
             raise KeyboardInterrupt
         self._asked = True
         self.session.stop()
-
-
-def _streaming_row(options: LiveOptions) -> str:
-    commit = min(options.commit_silence, options.min_silence)
-    return (
-        f"re-decode every {options.step:g} s; commit after {commit:g} s of silence, "
-        f"end after {options.min_silence:g} s"
-    )
 
 
 def _report(options: LiveOptions, stats, console) -> None:

@@ -45,6 +45,18 @@ class StreamSettings:
     max_buffer: float = 27.0  # a buffer this long is cut wherever it must
     vad: VadSettings = field(default_factory=VadSettings)
 
+    @property
+    def commit_after(self) -> float:
+        """Seconds of quiet that commit: never later than the end of the utterance."""
+        return min(self.commit_silence, self.vad.min_silence)
+
+    def describe(self) -> str:
+        """The stats' streaming row."""
+        return (
+            f"re-decode every {self.step:g} s; commit after {self.commit_after:g} s of silence, "
+            f"end after {self.vad.min_silence:g} s"
+        )
+
 
 class LiveListener(Protocol):
     def committed(self, text: str) -> None:
@@ -92,9 +104,7 @@ class LiveSession:
         )
         self._pad = int(settings.vad.pad * SAMPLE_RATE)
         self._step = int(settings.step * SAMPLE_RATE)
-        self._settle_after = int(
-            min(settings.commit_silence, settings.vad.min_silence) * SAMPLE_RATE
-        )
+        self._settle_after = int(settings.commit_after * SAMPLE_RATE)
         self._short = int(settings.vad.min_utterance * SAMPLE_RATE)
         self._stop = threading.Event()
         self._audio = np.zeros(0, dtype=np.float32)  # recent stream audio from `_origin`
