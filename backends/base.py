@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import abc
 import importlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -43,6 +43,9 @@ class Capabilities:
     # the cut (backends/ct2_batched.py), so the runner's digital-silence cut would only
     # hide those pauses from the segment rules.
     batched_cuts_pauses: bool = False
+    # Decodes several short inputs side by side in the batches a long file's chunks use
+    # (`Backend.transcribe_together`): a batch folder of short files fills the batch too.
+    shares_batches: bool = False
     # The optional DecodeRequest fields (OPTIONAL_FIELDS) the engine honours on every path;
     # `Backend.honours` narrows it per path. A field a request sets that its path does not
     # honour is reported "not applicable" by the runner, worded once (not_honoured).
@@ -179,6 +182,23 @@ class Backend(abc.ABC):
         capabilities say `streams_audio`, a StreamedAudio (or a Joined part of one): read
         it in slices (`audio[a:b]`, `audio.size`), never whole, so memory stays flat in the
         file's length (kvscribe.audio_stream)."""
+
+    def transcribe_together(
+        self, audios: Sequence[Samples], request: DecodeRequest
+    ) -> list[Transcription]:
+        """With `capabilities.shares_batches`: each of `audios` (inputs of at most 30 s)
+        transcribed, their speech decoded side by side in shared batches, in order. The
+        decoding is done when this returns (a batch mixes inputs), so an engine failure
+        raises here and names no input: the runner then decodes them one at a time."""
+        raise NotImplementedError(f"the {self.name} backend does not share batches")
+
+    def shares_batches(self, request: DecodeRequest) -> bool:
+        """Whether short inputs decoded with `request` may share batches: the engine can, and
+        the request batches long files (`--batch-size 1` decodes every input alone)."""
+        from kvscribe.chunking import MAX_SECONDS
+
+        batched = self.batch_size_for(request, 2 * MAX_SECONDS) > 1
+        return self.capabilities.shares_batches and batched and not request.clips
 
     @classmethod
     def devices_here(cls) -> str:

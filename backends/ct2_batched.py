@@ -18,6 +18,7 @@ On a CPU the rows of a batch are shared out over single-thread replicas of the m
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -82,10 +83,15 @@ def chunk_features(engine, audio: Samples, chunk: Chunk) -> np.ndarray:
     return adapter.window_features(engine, chunk.samples(audio))
 
 
-def decode_group(plan: BatchSetup, audio: Samples, group: list[Chunk]) -> list[AlignedChunk]:
-    """Encode and decode `group` (at most `plan.batch` chunks) in one batch; chunks whose
-    decode fails the fallback rule are decoded again, together, at the next temperature."""
-    features = np.stack([chunk_features(plan.engine, audio, chunk) for chunk in group])
+def decode_group(
+    plan: BatchSetup, audios: Sequence[Samples], group: list[Chunk]
+) -> list[AlignedChunk]:
+    """Encode and decode `group` (at most `plan.batch` chunks, each of `audios[chunk.source]`)
+    in one batch; chunks whose decode fails the fallback rule are decoded again, together,
+    at the next temperature."""
+    features = np.stack(
+        [chunk_features(plan.engine, audios[chunk.source], chunk) for chunk in group]
+    )
     encoded = _encode(plan.replicas, features)
     decoded = _with_fallback(plan, encoded, [chunk.seconds for chunk in group])
     return _aligned(plan, encoded, group, decoded)

@@ -14,12 +14,13 @@ dimensions (the engine does not expose its cache).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 
 from kvscribe import setting_rows as row
-from kvscribe.aligned_chunks import decoded_segments
+from kvscribe.aligned_chunks import decoded_segments, shared_segments
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples, hold_history
 from kvscribe.backends import ct2_stream
@@ -40,6 +41,7 @@ from kvscribe.chunking import (
     BATCHED,
     FILE_VAD,
     MAX_SECONDS,
+    Chunk,
     ChunkRules,
     speech_chunks,
 )
@@ -71,6 +73,7 @@ class CTranslate2Backend(Backend):
         vad_filter=True,
         streams_audio=True,
         batched_cuts_pauses=True,
+        shares_batches=True,
         honours=frozenset(OPTIONAL_FIELDS),
     )
 
@@ -168,14 +171,98 @@ class CTranslate2Backend(Backend):
         language, probability = self._language_of(audio, chunks, request)
         replicas = self._load_replicas().result()
         plan, tokenizer = ct2_batched.setup(self.engine, language, request, beams, batch, replicas)
+        report = self._batched_report(beams, request, batch, replicas.workers, len(chunks))
+
+        def stream() -> Iterator[Segment]:
+            windows = _WindowCounter(self.dims, conditioned=False)
+            yield from decoded_segments(
+                chunks,
+                batch,
+                lambda group: ct2_batched.decode_group(plan, (audio,), group),
+                tokenizer.decode,
+                plan.fallback,
+                plan.word_timestamps,
+                seen=lambda result: windows.add_chunk(len(result.tokens)),
+            )
+            self._count_batched(report, windows, beams, min(batch, max(1, len(chunks))))
+
+        return Transcription(language, probability, stream(), report)
+
+    def transcribe_together(
+        self, audios: Sequence[Samples], request: DecodeRequest
+    ) -> list[Transcription]:
+        """Short inputs (each within one window) decoded side by side, as the speech chunks
+        of a long file are: each input's chunks are one run, the runs of inputs in the same
+        language share the batches (kvscribe.aligned_chunks.shared_segments). Decoded
+        before this returns: an input's batch holds the others' chunks."""
+        from kvscribe.backends import ct2_batched
+
+        self.check_language(request, self.dims.is_multilingual, self.engine.supported_languages)
+        beams = request.beam_size or int(self.settings.get("beam_size", 5))
+        batch = self.batch_size_for(request, math.inf)  # what a long file's chunks get
+        self._load_replicas()  # while the inputs are scanned for speech
+        rules = _chunk_rules(request.vad)
+        chunked = [
+            [replace(chunk, source=number) for chunk in speech_chunks(audio, rules)]
+            for number, audio in enumerate(audios)
+        ]
+        languages = [
+            self._language_of(audio, chunks, request)
+            for audio, chunks in zip(audios, chunked, strict=True)
+        ]
+        replicas = self._load_replicas().result()
+        runs: dict[int, Transcription] = {}
+        for language in dict.fromkeys(language for language, _ in languages):
+            members = [n for n, (lang, _) in enumerate(languages) if lang == language]
+            plan, tokenizer = ct2_batched.setup(
+                self.engine, language, request, beams, batch, replicas
+            )
+            decoded = self._shared_run(
+                plan, tokenizer, request, audios, [chunked[n] for n in members]
+            )
+            for number, (segments, report) in zip(members, decoded, strict=True):
+                probability = languages[number][1]
+                runs[number] = Transcription(language, probability, iter(segments), report)
+        return [runs[number] for number in range(len(audios))]
+
+    def _shared_run(self, plan, tokenizer, request, audios, chunked: list[list[Chunk]]):
+        """(segments, report) of each input whose chunks are `chunked` (one language), the
+        inputs' runs of chunks decoded side by side."""
+        from kvscribe.backends import ct2_batched
+
+        chunks = [chunk for run in chunked for chunk in run]
+        sources = [run[0].source for run in chunked if run]
+        windows = {source: _WindowCounter(self.dims, conditioned=False) for source in sources}
+        segments = shared_segments(
+            chunks,
+            len(audios),
+            plan.batch,
+            lambda group: ct2_batched.decode_group(plan, audios, group),
+            tokenizer.decode,
+            plan.fallback,
+            plan.word_timestamps,
+            seen=lambda source, result: windows[source].add_chunk(len(result.tokens)),
+        )
+        rows = min(plan.batch, max(1, len(chunks)))
+        decoded = []
+        for run in chunked:
+            report = self._batched_report(
+                plan.beams, request, plan.batch, plan.replicas.workers, len(chunks)
+            )
+            report.settings[row.BATCH_SIZE] += " (short files share them)"
+            if run:
+                self._count_batched(report, windows[run[0].source], plan.beams, rows)
+            decoded.append((segments[run[0].source] if run else [], report))
+        return decoded
+
+    def _batched_report(
+        self, beams: int, request: DecodeRequest, batch: int, workers: int, chunks: int
+    ) -> DecoderReport:
         report = self._base_report(beams, request)
-        rows = min(batch, max(1, len(chunks)))
         report.batch_size = batch
         report.settings.update({row.BATCH_SIZE: str(batch), row.PREVIOUS_TEXT: "off (batched)"})
-        if replicas.workers > 1:
-            report.settings[row.ENGINE_THREADS] = (
-                f"{replicas.workers} replicas x 1 thread (rows shared out)"
-            )
+        if workers > 1:
+            report.settings[row.ENGINE_THREADS] = f"{workers} replicas x 1 thread (rows shared out)"
         if request.vad is not None:
             report.settings[row.VAD_FILTER] = "kvscribe's chunker (batched)"
             report.not_applicable.append(
@@ -184,28 +271,21 @@ class CTranslate2Backend(Backend):
             )
         if request.condition_on_previous_text:
             report.not_applicable.append("previous-text prompt: batched chunks decode unprompted")
-        report.kv_cross_bytes *= rows
+        report.kv_cross_bytes *= min(batch, max(1, chunks))
+        return report
+
+    def _count_batched(
+        self, report: DecoderReport, windows: _WindowCounter, beams: int, rows: int
+    ) -> None:
+        """The decoded tokens and windows, and the self-attention cache they took (estimated:
+        `rows` chunks x `beams` at the longest chunk's positions)."""
+        windows.finish()
+        report.tokens, report.windows = windows.decoded, windows.count
         nbytes = estimate.value_bytes(self.engine.model.compute_type)
-
-        def stream() -> Iterator[Segment]:
-            windows = _WindowCounter(self.dims, conditioned=False)
-            yield from decoded_segments(
-                chunks,
-                batch,
-                lambda group: ct2_batched.decode_group(plan, audio, group),
-                tokenizer.decode,
-                plan.fallback,
-                plan.word_timestamps,
-                seen=lambda result: windows.add_chunk(len(result.tokens)),
-            )
-            windows.finish()
-            report.tokens, report.windows = windows.decoded, windows.count
-            report.kv_self_peak_bytes = estimate.self_attention_bytes(
-                self.dims, windows.peak_positions, beams * rows, nbytes
-            )
-            report.kv_self_full_bytes = report.kv_self_peak_bytes
-
-        return Transcription(language, probability, stream(), report)
+        report.kv_self_peak_bytes = estimate.self_attention_bytes(
+            self.dims, windows.peak_positions, beams * rows, nbytes
+        )
+        report.kv_self_full_bytes = report.kv_self_peak_bytes
 
     def honours(self, request: DecodeRequest, batched: bool) -> frozenset[str]:
         # The hallucination test reads word times across a window's neighbours, which only

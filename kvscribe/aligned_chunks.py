@@ -2,6 +2,8 @@
 every engine that decodes speech chunks side by side (backends/ct2_batched.py,
 kvscribe/stepped/batched.py).
 
+Several short files can share the batches (`shared_segments`: each file a run of chunks).
+
 A chunk is decoded without timestamp tokens (with them the model skips speech between one
 timestamp and the next, docs/long-files.md); its words are timed by cross-attention
 alignment (CTranslate2's `align`, the transformers backend's DTW) on the chunk's own clock,
@@ -63,17 +65,56 @@ def decoded_segments(
     with_words: bool,
     seen: Callable[[AlignedChunk], None] = lambda result: None,
 ) -> Iterator[Segment]:
-    """The batched driver of both engines: `chunks` decoded `batch` at a time (`decode_group`:
+    """The batched driver of every engine: `chunks` decoded `batch` at a time (`decode_group`:
     the engine's encode, decode with per-row fallback, and alignment; unfinished tails are
     decoded again, kvscribe.chunking.decode_chunks), their segments in time order with ids
     from 0. `seen` hears every decode kept (a tail's too) before its segments."""
-    next_id = 0
+    sourced = _sourced_segments(
+        chunks, batch, decode_group, text_of, fallback, with_words, lambda _, r: seen(r)
+    )
+    for _, segment in sourced:
+        yield segment
+
+
+def shared_segments(
+    chunks: list[Chunk],
+    inputs: int,
+    batch: int,
+    decode_group: Callable[[list[Chunk]], list[AlignedChunk]],
+    text_of: Callable[[list[int]], str],
+    fallback: Fallback,
+    with_words: bool,
+    seen: Callable[[int, AlignedChunk], None] = lambda source, result: None,
+) -> list[list[Segment]]:
+    """Several inputs decoded side by side: `chunks` holds each input's chunks (`source`: its
+    number, below `inputs`) as one run, in order, so a batch row never mixes inputs and an
+    input's chunks fill the rows the one before left. Per input, its segments as
+    decoded_segments gives them alone (ids and window numbers from 0); `seen` hears each
+    decode kept with its input's number."""
+    segments: list[list[Segment]] = [[] for _ in range(inputs)]
+    sourced = _sourced_segments(chunks, batch, decode_group, text_of, fallback, with_words, seen)
+    for source, segment in sourced:
+        segments[source].append(segment)
+    return segments
+
+
+def _sourced_segments(
+    chunks, batch, decode_group, text_of, fallback, with_words, seen
+) -> Iterator[tuple[int, Segment]]:
+    """(input number, segment) in chunk order, ids and window numbers counted per input."""
+    first_chunk: dict[int, int] = {}
+    for index, chunk in enumerate(chunks):
+        first_chunk.setdefault(chunk.source, index)
+    next_id: dict[int, int] = dict.fromkeys(first_chunk, 0)
     for index, chunk, result in decode_chunks(chunks, batch, decode_group):
-        seen(result)
+        source = chunk.source
+        seen(source, result)
         text = text_of(list(result.tokens))
-        segments = segments_of(chunk, index, result, text, next_id, fallback, with_words)
-        next_id += len(segments)
-        yield from segments
+        window = index - first_chunk[source]
+        segments = segments_of(chunk, window, result, text, next_id[source], fallback, with_words)
+        next_id[source] += len(segments)
+        for segment in segments:
+            yield source, segment
 
 
 def segments_of(

@@ -28,7 +28,6 @@ from kvscribe.batch_worker import (
     Task,
     Worker,
     init_process,
-    work_guarded,
     work_in_process,
 )
 from kvscribe.errors import EngineError, ExitCode, KvscribeError
@@ -285,15 +284,42 @@ def local_executor(options: TranscribeOptions, jobs: int) -> Executor:
     return InProcess(options) if jobs <= 1 else ProcessPool(options, jobs)
 
 
+def batch_size(options: TranscribeOptions) -> int:
+    """The speech chunks a worker decodes at once: --batch-size, else the profile's."""
+    if options.batch_size is not None:
+        return options.batch_size
+    profile = profiles.load(options.profile)
+    return int(profile.settings_for(options.backend).get("batch_size", 1))
+
+
+def cores_per_worker(options: TranscribeOptions, shares_batches: bool) -> int:
+    """The cores one worker keeps busy: a backend whose short files share batches (its
+    capability `shares_batches`) deals a batch's rows to single-thread replicas, up to
+    CTranslate2's 4 threads (backends/ct2_replicas.py); otherwise one."""
+    return SHARED_WORKER_CORES if shares_batches and batch_size(options) > 1 else 1
+
+
+SHARED_WORKER_CORES = 4
+
+
+def parcels(todo: list[Task], options: TranscribeOptions, workers: int) -> list[list[Task]]:
+    """`todo` in the parcels workers take whole: as many files as a batch holds speech
+    chunks (a short file is a chunk or two; Worker.work_parcel decodes a parcel's short
+    files side by side), fewer where the files would not go round every worker."""
+    size = max(1, min(batch_size(options), -(-len(todo) // max(1, workers))))
+    return [todo[first : first + size] for first in range(0, len(todo), size)]
+
+
 class InProcess:
     def __init__(self, options: TranscribeOptions):
         self.options = options
 
     def results(self, todo: list[Task], events: TaskEvents) -> Iterator[Result]:
         worker = Worker(self.options)
-        for task in todo:
-            events.started(task)
-            yield work_guarded(worker, task, report=events.progress)
+        for parcel in parcels(todo, self.options, 1):
+            for task in parcel:
+                events.started(task)
+            yield from worker.work_parcel(parcel, report=events.progress)
 
 
 class ProcessPool:
@@ -316,24 +342,25 @@ class ProcessPool:
             initializer=init_process,
             initargs=(self.options, threads, progress),
         )
-        pending: dict[cf.Future, Task] = {}
-        queue = list(reversed(todo))
+        pending: dict[cf.Future, list[Task]] = {}
+        queue = list(reversed(parcels(todo, self.options, self.jobs)))
         try:
             while queue or pending:
                 while queue and len(pending) < self.jobs:  # one per worker: submitted = started
-                    task = queue.pop()
-                    events.started(task)
-                    pending[pool.submit(work_in_process, task)] = task
+                    parcel = queue.pop()
+                    for task in parcel:
+                        events.started(task)
+                    pending[pool.submit(work_in_process, parcel)] = parcel
                 finished, _ = cf.wait(
                     pending, timeout=self.POLL_SECONDS, return_when=cf.FIRST_COMPLETED
                 )
-                _relay(progress, events)  # a finished task's progress is queued by now
+                _relay(progress, events)  # a finished parcel's progress is queued by now
                 for future in finished:
-                    task = pending.pop(future)
+                    parcel = pending.pop(future)
                     try:
-                        yield future.result()
+                        yield from future.result()
                     except cf.process.BrokenProcessPool:
-                        yield Result(task, error=_worker_died(), fatal=True)
+                        yield Result(parcel[0], error=_worker_died(), fatal=True)
                         return
         finally:
             _shut_down(pool, pending, progress)

@@ -16,6 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.audio_stream import Samples, open_streamed
+from kvscribe.chunking import MAX_SECONDS
 from kvscribe.errors import EngineError, KvscribeError
 from kvscribe.manifest import Fingerprint, fingerprint
 from kvscribe.options import TranscribeOptions
@@ -106,19 +109,114 @@ class Worker:
             return Result(task, error=self.load_error, fatal=True)
         source = read_from or task.path
         result = Result(task, fingerprint=None if shipped else fingerprint(source, task.known))
+        return self._transcribed(result, source, report)
+
+    def work_parcel(self, tasks: list[Task], report: Report = _unreported) -> list[Result]:
+        """Each of `tasks` transcribed: where the backend shares batches, the short files
+        (at most 30 s) side by side (kvscribe.runner.Runner.transcribe_together), the rest
+        one at a time. Each input still fails alone: a file that cannot be opened fails
+        before the shared decode, and a shared decode that fails is done again one file at
+        a time, so the file it choked on is the one that fails."""
+        if self.load_error is not None or not self.runner.shares_batches():
+            return [work_guarded(self, task, report=report) for task in tasks]
+        results: list[Result] = []
+        short: list[tuple[Result, Samples]] = []
+        for task in tasks:
+            result = Result(task, fingerprint=fingerprint(task.path, task.known))
+            try:
+                samples = open_streamed(task.path)
+            except KvscribeError as exc:
+                result.error = exc
+                results.append(self._finished(result))
+                continue
+            if _is_short(samples):
+                short.append((result, samples))
+            else:
+                results.append(self._alone(result, report, samples))
+        return results + self._together(short, report)
+
+    def _together(self, short: list[tuple[Result, Samples]], report: Report) -> list[Result]:
+        if not short:
+            return []
+        tasks = [result.task for result, _ in short]
         try:
-            stats, transcript, _ = self.runner.transcribe_file(source, _Relay(task, report), None)
+            paths, opened = [task.path for task in tasks], [samples for _, samples in short]
+            done = self.runner.transcribe_together(paths, opened, _Relays(tasks, report))
+        except Exception:  # by contract (work_guarded): each file retried alone
+            _log.debug("shared decode failed; decoding its files one at a time", exc_info=True)
+            return [self._alone(result, report) for result, _ in short]
+        finally:
+            for _, samples in short:
+                samples.close()
+        for (result, _), (stats, transcript) in zip(short, done, strict=True):
+            result.stats, result.transcript = stats, transcript
+        return [self._finished(result) for result, _ in short]
+
+    def _alone(self, result: Result, report: Report, samples: Samples | None = None) -> Result:
+        """`result`'s task transcribed alone (from `samples` when opened already), an
+        unexpected exception its failure, as work_guarded makes it."""
+        try:
+            return self._transcribed(result, result.task.path, report, samples)
+        except Exception as exc:  # by contract, as in work_guarded
+            _log.debug("engine failure on %s", result.task.path, exc_info=True)
+            result.error = internal_error(result.task, exc)
+            return self._finished(result)
+
+    def _transcribed(
+        self, result: Result, source: Path, report: Report, samples: Samples | None = None
+    ) -> Result:
+        """`result` with `source` transcribed (its task's file, perhaps by another name). A
+        short file is decoded as a shared batch's file would be, alone in its batch: its
+        text does not hang on which files a run gave it for company."""
+        task = result.task
+        try:
+            if samples is None:
+                samples = open_streamed(source)
+            if self.runner.shares_batches() and _is_short(samples):
+                with contextlib.closing(samples):
+                    [(stats, transcript)] = self.runner.transcribe_together(
+                        [source], [samples], _Relay(task, report)
+                    )
+            else:
+                stats, transcript, _ = self.runner.transcribe_file(
+                    source, _Relay(task, report), None, samples
+                )
         except KvscribeError as exc:
             result.error = _renamed(exc, source, task.path)
         else:
             stats.source = transcript.source = str(task.path)
             result.stats, result.transcript = stats, transcript
+        return self._finished(result)
+
+    def _finished(self, result: Result) -> Result:
+        """`result` with this worker's peak memory, and the run's facts on its first one."""
         result.worker_peak_rss = peak_rss_bytes()
         if not self.info_sent:
             self.info_sent = True
             assert self.runner.stats is not None  # set by prepare()
             result.run_info = run_info(self.runner.stats)
         return result
+
+
+def _is_short(samples: Samples) -> bool:
+    """Whether the audio fits one window (a long file's chunks fill batches by themselves)."""
+    return samples.size <= MAX_SECONDS * SAMPLE_RATE
+
+
+class _Relays:
+    """The Runner's listener for files decoded together: each file's progress to `report`,
+    as a _Relay per task would (files are told apart by path)."""
+
+    def __init__(self, tasks: list[Task], report: Report):
+        self.relays = {task.path: _Relay(task, report) for task in tasks}
+
+    def file_started(self, source: Path, duration: float) -> None:
+        self.relays[source].file_started(source, duration)
+
+    def language(self, source: Path, language: str, probability: float | None) -> None: ...
+
+    def segment(self, source: Path, segment: Segment) -> None:
+        self.relays[source].segment(source, segment)
 
 
 def _renamed(error: KvscribeError, read: Path, named: Path) -> KvscribeError:
@@ -188,9 +286,9 @@ def init_process(
     _WORKER = Worker(options)
 
 
-def work_in_process(task: Task) -> Result:
+def work_in_process(parcel: list[Task]) -> list[Result]:
     assert _WORKER is not None
-    return work_guarded(_WORKER, task, report=_send_progress)
+    return _WORKER.work_parcel(parcel, report=_send_progress)
 
 
 def _send_progress(task: Task, done: float, duration: float, segment: Segment | None) -> None:

@@ -11,6 +11,7 @@ is never decoded, so it cannot produce text.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -34,12 +35,14 @@ class Chunk:
     """Samples [start, end) of the original audio; speech in it ends at `speech_end`
     (before the padding). With `spans`, only those parts of [start, end) are decoded,
     joined end to end (the pauses between them cut out), and `time_map` takes a time in
-    the joined audio back to the original clock."""
+    the joined audio back to the original clock. `source`: which of the inputs decoded
+    side by side it is from (kvscribe.aligned_chunks.shared_segments; 0 for one alone)."""
 
     start: int
     end: int
     speech_end: int = -1
     spans: tuple[tuple[int, int], ...] = ()
+    source: int = 0
 
     def __post_init__(self) -> None:
         if self.speech_end < 0:
@@ -68,7 +71,7 @@ class Chunk:
     def after(self, sample: int) -> Chunk:
         """The rest of the chunk from `sample` (original clock) on."""
         spans = tuple((max(begin, sample), end) for begin, end in self.spans if end > sample)
-        return Chunk(spans[0][0], self.end, self.speech_end, spans)
+        return Chunk(spans[0][0], self.end, self.speech_end, spans, self.source)
 
 
 @dataclass(frozen=True)
@@ -102,9 +105,18 @@ def speech_probabilities(audio: Samples) -> np.ndarray:
     from kvscribe.capacity import usable_cores
 
     # Nothing decodes while the file is scanned, so the scan may use every core.
-    vad = SileroVad(threads=min(4, usable_cores()))
+    vad = _scanner(min(4, usable_cores()))
+    vad.reset()
     found = [vad.probabilities(block) for block in blocks(audio)]
     return np.concatenate(found) if found else np.zeros(0, dtype=np.float32)
+
+
+@functools.cache
+def _scanner(threads: int) -> SileroVad:
+    """One VAD session for every file scanned (a session costs a few ms to make: a folder
+        of short files would make one per file); reset before each file. Scans in a process run
+    one at a time (the batched paths scan before they decode)."""
+    return SileroVad(threads=threads)
 
 
 def unfinished(chunk: Chunk, result: ChunkResult) -> Chunk | None:

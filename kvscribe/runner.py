@@ -4,6 +4,7 @@ backend -> segments -> writers -> stats. The CLI listens through `Listener`."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from pathlib import Path
 from typing import Protocol
@@ -21,6 +22,11 @@ from kvscribe.options import EngineOptions, TranscribeOptions
 from kvscribe.stats import FileStats, RunStats
 from kvscribe.types import Segment, Transcript
 from kvscribe.writers import write_outputs
+
+SHARED_NOTE = (
+    "short files were decoded side by side in shared batches: each one's decode seconds is "
+    "derived (the shared decode's time, split by audio length)"
+)
 
 
 class Listener(Protocol):
@@ -165,16 +171,18 @@ class Runner:
         return self.stats
 
     def transcribe_file(
-        self, path: Path, listener: Listener, base: Path | None
+        self, path: Path, listener: Listener, base: Path | None, samples: Samples | None = None
     ) -> tuple[FileStats, Transcript, list[Path]]:
         """Decode, transcribe and (with `base`, the output path minus extension) write one
-        input. Raises KvscribeError naming the file. The audio streams: the backend reads it
-        a window at a time, so memory does not grow with the file's length."""
+        input (`samples`: its audio, already opened). Raises KvscribeError naming the file.
+        The audio streams: the backend reads it a window at a time, so memory does not grow
+        with the file's length."""
         assert self.backend is not None and self.stats is not None, "call prepare() first"
         opts = self.options
         memory, heap = MemoryTrace(), HeapTrimmer()
         memory.sample(0.0)
-        samples = open_streamed(path)  # scanned whole; decoded as the backend reads it
+        if samples is None:
+            samples = open_streamed(path)  # scanned whole; decoded as the backend reads it
         duration = samples.size / audio.SAMPLE_RATE
         listener.file_started(path, duration)
         request = decode_request(opts)
@@ -212,6 +220,54 @@ class Runner:
         file_stats.language_probability = run.language_probability
         self.stats.settings.update(run.report.settings)
         return file_stats, transcript, written
+
+    def shares_batches(self) -> bool:
+        """Whether short inputs may be decoded side by side (transcribe_together)."""
+        assert self.backend is not None, "call prepare() first"
+        return self.backend.shares_batches(decode_request(self.options))
+
+    def transcribe_together(
+        self, paths: list[Path], opened: list[Samples], listener: Listener
+    ) -> list[tuple[FileStats, Transcript]]:
+        """Short inputs (at most 30 s each, `opened` by open_streamed) decoded side by side
+        in shared batches (Backend.transcribe_together); nothing written. The decoding is
+        shared, so each file's decode seconds is derived: the shared time split by audio."""
+        assert self.backend is not None and self.stats is not None, "call prepare() first"
+        request = decode_request(self.options)
+        durations = [samples.size / audio.SAMPLE_RATE for samples in opened]
+        memories = [MemoryTrace() for _ in paths]
+        for path, duration, memory in zip(paths, durations, memories, strict=True):
+            memory.sample(0.0)
+            listener.file_started(path, duration)
+        started = time.perf_counter()
+        runs = self.backend.transcribe_together(opened, request)
+        elapsed = time.perf_counter() - started
+        if len(paths) > 1 and SHARED_NOTE not in self.stats.notes:
+            self.stats.notes.append(SHARED_NOTE)
+        done = []
+        for path, duration, memory, run in zip(paths, durations, memories, runs, strict=True):
+            run.report.not_applicable += self.backend.unhonoured(request, math.inf)
+            listener.language(path, run.language, run.language_probability)
+            segments = list(run.segments)
+            for segment in segments:
+                listener.segment(path, segment)
+            memory.sample(duration, force=True)
+            share = duration / sum(durations) if sum(durations) else 1 / len(paths)
+            file_stats = FileStats(
+                str(path),
+                audio_seconds=duration,
+                decode_seconds=elapsed * share,
+                language=run.language,
+                language_probability=run.language_probability,
+                report=run.report,
+                memory=memory,
+            )
+            self.stats.settings.update(run.report.settings)
+            transcript = Transcript(
+                str(path), run.language, duration, segments, run.language_probability
+            )
+            done.append((file_stats, transcript))
+        return done
 
     def _transcribe(self, samples: Samples, request: DecodeRequest) -> Transcription:
         from kvscribe.vadfilter import transcribe_speech

@@ -118,7 +118,9 @@ def test_an_engine_exception_fails_the_one_input_like_a_worker_would(tmp_path, m
     def engine_bug(self, audio, request):
         raise RuntimeError("cuBLAS exploded")  # no real input makes the engine raise this
 
-    monkeypatch.setattr(registry.get("ctranslate2"), "transcribe", engine_bug)
+    # A short file in an output folder decodes as a shared batch's file (transcribe_together).
+    for method in ("transcribe", "transcribe_together"):
+        monkeypatch.setattr(registry.get("ctranslate2"), method, engine_bug)
     code, stdout, stderr = _main(monkeypatch, capsys, clip, "-o", out, "--force", *FAST)
     assert code == ExitCode.SOME_FAILED, stderr
     [line] = _error_lines(stderr)

@@ -1,0 +1,163 @@
+"""Short files sharing batches in a batch folder (docs/batch.md, 'Short files share
+batches'): the real model, real clips, one worker decoding a parcel of files side by side."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kvscribe.batch import Task, cores_per_worker, parcels
+from kvscribe.batch_worker import Worker
+from kvscribe.errors import ExitCode
+from kvscribe.options import TranscribeOptions
+from tests.conftest import EVAL_DIR, SAMPLE, run_cli, wer
+
+pytestmark = [pytest.mark.model]
+
+CLIPS = [
+    SAMPLE,
+    EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav",
+    EVAL_DIR / "ps_librivox_ss01_0930.wav",
+]
+
+
+def _reference(path: Path) -> str:
+    return path.with_suffix(".txt").read_text(encoding="utf-8")
+
+
+def _task(path: Path) -> Task:
+    return Task(path, path.stem, None)
+
+
+def _text(result) -> str:
+    return "".join(segment.text for segment in result.transcript.segments)
+
+
+def _timed(result) -> list[tuple]:
+    return [(s.id, s.start, s.end, s.text) for s in result.transcript.segments]
+
+
+@pytest.fixture(scope="module")
+def worker(tmp_path_factory) -> Worker:
+    out = tmp_path_factory.mktemp("shared") / "out"
+    return Worker(TranscribeOptions(inputs=tuple(CLIPS), output_dir=out, profile="cpu-laptop"))
+
+
+@pytest.fixture
+def decodes(worker, monkeypatch) -> list[int]:
+    """How many inputs each shared decode of the real backend was given."""
+    backend = worker.runner.backend
+    calls: list[int] = []
+    real = backend.transcribe_together
+
+    def counted(audios, request):
+        calls.append(len(audios))
+        return real(audios, request)
+
+    monkeypatch.setattr(backend, "transcribe_together", counted)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def shared(worker) -> dict[Path, object]:
+    results = worker.work_parcel([_task(path) for path in CLIPS])
+    return {result.task.path: result for result in results}
+
+
+def test_short_files_share_one_decode_and_each_gets_its_own_text(worker, decodes):
+    results = worker.work_parcel([_task(path) for path in CLIPS])
+    assert decodes == [len(CLIPS)]
+    assert sorted(r.task.path for r in results) == sorted(CLIPS)
+    for result in results:
+        assert result.error is None, result.error
+        assert wer(_reference(result.task.path), _text(result)) <= 0.15, _text(result)
+        segments = result.transcript.segments
+        assert [s.id for s in segments] == list(range(len(segments)))
+        assert segments[0].window == 0
+        assert segments[-1].end <= result.stats.audio_seconds + 0.01
+    assert sum(r.stats.decode_seconds for r in results) > 0
+
+
+def test_a_file_reads_the_same_in_company_as_alone(worker, shared, decodes):
+    alone = worker.work(_task(CLIPS[1]))
+    assert decodes == [1]  # alone, it is still decoded as a shared batch's file is
+    assert _timed(alone) == _timed(shared[CLIPS[1]])
+
+
+def test_an_unreadable_file_fails_alone_and_the_others_still_share(
+    worker, shared, decodes, derived, tmp_path
+):
+    broken = tmp_path / "broken.wav"
+    shutil.copy(derived["truncated_wav"], broken)
+    results = {r.task.path: r for r in worker.work_parcel([_task(p) for p in [*CLIPS, broken]])}
+    assert decodes == [len(CLIPS)]
+    assert results[broken].error is not None and results[broken].transcript is None
+    assert results[broken].error.exit_code == ExitCode.AUDIO_UNDECODABLE
+    assert str(broken) in results[broken].error.one_line()
+    for path in CLIPS:
+        assert _timed(results[path]) == _timed(shared[path])
+
+
+def test_a_shared_decode_that_fails_is_done_again_file_by_file(worker, shared, monkeypatch):
+    """An engine failure inside a shared batch cannot be caused on demand with real audio:
+    injected, for batches of more than one file."""
+    backend = worker.runner.backend
+    real = backend.transcribe_together
+
+    def failing(audios, request):
+        if len(audios) > 1:
+            raise RuntimeError("injected engine failure")
+        return real(audios, request)
+
+    monkeypatch.setattr(backend, "transcribe_together", failing)
+    results = worker.work_parcel([_task(path) for path in CLIPS])
+    for result in results:
+        assert result.error is None, result.error
+        assert _timed(result) == _timed(shared[result.task.path])
+
+
+def test_parcels_fill_a_batch_and_go_round_the_workers(tmp_path):
+    tasks = [_task(tmp_path / f"{n}.wav") for n in range(20)]
+    options = TranscribeOptions(inputs=(tmp_path,), output_dir=tmp_path / "out", batch_size=8)
+    assert [len(p) for p in parcels(tasks, options, 1)] == [8, 8, 4]
+    assert [len(p) for p in parcels(tasks, options, 4)] == [5, 5, 5, 5]
+    assert [t for p in parcels(tasks, options, 3) for t in p] == tasks
+    one = TranscribeOptions(inputs=(tmp_path,), output_dir=tmp_path / "out", batch_size=1)
+    assert {len(p) for p in parcels(tasks, one, 1)} == {1}
+    assert cores_per_worker(options, shares_batches=True) == 4
+    assert cores_per_worker(one, shares_batches=True) == 1
+    assert cores_per_worker(options, shares_batches=False) == 1
+
+
+def test_default_jobs_give_a_sharing_worker_up_to_four_cores(monkeypatch):
+    from kvscribe import capacity
+
+    monkeypatch.setattr(capacity, "available_memory_bytes", lambda: 64_000_000_000)
+    for cores, sharing, plain in ((2, 1, 2), (8, 2, 4), (16, 4, 4)):
+        monkeypatch.setattr(capacity.os, "cpu_count", lambda cores=cores: cores)
+        assert capacity.default_jobs(75_000_000, cores_per_worker=4) == sharing
+        assert capacity.default_jobs(75_000_000) == plain
+
+
+@pytest.mark.slow
+def test_a_folder_run_says_its_files_shared_batches_and_batch_size_1_does_not(tmp_path):
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    for path in CLIPS:
+        shutil.copy(path, folder / path.name)
+    for flags, shares in (((), True), (("--batch-size", "1"), False)):
+        out, stats = tmp_path / f"out{len(flags)}", tmp_path / f"stats{len(flags)}.json"
+        result = run_cli(
+            folder, "-o", out, "-f", "txt", "--jobs", "1", "--stats-json", stats, *flags
+        )
+        assert result.code == 0, result.stderr
+        report = json.loads(stats.read_text())
+        batch_row = report["settings"].get("batch size", "")
+        assert ("short files share them" in batch_row) is shares, batch_row
+        assert any("side by side" in note for note in report["notes"]) is shares
+        for path in CLIPS:
+            text = (out / f"{path.stem}.txt").read_text(encoding="utf-8")
+            assert wer(_reference(path), text) <= 0.15, text
