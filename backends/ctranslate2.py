@@ -287,6 +287,14 @@ class CTranslate2Backend(Backend):
         )
         report.kv_self_full_bytes = report.kv_self_peak_bytes
 
+    def shares_batches(self, request: DecodeRequest) -> bool:
+        """Short files share batches where a batch's rows have several cores to go to (the
+        replicas) or a GPU. On one core a file decoded alone (one window, timestamp tokens,
+        no alignment pass) is cheaper: a folder of short files took 1.22-1.29x the time
+        shared, and 0.48-0.58x shared with two cores (benchmarks/results/folder_batches.md)."""
+        has_cores = self.device != "cpu" or self._cpu_threads() > 1
+        return has_cores and super().shares_batches(request)
+
     def honours(self, request: DecodeRequest, batched: bool) -> frozenset[str]:
         # The hallucination test reads word times across a window's neighbours, which only
         # faster-whisper's sequential transcribe() has.

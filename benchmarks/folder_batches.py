@@ -1,27 +1,36 @@
-"""A folder of the eval's short clips, transcribed into an output folder: short files
-sharing batches (kvscribe's default) against decoding them one file at a time, each with
---jobs 1 and --jobs 2, and kvscribe's default number of workers.
+"""Folders of short files into an output folder: short files sharing batches against
+decoding them one file at a time, with --jobs 1 and --jobs 2 and kvscribe's default.
 
     .venv/bin/python benchmarks/folder_batches.py [--copies 3] [--repeat 3]
 
-The folder holds every clip of eval/clips under 30 s (real and synthetic speech),
-`--copies` times under numbered subfolders. One file at a time is `--batch-size 1`: with
-it no file shares a batch, and a file of 30 s or less is decoded alone exactly as it was
-before files shared batches (a short file never had chunks to batch). Whole `kvscribe`
-processes as a user runs them, interleaved (the order rotates each repeat), each into an
-empty output folder; medians of `--repeat`. Also the pooled WER of each run's txt
-outputs against the references. Writes benchmarks/results/folder_batches.{json,md}.
+Two folders:
+- every clip of eval/clips of 30 s or less (real and synthetic speech), `--copies` times;
+- the realform English telephone recording (eval/realform/asterisk_en_ivr_dev.wav) cut
+  into its utterances (kvscribe's chunker: cuts at pauses of 1 s or more, pieces of at most
+  30 s), one file each; its WER is of the pieces' texts joined in order.
+
+One file at a time is `--batch-size 1`: with it no file shares a batch, and a file of 30 s
+or less is decoded exactly as before files shared batches (a short file never had chunks
+to batch). Whole `kvscribe` processes as a user runs them, interleaved (the order rotates
+each repeat), each into an empty output folder; medians of `--repeat`.
+
+Then why a worker with one core decodes its files one at a time: one worker in this
+process with one thread, the same files shared and alone (Worker.work_parcel).
+
+Writes benchmarks/results/folder_batches.{json,md}.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import corpus
@@ -29,51 +38,137 @@ import results_file
 
 from kvscribe import hardware
 from kvscribe import profile as profiles
-from kvscribe.audio import load_audio
+from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.bench.wer import pooled_wer
 
 KVSCRIBE = Path(sys.executable).parent / "kvscribe"
+REALFORM = corpus.CLIPS.parent / "realform" / "asterisk_en_ivr_dev.wav"
 CONFIGS = {
     "kvscribe's default (no --jobs)": [],
-    "shared batches, --jobs 1": ["--jobs", "1"],
-    "shared batches, --jobs 2": ["--jobs", "2"],
-    "one file at a time, --jobs 1": ["--jobs", "1", "--batch-size", "1"],
-    "one file at a time, --jobs 2": ["--jobs", "2", "--batch-size", "1"],
+    "--jobs 1 (files share batches)": ["--jobs", "1"],
+    "--jobs 1 --batch-size 1 (one file at a time)": ["--jobs", "1", "--batch-size", "1"],
+    "--jobs 2 --batch-size 1 (one file at a time)": ["--jobs", "2", "--batch-size", "1"],
 }
 
 
-def short_clips() -> list[Path]:
-    return [
-        clip for clip in sorted(corpus.CLIPS.glob("*.wav")) if load_audio(clip).size <= 30 * 16000
+@dataclass
+class Folder:
+    name: str
+    root: Path
+    files: list[Path]  # in the order their texts are read
+    references: list[str]  # one per file, or one for the files joined
+
+    def wer(self, out: Path) -> float:
+        texts = [
+            (out / file.relative_to(self.root)).with_suffix(".txt").read_text(encoding="utf-8")
+            for file in self.files
+        ]
+        if len(self.references) == 1:
+            texts = [" ".join(texts)]
+        return pooled_wer(list(zip(self.references, texts, strict=True)))
+
+    @property
+    def audio_seconds(self) -> float:
+        return sum(load_audio(file).size for file in self.files) / SAMPLE_RATE
+
+
+def eval_clips(root: Path, copies: int) -> Folder:
+    clips = [
+        c for c in sorted(corpus.CLIPS.glob("*.wav")) if load_audio(c).size <= 30 * SAMPLE_RATE
     ]
-
-
-def build_folder(clips: list[Path], root: Path, copies: int) -> None:
+    files, references = [], []
     for copy in range(copies):
-        folder = root / f"set{copy}"
-        folder.mkdir(parents=True)
+        (root / f"set{copy}").mkdir(parents=True)
         for clip in clips:
-            shutil.copy(clip, folder / clip.name)
+            files.append(Path(shutil.copy(clip, root / f"set{copy}" / clip.name)))
+            references.append(clip.with_suffix(".txt").read_text(encoding="utf-8"))
+    return Folder(f"eval clips of 30 s or less, {copies} copies", root, files, references)
 
 
-def run_once(root: Path, out: Path, flags: list[str], profile: str) -> float:
+def realform_utterances(root: Path) -> Folder:
+    from kvscribe.chunking import ChunkRules, speech_chunks
+
+    sys.path.insert(0, str(corpus.CLIPS.parent.parent))  # the repository: tests/media.py
+    from tests import media
+
+    root.mkdir(parents=True)
+    audio = load_audio(REALFORM)
+    files = []
+    for number, chunk in enumerate(speech_chunks(audio, ChunkRules(max_gap=1.0))):
+        files.append(root / f"{number:03d}.wav")
+        media.write_wav(files[-1], audio[chunk.start : chunk.end])
+    reference = REALFORM.with_suffix(".txt").read_text(encoding="utf-8")
+    return Folder(f"{REALFORM.name} cut at its pauses", root, files, [reference])
+
+
+def run_once(folder: Folder, out: Path, flags: list[str], profile: str) -> float:
     shutil.rmtree(out, ignore_errors=True)
-    argv = [KVSCRIBE, root, "--recursive", "-o", out, "-f", "txt", "-p", profile, "-q", *flags]
+    argv = [KVSCRIBE, folder.root, "--recursive", "-o", out, "-f", "txt", "-p", profile, "-q"]
     started = time.perf_counter()
-    done = subprocess.run([str(a) for a in argv], capture_output=True, text=True)
+    done = subprocess.run([str(a) for a in [*argv, *flags]], capture_output=True, text=True)
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         sys.exit(f"{' '.join(map(str, argv))} exited {done.returncode}:\n{done.stderr}")
     return seconds
 
 
-def folder_wer(out: Path, clips: list[Path], copies: int) -> float:
-    pairs = []
-    for copy in range(copies):
-        for clip in clips:
-            text = (out / f"set{copy}" / f"{clip.stem}.txt").read_text(encoding="utf-8")
-            pairs.append((clip.with_suffix(".txt").read_text(encoding="utf-8"), text))
-    return pooled_wer(pairs)
+def measure(folder: Folder, work: Path, args) -> list[dict]:
+    names = list(CONFIGS)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    wers: dict[str, float] = {}
+    for turn in range(args.repeat):
+        for name in names[turn % len(names) :] + names[: turn % len(names)]:
+            out = work / "out"
+            times[name].append(run_once(folder, out, CONFIGS[name], args.profile))
+            wers[name] = folder.wer(out)
+            print(f"{folder.name} | {name}: {times[name][-1]:.2f} s, WER {wers[name]:.3f}")
+    audio = folder.audio_seconds
+    alone = {
+        jobs: statistics.median(times[f"--jobs {jobs} --batch-size 1 (one file at a time)"])
+        for jobs in (1, 2)
+    }
+    return [
+        {
+            "folder": folder.name,
+            "files": len(folder.files),
+            "audio_seconds": audio,
+            "run": name,
+            "flags": CONFIGS[name],
+            "seconds": times[name],
+            "median_seconds": statistics.median(times[name]),
+            "x_real_time": audio / statistics.median(times[name]),
+            "x_one_at_a_time_jobs_1": statistics.median(times[name]) / alone[1],
+            "x_one_at_a_time_jobs_2": statistics.median(times[name]) / alone[2],
+            "wer": wers[name],
+        }
+        for name in names
+    ]
+
+
+def one_core(folder: Folder, profile: str) -> list[dict]:
+    """One worker with one thread, in this process: the files shared, then alone."""
+    from kvscribe.batch import Task, parcels
+    from kvscribe.batch_worker import Worker
+    from kvscribe.options import TranscribeOptions
+
+    options = TranscribeOptions(
+        inputs=(folder.root,), output_dir=folder.root / "out", profile=profile, threads=1
+    )
+    worker = Worker(options)
+    backend = worker.runner.backend
+    tasks = [Task(file, file.stem, None) for file in folder.files]
+    rows = []
+    for shared in (True, False):
+        backend.shares_batches = lambda request, shared=shared: shared
+        started = time.perf_counter()
+        for parcel in parcels(tasks, options, 1):
+            worker.work_parcel(parcel)
+        seconds = time.perf_counter() - started
+        run = "shared" if shared else "one file at a time"
+        print(f"{folder.name} | one worker, 1 thread, {run}: {seconds:.2f} s")
+        rows.append({"folder": folder.name, "run": f"1 thread, {run}", "seconds": seconds})
+    del backend.shares_batches
+    return rows
 
 
 def main() -> None:
@@ -82,40 +177,15 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", default="auto")
     args = parser.parse_args()
-    clips = short_clips()
-    names = list(CONFIGS)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    wers: dict[str, float] = {}
+    os.environ.pop("OMP_NUM_THREADS", None)  # every process picks its own threads
     with tempfile.TemporaryDirectory() as work:
-        root = Path(work) / "clips"
-        build_folder(clips, root, args.copies)
-        for turn in range(args.repeat):
-            for name in names[turn % len(names) :] + names[: turn % len(names)]:
-                out = Path(work) / "out"
-                seconds = run_once(root, out, CONFIGS[name], args.profile)
-                times[name].append(seconds)
-                wers[name] = folder_wer(out, clips, args.copies)
-                print(f"{name}: {seconds:.2f} s, WER {wers[name]:.3f}", flush=True)
-    audio = args.copies * sum(load_audio(clip).size for clip in clips) / 16000
-    baseline = {
-        jobs: statistics.median(times[f"one file at a time, --jobs {jobs}"]) for jobs in (1, 2)
-    }
-    rows = []
-    for name in names:
-        median = statistics.median(times[name])
-        rows.append(
-            {
-                "run": name,
-                "flags": CONFIGS[name],
-                "seconds": times[name],
-                "median_seconds": median,
-                "x_real_time": audio / median,
-                "x_one_at_a_time_jobs_1": median / baseline[1],
-                "x_one_at_a_time_jobs_2": median / baseline[2],
-                "wer": wers[name],
-            }
-        )
-    table = _table(rows, len(clips) * args.copies, audio, args)
+        folders = [
+            eval_clips(Path(work) / "clips", args.copies),
+            realform_utterances(Path(work) / "realform"),
+        ]
+        rows = [row for folder in folders for row in measure(folder, Path(work), args)]
+        design = [row for folder in folders for row in one_core(folder, args.profile)]
+    table = _table(rows, design, args)
     print("\n" + table)
     profile = profiles.load(args.profile)
     meta = {
@@ -123,32 +193,43 @@ def main() -> None:
         "backend": "ctranslate2 (kvscribe's default)",
         "profile": args.profile,
         "model": "tiny.en (kvscribe's default)",
-        "clips": [clip.name for clip in clips],
         "copies": args.copies,
-        "files": len(clips) * args.copies,
-        "audio_seconds": audio,
         "timing": "wall clock of each whole `kvscribe` process, interleaved; median of "
-        f"{args.repeat}",
+        f"{args.repeat}. One-core rows: one Worker in the benchmark's process, one pass",
+        "one_core": design,
     }
     results_file.write("folder_batches", meta, rows, table)
 
 
-def _table(rows: list[dict], files: int, audio: float, args) -> str:
+def _table(rows: list[dict], design: list[dict], args) -> str:
     lines = [
-        f"{files} files ({audio:.0f} s of audio): the {files // args.copies} eval clips of "
-        f"30 s or less, {args.copies} copies; `-p {args.profile}`, `-f txt`; median of "
-        f"{args.repeat} interleaved runs",
-        "",
-        "| run | wall (s) | x real time | x one at a time, --jobs 1 | x one at a time, "
-        "--jobs 2 | WER |",
-        "|---|---|---|---|---|---|",
+        f"`-p {args.profile}`, `-f txt`; whole processes, median of {args.repeat} "
+        "interleaved runs. WER pooled (the realform pieces: their texts joined in order).",
     ]
-    for row in rows:
-        lines.append(
-            f"| {row['run']} | {row['median_seconds']:.2f} | {row['x_real_time']:.1f} | "
-            f"{row['x_one_at_a_time_jobs_1']:.2f} | {row['x_one_at_a_time_jobs_2']:.2f} | "
-            f"{row['wer']:.3f} |"
-        )
+    for folder in dict.fromkeys(row["folder"] for row in rows):
+        mine = [row for row in rows if row["folder"] == folder]
+        lines += [
+            "",
+            f"**{folder}**: {mine[0]['files']} files, {mine[0]['audio_seconds']:.0f} s of audio",
+            "",
+            "| run | wall (s) | x real time | x `--jobs 1 --batch-size 1` | "
+            "x `--jobs 2 --batch-size 1` | WER |",
+            "|---|---|---|---|---|---|",
+        ]
+        for row in mine:
+            lines.append(
+                f"| {row['run']} | {row['median_seconds']:.2f} | {row['x_real_time']:.1f} | "
+                f"{row['x_one_at_a_time_jobs_1']:.2f} | {row['x_one_at_a_time_jobs_2']:.2f} | "
+                f"{row['wer']:.3f} |"
+            )
+    lines += [
+        "",
+        "One worker with one thread (in the benchmark's process, one pass), the same files:",
+        "",
+        "| folder | run | seconds |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {row['folder']} | {row['run']} | {row['seconds']:.2f} |" for row in design]
     return "\n".join(lines)
 
 

@@ -28,6 +28,7 @@ from kvscribe.batch_worker import (
     Task,
     Worker,
     init_process,
+    shares_in_process,
     work_in_process,
 )
 from kvscribe.errors import EngineError, ExitCode, KvscribeError
@@ -292,20 +293,15 @@ def batch_size(options: TranscribeOptions) -> int:
     return int(profile.settings_for(options.backend).get("batch_size", 1))
 
 
-def cores_per_worker(options: TranscribeOptions, shares_batches: bool) -> int:
-    """The cores one worker keeps busy: a backend whose short files share batches (its
-    capability `shares_batches`) deals a batch's rows to single-thread replicas, up to
-    CTranslate2's 4 threads (backends/ct2_replicas.py); otherwise one."""
-    return SHARED_WORKER_CORES if shares_batches and batch_size(options) > 1 else 1
-
-
-SHARED_WORKER_CORES = 4
-
-
-def parcels(todo: list[Task], options: TranscribeOptions, workers: int) -> list[list[Task]]:
-    """`todo` in the parcels workers take whole: as many files as a batch holds speech
-    chunks (a short file is a chunk or two; Worker.work_parcel decodes a parcel's short
-    files side by side), fewer where the files would not go round every worker."""
+def parcels(
+    todo: list[Task], options: TranscribeOptions, workers: int, shared: bool
+) -> list[list[Task]]:
+    """`todo` in the parcels workers take whole. Where the workers' short files share
+    batches (`shared`: Worker.shares_batches), as many files as a batch holds speech chunks
+    (a short file is a chunk or two), fewer where the files would not go round every
+    worker; else one file each, so the last files spread over every worker."""
+    if not shared:
+        return [[task] for task in todo]
     size = max(1, min(batch_size(options), -(-len(todo) // max(1, workers))))
     return [todo[first : first + size] for first in range(0, len(todo), size)]
 
@@ -316,7 +312,7 @@ class InProcess:
 
     def results(self, todo: list[Task], events: TaskEvents) -> Iterator[Result]:
         worker = Worker(self.options)
-        for parcel in parcels(todo, self.options, 1):
+        for parcel in parcels(todo, self.options, 1, worker.shares_batches()):
             for task in parcel:
                 events.started(task)
             yield from worker.work_parcel(parcel, report=events.progress)
@@ -343,7 +339,11 @@ class ProcessPool:
             initargs=(self.options, threads, progress),
         )
         pending: dict[cf.Future, list[Task]] = {}
-        queue = list(reversed(parcels(todo, self.options, self.jobs)))
+        try:
+            shared = pool.submit(shares_in_process).result()  # the workers are alike
+        except cf.process.BrokenProcessPool:
+            shared = False  # the first task's result says the worker died
+        queue = list(reversed(parcels(todo, self.options, self.jobs, shared)))
         try:
             while queue or pending:
                 while queue and len(pending) < self.jobs:  # one per worker: submitted = started

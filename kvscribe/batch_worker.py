@@ -94,6 +94,10 @@ class Worker:
         except KvscribeError as exc:
             self.load_error = exc
 
+    def shares_batches(self) -> bool:
+        """Whether this worker's short files share batches (work_parcel)."""
+        return self.load_error is None and self.runner.shares_batches()
+
     def work(
         self,
         task: Task,
@@ -117,7 +121,7 @@ class Worker:
         one at a time. Each input still fails alone: a file that cannot be opened fails
         before the shared decode, and a shared decode that fails is done again one file at
         a time, so the file it choked on is the one that fails."""
-        if self.load_error is not None or not self.runner.shares_batches():
+        if not self.shares_batches():
             return [work_guarded(self, task, report=report) for task in tasks]
         results: list[Result] = []
         short: list[tuple[Result, Samples]] = []
@@ -284,6 +288,11 @@ def init_process(
     os.environ["OMP_NUM_THREADS"] = str(threads)
     _PROGRESS = progress
     _WORKER = Worker(options)
+
+
+def shares_in_process() -> bool:
+    assert _WORKER is not None
+    return _WORKER.shares_batches()
 
 
 def work_in_process(parcel: list[Task]) -> list[Result]:

@@ -59,19 +59,15 @@ def worker_bytes(model_bytes: int) -> int:
 SMALL_MACHINE_BYTES = 4_000_000_000
 
 
-def default_jobs(model_bytes: int, cores_per_worker: int = 1) -> int:
+def default_jobs(model_bytes: int) -> int:
     """1 on small machines (under 4 GB available, or memory unknown); else one worker per
-    `cores_per_worker` cores, as many as fit in half the available memory, at most 4.
-    Measured on 2 cores: 2 single-threaded workers beat 1 two-threaded one by 24-31 %
-    (docs/batch.md, 'Measured'); a worker whose files share batches keeps up to 4 cores
-    busy itself (its rows go to single-thread replicas), and 2 such workers on 2 cores
-    took 1.2x the time of one (benchmarks/results/folder_batches.md)."""
+    core, as many as fit in half the available memory, at most 4. Measured on 2 cores:
+    2 single-threaded workers beat 1 two-threaded one by 24-31 % (docs/batch.md, 'Measured')."""
     memory = available_memory_bytes()
     if memory is None or memory < SMALL_MACHINE_BYTES:
         return 1
     fit = int(0.5 * memory // worker_bytes(model_bytes))
-    by_cores = max(1, (os.cpu_count() or 1) // max(1, cores_per_worker))
-    return max(1, min(by_cores, fit, 4))
+    return max(1, min(os.cpu_count() or 1, fit, 4))
 
 
 def memory_warning(jobs: int, model_bytes: int) -> str | None:

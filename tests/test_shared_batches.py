@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvscribe.batch import Task, cores_per_worker, parcels
+from kvscribe.batch import Task, parcels
 from kvscribe.batch_worker import Worker
 from kvscribe.errors import ExitCode
 from kvscribe.options import TranscribeOptions
@@ -43,7 +43,13 @@ def _timed(result) -> list[tuple]:
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory) -> Worker:
     out = tmp_path_factory.mktemp("shared") / "out"
-    return Worker(TranscribeOptions(inputs=tuple(CLIPS), output_dir=out, profile="cpu-laptop"))
+    return Worker(_options(out, threads=2))
+
+
+def _options(out: Path, **values) -> TranscribeOptions:
+    """Two threads: short files share batches where the rows have several cores to go to
+    (under pytest-xdist a worker's default is one)."""
+    return TranscribeOptions(inputs=tuple(CLIPS), output_dir=out, profile="cpu-laptop", **values)
 
 
 @pytest.fixture
@@ -119,27 +125,25 @@ def test_a_shared_decode_that_fails_is_done_again_file_by_file(worker, shared, m
         assert _timed(result) == _timed(shared[result.task.path])
 
 
+def test_on_one_core_or_with_batch_size_1_each_file_decodes_alone(tmp_path, monkeypatch):
+    for values in ({"threads": 1}, {"threads": 2, "batch_size": 1}):
+        worker = Worker(_options(tmp_path / "out", **values))
+        calls = []
+        monkeypatch.setattr(
+            worker.runner.backend, "transcribe_together", lambda *a, calls=calls: calls.append(a)
+        )
+        results = worker.work_parcel([_task(CLIPS[0]), _task(CLIPS[1])])
+        assert calls == [] and all(result.error is None for result in results), values
+        assert "batch size" not in worker.runner.stats.settings
+
+
 def test_parcels_fill_a_batch_and_go_round_the_workers(tmp_path):
     tasks = [_task(tmp_path / f"{n}.wav") for n in range(20)]
     options = TranscribeOptions(inputs=(tmp_path,), output_dir=tmp_path / "out", batch_size=8)
-    assert [len(p) for p in parcels(tasks, options, 1)] == [8, 8, 4]
-    assert [len(p) for p in parcels(tasks, options, 4)] == [5, 5, 5, 5]
-    assert [t for p in parcels(tasks, options, 3) for t in p] == tasks
-    one = TranscribeOptions(inputs=(tmp_path,), output_dir=tmp_path / "out", batch_size=1)
-    assert {len(p) for p in parcels(tasks, one, 1)} == {1}
-    assert cores_per_worker(options, shares_batches=True) == 4
-    assert cores_per_worker(one, shares_batches=True) == 1
-    assert cores_per_worker(options, shares_batches=False) == 1
-
-
-def test_default_jobs_give_a_sharing_worker_up_to_four_cores(monkeypatch):
-    from kvscribe import capacity
-
-    monkeypatch.setattr(capacity, "available_memory_bytes", lambda: 64_000_000_000)
-    for cores, sharing, plain in ((2, 1, 2), (8, 2, 4), (16, 4, 4)):
-        monkeypatch.setattr(capacity.os, "cpu_count", lambda cores=cores: cores)
-        assert capacity.default_jobs(75_000_000, cores_per_worker=4) == sharing
-        assert capacity.default_jobs(75_000_000) == plain
+    assert [len(p) for p in parcels(tasks, options, 1, shared=True)] == [8, 8, 4]
+    assert [len(p) for p in parcels(tasks, options, 4, shared=True)] == [5, 5, 5, 5]
+    assert [t for p in parcels(tasks, options, 3, shared=True) for t in p] == tasks
+    assert [len(p) for p in parcels(tasks, options, 2, shared=False)] == [1] * 20
 
 
 @pytest.mark.slow
@@ -151,7 +155,18 @@ def test_a_folder_run_says_its_files_shared_batches_and_batch_size_1_does_not(tm
     for flags, shares in (((), True), (("--batch-size", "1"), False)):
         out, stats = tmp_path / f"out{len(flags)}", tmp_path / f"stats{len(flags)}.json"
         result = run_cli(
-            folder, "-o", out, "-f", "txt", "--jobs", "1", "--stats-json", stats, *flags
+            folder,
+            "-o",
+            out,
+            "-f",
+            "txt",
+            "--jobs",
+            "1",
+            "--threads",
+            "2",
+            "--stats-json",
+            stats,
+            *flags,
         )
         assert result.code == 0, result.stderr
         report = json.loads(stats.read_text())

@@ -16,8 +16,7 @@ JOBS = typer.Option(
     None,
     "--jobs",
     "-j",
-    show_default="1 per core (per 4 cores where short files share batches), up to 4 that "
-    "fit in memory; 1 under 4 GB free",
+    show_default="1 per core, up to 4 that fit in memory; 1 under 4 GB free",
     help="Worker processes, each with its own model (needs -o).",
     rich_help_panel=PANEL,
 )

@@ -110,9 +110,7 @@ def _run_batch(options: TranscribeOptions, auto_jobs: bool, on_cluster=None) -> 
             models.resolve(options.model, backend_cls.capabilities.model_formats).path
         )
         if auto_jobs and on_cluster is None:
-            shares = backend_cls.capabilities.shares_batches
-            jobs = capacity.default_jobs(model_bytes, batch.cores_per_worker(options, shares))
-            options = dataclasses.replace(options, jobs=jobs)
+            options = dataclasses.replace(options, jobs=capacity.default_jobs(model_bytes))
         warning = capacity.memory_warning(options.jobs, model_bytes)
         if warning and not options.quiet:
             console.print(f"[yellow]kvscribe: warning:[/] {warning}")
