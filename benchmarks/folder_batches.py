@@ -161,7 +161,7 @@ def one_core(folder: Folder, profile: str) -> list[dict]:
     for shared in (True, False):
         backend.shares_batches = lambda request, shared=shared: shared
         started = time.perf_counter()
-        for parcel in parcels(tasks, options, 1):
+        for parcel in parcels(tasks, options, 1, shared=True):
             worker.work_parcel(parcel)
         seconds = time.perf_counter() - started
         run = "shared" if shared else "one file at a time"
@@ -183,8 +183,8 @@ def main() -> None:
             eval_clips(Path(work) / "clips", args.copies),
             realform_utterances(Path(work) / "realform"),
         ]
-        rows = [row for folder in folders for row in measure(folder, Path(work), args)]
         design = [row for folder in folders for row in one_core(folder, args.profile)]
+        rows = [row for folder in folders for row in measure(folder, Path(work), args)]
     table = _table(rows, design, args)
     print("\n" + table)
     profile = profiles.load(args.profile)

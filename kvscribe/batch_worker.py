@@ -127,13 +127,10 @@ class Worker:
         short: list[tuple[Result, Samples]] = []
         for task in tasks:
             result = Result(task, fingerprint=fingerprint(task.path, task.known))
-            try:
-                samples = open_streamed(task.path)
-            except KvscribeError as exc:
-                result.error = exc
+            samples = _opened(result)
+            if samples is None:
                 results.append(self._finished(result))
-                continue
-            if _is_short(samples):
+            elif _is_short(samples):
                 short.append((result, samples))
             else:
                 results.append(self._alone(result, report, samples))
@@ -200,6 +197,19 @@ class Worker:
             assert self.runner.stats is not None  # set by prepare()
             result.run_info = run_info(self.runner.stats)
         return result
+
+
+def _opened(result: Result) -> Samples | None:
+    """`result`'s file opened (scanned whole), or None with its error in `result`: an
+    unexpected exception too, as work_guarded makes it, so one file fails, not its parcel."""
+    try:
+        return open_streamed(result.task.path)
+    except KvscribeError as exc:
+        result.error = exc
+    except Exception as exc:  # by contract, as in work_guarded
+        _log.debug("failure opening %s", result.task.path, exc_info=True)
+        result.error = internal_error(result.task, exc)
+    return None
 
 
 def _is_short(samples: Samples) -> bool:
