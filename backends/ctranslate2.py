@@ -290,8 +290,8 @@ class CTranslate2Backend(Backend):
     def shares_batches(self, request: DecodeRequest) -> bool:
         """Short files share batches where a batch's rows have several cores to go to (the
         replicas) or a GPU. On one core a file decoded alone (one window, timestamp tokens,
-        no alignment pass) is cheaper: a folder of short files took 1.22-1.29x the time
-        shared, and 0.48-0.58x shared with two cores (benchmarks/results/folder_batches.md)."""
+        no alignment pass) is cheaper: folders of short files took 1.17-1.34x its time
+        shared, and 0.57-0.59x shared with two cores (benchmarks/results/folder_batches.md)."""
         has_cores = self.device != "cpu" or self._cpu_threads() > 1
         return has_cores and super().shares_batches(request)
 
