@@ -62,7 +62,8 @@ SMALL_MACHINE_BYTES = 4_000_000_000
 def default_jobs(model_bytes: int) -> int:
     """1 on small machines (under 4 GB available, or memory unknown); else one worker per
     core, as many as fit in half the available memory, at most 4. Measured on 2 cores:
-    2 single-threaded workers beat 1 two-threaded one by 24-31 % (docs/batch.md, 'Measured')."""
+    2 single-threaded workers beat 1 two-threaded one, even one whose short files share
+    batches (docs/batch.md, 'Short files share batches' and 'Measured')."""
     memory = available_memory_bytes()
     if memory is None or memory < SMALL_MACHINE_BYTES:
         return 1
