@@ -80,8 +80,9 @@ PARAMETERS: ParameterTable = {
             None,
             "--batch-size",
             show_default="profile's",
-            help="Speech chunks decoded at once on audio over 30 s (cut at pauses by the VAD); "
-            "1 = one 30 s window after another, each prompted with the text before it.",
+            help="Speech chunks decoded at once on audio over 30 s (cut at pauses by the VAD), "
+            "and in -o by short files sharing them; 1 = one 30 s window after another, each "
+            "prompted with the text before it.",
         ),
     ),
     "device": (
