@@ -14,6 +14,7 @@ a group of chunks' audio decoded while their unfinished tails are decoded again.
 
 from __future__ import annotations
 
+from kvscribe import hardware
 from kvscribe import setting_rows as row
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples, hold_history
@@ -36,8 +37,12 @@ _SETTINGS = {
     "compute_type": str,
     "kv_budget_mb": int,
 }
-# "int8": the linear layers' weights in int8, activations quantised per call (CPU only).
-_COMPUTE_TYPES = ("default", "int8")  # default: float32 on CPU, float16 on a GPU
+# default: float16 on a GPU; on a CPU bfloat16 where it multiplies bfloat16 matrices in
+# hardware (Intel AMX: 0.63-0.71x float32's time at the same or lower WER,
+# benchmarks/results/transformers_bf16.md), else float32. "int8": the linear layers'
+# weights in int8, activations quantised per call (CPU only).
+_COMPUTE_TYPES = ("default", "float32", "bfloat16", "int8")
+_DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "int8": "float32"}
 
 
 class TransformersBackend(Backend):
@@ -82,11 +87,11 @@ class TransformersBackend(Backend):
             )
         self.threads = self._threads()
         torch.set_num_threads(self.threads)
-        self.dtype = torch.float32 if self.device == "cpu" else torch.float16
+        self.compute_type = self._compute_type()
+        self.dtype = getattr(torch, _DTYPES[self.compute_type])
         self.network = self._load_network(network)
         if self.device == "cpu":
             weights.relayout_vocab_projection(self.network)
-        self.compute_type = self._compute_type()
         if self.compute_type == "int8":
             weights.int8_linear_layers(self.network)
         self.vocab = Vocabulary(self.model.path)
@@ -134,9 +139,14 @@ class TransformersBackend(Backend):
                 subject=self.profile.source,
                 hint="use " + " or ".join(_COMPUTE_TYPES),
             )
-        if wanted == "int8" and self.device == "cpu":  # torch's int8 linear kernels are CPU-only
-            return "int8"
-        return str(self.dtype).removeprefix("torch.")
+        on_cpu = self.device == "cpu"
+        if wanted == "default":
+            if not on_cpu:
+                return "float16"
+            return "bfloat16" if hardware.cpu_multiplies_bfloat16() else "float32"
+        if wanted == "int8" and not on_cpu:  # torch's int8 linear kernels are CPU-only
+            return "float16"
+        return wanted
 
     def _conditioned(self, request: DecodeRequest | None = None) -> bool:
         from kvscribe.stepped.request import conditioned

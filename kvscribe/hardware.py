@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,20 @@ class Hardware:
 def detect() -> Hardware:
     count = _cuda_device_count()
     return Hardware(count, _nvidia_smi_memory_gb() if count else None)
+
+
+@functools.cache
+def cpu_multiplies_bfloat16() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices in hardware: Intel AMX (`amx_bf16` in
+    /proc/cpuinfo's flags; elsewhere False). There torch's bfloat16 linear layers beat
+    float32 (measured, benchmarks/results/transformers_bf16.md); on CPUs with only
+    AVX-512 BF16 that is not measured, so they stay on float32."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
+    return "amx_bf16" in flags.split()
 
 
 def _cuda_device_count() -> int:

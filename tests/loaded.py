@@ -29,6 +29,11 @@ def fresh(name: str, profile_name: str = "cpu-laptop", model: str | None = None,
 
     backend_cls = registry.get(name)
     chosen = dataclasses.replace(profile.load(profile_name), device="cpu", **changes)
+    if name == "transformers" and "compute_type" not in chosen.settings_for(name):
+        # The cache figures these tests check are float32's on every machine; the default,
+        # bfloat16 on CPUs with AMX, has its own tests (tests/test_transformers_bf16.py).
+        section = {**chosen.settings_for(name), "compute_type": "float32"}
+        chosen = dataclasses.replace(chosen, backends={**chosen.backends, name: section})
     resolved = models.resolve(model, backend_cls.capabilities.model_formats)
     loaded = backend_cls(resolved, chosen, "cpu")
     loaded.load()
@@ -49,7 +54,8 @@ def _remember_encodings(encoder, model_path) -> None:
 
     def key(features) -> tuple:
         mode = torch.is_inference_mode_enabled()  # an inference tensor only where it was one
-        return ("transformers", str(model_path), mode, features.detach().cpu().numpy())
+        values = features.detach().float().cpu().numpy()  # numpy has no bfloat16
+        return ("transformers", str(model_path), mode, str(features.dtype), values)
 
     _remember(encoder, "forward", key, lambda out: out.untyped_storage().nbytes())
 

@@ -32,7 +32,7 @@ class PolicyDecoder:
         """Run `tokens` [batch, q] after what `cache` has seen -> [batch, len(positions), vocab]."""
         x = self._hidden(tokens, cache, cross, scores={})
         picked = x[:, list(positions)]
-        return self.proj_out(self.decoder.layer_norm(picked))
+        return self._logits(picked)
 
     @torch.inference_mode()
     def logits_and_cross_scores(
@@ -47,7 +47,12 @@ class PolicyDecoder:
         reads them; SDPA never returns them, so those layers compute attention in full)."""
         scores: dict[int, torch.Tensor] = dict.fromkeys(layers)
         x = self._hidden(tokens, cache, cross, scores)
-        return self.proj_out(self.decoder.layer_norm(x)), scores
+        return self._logits(x), scores
+
+    def _logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The vocabulary's logits in float32 whatever the network's dtype: log-probabilities
+        summed over a beam's tokens need more than bfloat16's 8 bits of mantissa."""
+        return self.proj_out(self.decoder.layer_norm(hidden)).float()
 
     def _hidden(
         self,
