@@ -13,7 +13,9 @@ Configurations (CONFIGS):
 - kvscribe-default: `kvscribe AUDIO -f txt` (profile auto = cpu-laptop on CPU: ctranslate2
   int8, beam 5, batch 8 on files over 30 s).
 - kvscribe-batch1: the same with --batch-size 1 (sequential, previous-text prompts).
-- kvscribe-transformers: the same with --backend transformers (float32, batch 8).
+- kvscribe-transformers: the same with --backend transformers (its default compute type:
+  bfloat16 on CPUs with AMX, else float32; batch 8); kvscribe-transformers-float32 with
+  --compute-type float32.
 - kvscribe-transformers-int8: the same with --compute-type int8 (int8 linear layers).
 - kvscribe-onnx, kvscribe-onnx-int8: --backend onnx on the float32 or int8 graphs (run
   `kvscribe setup onnx --compute-type int8` first), the profile's batching;
@@ -95,6 +97,10 @@ CONFIGS = {  # name -> (engine, extra flags)
     "kvscribe-default": ("kvscribe", []),
     "kvscribe-batch1": ("kvscribe", ["--batch-size", "1"]),
     "kvscribe-transformers": ("kvscribe", ["--backend", "transformers"]),
+    "kvscribe-transformers-float32": (
+        "kvscribe",
+        ["--backend", "transformers", "--compute-type", "float32"],
+    ),
     # its int8 linear layers (torch's dynamic quantisation), as ctranslate2 runs int8
     "kvscribe-transformers-int8": (
         "kvscribe",
@@ -274,10 +280,18 @@ def _cell(value: float | None, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _transformers_default() -> str:
+    """The transformers backend's default compute type on this CPU (backends/transformers.py)."""
+    from kvscribe import hardware
+
+    return "bfloat16" if hardware.cpu_multiplies_bfloat16() else "float32"
+
+
 def markdown(rows: list[dict], pooled: list[dict], repeat: int, threads: int) -> str:
     lines = [
         f"Whole processes, {repeat} interleaved run(s) each, {threads} CPU threads, beam 5, "
-        "int8 CTranslate2 weights for both engines (kvscribe-transformers: float32).",
+        "int8 CTranslate2 weights for both engines (kvscribe-transformers: its default compute "
+        f"type, {_transformers_default()} on this CPU).",
         "",
         "| clip | config | median s | runs | WER | x fw-batched time | peak RSS MB |",
         "|---|---|---|---|---|---|---|",
