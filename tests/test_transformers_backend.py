@@ -155,10 +155,13 @@ def test_half_layers_give_the_whole_cache_s_tokens_on_every_clip():
     no_loss = _results("no-loss")
     whole = _results("cpu-laptop")
     a, b = profile.load("no-loss"), profile.load("cpu-laptop")
-    assert a.kv_self != b.kv_self and (a.kv_cross, a.settings_for("transformers")) == (
-        b.kv_cross,
-        b.settings_for("transformers"),
-    )
+    # no-loss names float32, cpu-laptop's default may be bfloat16: the tests load both in
+    # float32 (tests/loaded.py), so only the half layers differ here.
+    sections = [
+        {k: v for k, v in p.settings_for("transformers").items() if k != "compute_type"}
+        for p in (a, b)
+    ]
+    assert a.kv_self != b.kv_self and a.kv_cross == b.kv_cross and sections[0] == sections[1]
     for name, (tokens, _, _) in no_loss.items():
         assert tokens == whole[name][0], name
 
