@@ -21,8 +21,9 @@ from kvscribe.audio_stream import Samples, open_streamed
 from kvscribe.chunking import MAX_SECONDS
 from kvscribe.errors import EngineError, KvscribeError
 from kvscribe.manifest import Fingerprint, fingerprint
+from kvscribe.memtrace import peak_rss_bytes
 from kvscribe.options import TranscribeOptions
-from kvscribe.stats import FileStats, RunStats, peak_rss_bytes
+from kvscribe.stats import FileStats, RunStats
 from kvscribe.types import Segment, Transcript
 
 _log = logging.getLogger(__name__)

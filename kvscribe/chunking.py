@@ -20,7 +20,7 @@ import numpy as np
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples, blocks
 from kvscribe.live.vad import WINDOW, SileroVad, VadSettings, VoiceDetector
-from kvscribe.vadfilter import TimeMap
+from kvscribe.timemap import TimeMap
 
 MAX_SECONDS = 30.0  # Whisper's window
 MIN_UNFINISHED = 1.0  # seconds of speech left after the decoder stopped worth decoding again

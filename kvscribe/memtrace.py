@@ -1,5 +1,6 @@
-"""Resident memory over a run, sampled as the audio advances: what shows whether memory
-grows with a recording's length (a file run's and a live session's stats both keep one)."""
+"""Resident memory: this process's peak and current RSS from the OS, and RSS over a run,
+sampled as the audio advances: what shows whether memory grows with a recording's length
+(a file run's and a live session's stats both keep one)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,26 @@ from typing import Any
 MAX_SAMPLES = 720  # samples kept; past this, every other one goes (the span stays)
 
 
+def maxrss_bytes(ru_maxrss: int) -> int:
+    """`ru_maxrss` (getrusage, wait4) in bytes: macOS reports bytes, Linux and the BSDs KiB."""
+    return ru_maxrss if sys.platform == "darwin" else ru_maxrss * 1024
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident set size, from the OS."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    return maxrss_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
 def current_rss_bytes() -> int | None:
     """This process's resident set size now (Linux /proc; elsewhere the peak stands in)."""
     try:
         with open("/proc/self/statm", encoding="ascii") as statm:
             pages = int(statm.read().split()[1])
     except (OSError, ValueError, IndexError):
-        from kvscribe.stats import peak_rss_bytes  # (stats imports this module)
-
         return peak_rss_bytes()
     return pages * os.sysconf("SC_PAGE_SIZE")
 

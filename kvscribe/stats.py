@@ -8,28 +8,13 @@ Bytes are plain byte counts; the terminal shows them in decimal MB (10^6 bytes).
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from kvscribe.backends.base import DecoderReport
-from kvscribe.memtrace import MemoryTrace
+from kvscribe.memtrace import MemoryTrace, peak_rss_bytes
 from kvscribe.provenance import ESTIMATED, MEASURED, make_provenance, weakest_provenance
-
-
-def maxrss_bytes(ru_maxrss: int) -> int:
-    """`ru_maxrss` (getrusage, wait4) in bytes: macOS reports bytes, Linux and the BSDs KiB."""
-    return ru_maxrss if sys.platform == "darwin" else ru_maxrss * 1024
-
-
-def peak_rss_bytes() -> int | None:
-    """This process's peak resident set size, from the OS."""
-    try:
-        import resource
-    except ImportError:  # Windows
-        return None
-    return maxrss_bytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 @dataclass

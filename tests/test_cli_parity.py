@@ -17,7 +17,7 @@ import srt
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.errors import ExitCode
-from kvscribe.vadfilter import TimeMap
+from kvscribe.timemap import TimeMap
 from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
 
 pytestmark = [pytest.mark.model]

@@ -170,17 +170,17 @@ def test_the_lock_is_released_when_the_run_ends(tmp_path):
     ("platform", "factor"), [("linux", 1024), ("darwin", 1), ("freebsd14", 1024)]
 )
 def test_maxrss_is_converted_to_bytes_per_platform(monkeypatch, platform, factor):
-    from kvscribe import stats
+    from kvscribe import memtrace
 
     monkeypatch.setattr(sys, "platform", platform)
-    assert stats.maxrss_bytes(300_000) == 300_000 * factor
+    assert memtrace.maxrss_bytes(300_000) == 300_000 * factor
 
 
 def test_whisper_cli_peak_rss_uses_the_shared_conversion():
-    from kvscribe import stats
+    from kvscribe import memtrace
     from kvscribe.whispercpp import process
 
-    assert process.maxrss_bytes is stats.maxrss_bytes
+    assert process.maxrss_bytes is memtrace.maxrss_bytes
 
 
 # -- 6. NaN / inf samples ---------------------------------------------------------------------

@@ -8,8 +8,8 @@ from typing import Any
 
 from kvscribe.backends.base import DecoderReport
 from kvscribe.memtrace import MAX_SAMPLES as _MAX_SAMPLES
-from kvscribe.memtrace import current_rss_bytes
-from kvscribe.stats import KvTally, peak_rss_bytes
+from kvscribe.memtrace import current_rss_bytes, peak_rss_bytes
+from kvscribe.stats import KvTally
 
 
 def percentile(values: list[float], fraction: float) -> float | None:

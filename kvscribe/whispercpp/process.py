@@ -32,7 +32,7 @@ from kvscribe.errors import (
     ModelNotFoundError,
     UsageError,
 )
-from kvscribe.stats import maxrss_bytes
+from kvscribe.memtrace import maxrss_bytes
 
 WAV_BLOCK = 30 * SAMPLE_RATE  # samples converted and written at a time
 TIMEOUT_ENV = "KVSCRIBE_WHISPER_TIMEOUT"
