@@ -244,6 +244,7 @@ class Runner:
         elapsed = time.perf_counter() - started
         if len(paths) > 1 and SHARED_NOTE not in self.stats.notes:
             self.stats.notes.append(SHARED_NOTE)
+        total = sum(durations)
         done = []
         for path, duration, memory, run in zip(paths, durations, memories, runs, strict=True):
             run.report.not_applicable += self.backend.unhonoured(request, math.inf)
@@ -252,7 +253,7 @@ class Runner:
             for segment in segments:
                 listener.segment(path, segment)
             memory.sample(duration, force=True)
-            share = duration / sum(durations) if sum(durations) else 1 / len(paths)
+            share = duration / total if total else 1 / len(paths)
             file_stats = FileStats(
                 str(path),
                 audio_seconds=duration,
