@@ -189,7 +189,7 @@ class Backend(abc.ABC):
         """With `capabilities.shares_batches`: each of `audios` (inputs of at most 30 s)
         transcribed, their speech decoded side by side in shared batches, in order. The
         decoding is done when this returns (a batch mixes inputs), so an engine failure
-        raises here and names no input: the runner then decodes them one at a time."""
+        raises here and names no input: the batch worker then decodes them one at a time."""
         raise NotImplementedError(f"the {self.name} backend does not share batches")
 
     def shares_batches(self, request: DecodeRequest) -> bool:
