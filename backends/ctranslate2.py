@@ -37,6 +37,7 @@ from kvscribe.backends.ct2_silence import (
     describe_vad,
     to_decode,
 )
+from kvscribe.backends.ct2_windows import WindowCounter
 from kvscribe.chunking import (
     BATCHED,
     FILE_VAD,
@@ -48,7 +49,7 @@ from kvscribe.chunking import (
 from kvscribe.decoding import SAMPLING_SEED, Fallback, VadFilter, unspoken
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.kvcache import estimate
-from kvscribe.models.ct2_file import WhisperDims, whisper_dims
+from kvscribe.models.ct2_file import whisper_dims
 from kvscribe.provenance import ESTIMATED, make_provenance
 from kvscribe.types import Segment, Word
 
@@ -59,7 +60,6 @@ _SETTINGS = {
     "cpu_threads": int,
     "batch_size": int,
 }
-_PROMPT_MAX = 223  # faster-whisper keeps the last n_text_ctx // 2 - 1 previous tokens
 
 
 class CTranslate2Backend(Backend):
@@ -174,7 +174,7 @@ class CTranslate2Backend(Backend):
         report = self._batched_report(beams, request, batch, replicas.workers, len(chunks))
 
         def stream() -> Iterator[Segment]:
-            windows = _WindowCounter(self.dims, conditioned=False)
+            windows = WindowCounter(self.dims, conditioned=False)
             yield from decoded_segments(
                 chunks,
                 batch,
@@ -232,7 +232,7 @@ class CTranslate2Backend(Backend):
 
         chunks = [chunk for run in chunked for chunk in run]
         sources = [run[0].source for run in chunked if run]
-        windows = {source: _WindowCounter(self.dims, conditioned=False) for source in sources}
+        windows = {source: WindowCounter(self.dims, conditioned=False) for source in sources}
         segments = shared_segments(
             chunks,
             len(audios),
@@ -275,7 +275,7 @@ class CTranslate2Backend(Backend):
         return report
 
     def _count_batched(
-        self, report: DecoderReport, windows: _WindowCounter, beams: int, rows: int
+        self, report: DecoderReport, windows: WindowCounter, beams: int, rows: int
     ) -> None:
         """The decoded tokens and windows, and the self-attention cache they took (estimated:
         `rows` chunks x `beams` at the longest chunk's positions)."""
@@ -386,7 +386,7 @@ class CTranslate2Backend(Backend):
         fallback: Fallback,
     ) -> Iterator[Segment]:
         nbytes = estimate.value_bytes(self.engine.model.compute_type)
-        windows = _WindowCounter(self.dims, conditioned)
+        windows = WindowCounter(self.dims, conditioned)
         kept = 0
         for seg in raw:
             windows.add(seg.seek, len(seg.tokens))
@@ -414,47 +414,6 @@ class CTranslate2Backend(Backend):
             self.dims, windows.peak_positions, beams, nbytes
         )
         report.kv_self_full_bytes = report.kv_self_peak_bytes  # CTranslate2 keeps the full cache
-
-
-class _WindowCounter:
-    """Positions each 30 s window decodes: prompt (sot + previous text) + new tokens + eot."""
-
-    def __init__(self, dims: WhisperDims, conditioned: bool):
-        self.sot_length = 3 if dims.is_multilingual else 1
-        self.conditioned = conditioned
-        self.count = 0
-        self.decoded = 0
-        self.peak_positions = 0
-        self._seek: int | None = None
-        self._window_tokens = 0
-        self._history = 0
-
-    def add(self, seek: int, tokens: int) -> None:
-        if seek != self._seek:
-            self._close_window()
-            self._seek = seek
-            self.count += 1
-        self._window_tokens += tokens
-        self.decoded += tokens
-
-    def add_chunk(self, tokens: int) -> None:
-        """A batched chunk's decode: a window of its own."""
-        self.add(self.count, tokens)
-
-    def _close_window(self) -> None:
-        if self._seek is None:
-            return
-        prompt = self.sot_length
-        if self.conditioned and self._history:
-            prompt += 1 + min(self._history, _PROMPT_MAX)
-        self.peak_positions = max(self.peak_positions, prompt + self._window_tokens + 1)
-        self.decoded += 1  # end-of-text
-        self._history += self._window_tokens
-        self._window_tokens = 0
-
-    def finish(self) -> None:
-        self._close_window()
-        self._seek = None
 
 
 def _not_applicable(kv_self: str, kv_cross: str, beams: int) -> list[str]:

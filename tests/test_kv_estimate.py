@@ -6,7 +6,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvscribe.backends.ctranslate2 import _not_applicable, _WindowCounter
+from kvscribe.backends.ct2_windows import WindowCounter
+from kvscribe.backends.ctranslate2 import _not_applicable
 from kvscribe.kvcache import estimate
 from kvscribe.models.ct2_file import WhisperDims
 
@@ -47,7 +48,7 @@ def test_value_bytes_follow_the_activation_type():
 
 
 def test_window_counter_counts_prompt_history_and_end_of_text():
-    counter = _WindowCounter(TINY_EN, conditioned=True)
+    counter = WindowCounter(TINY_EN, conditioned=True)
     counter.add(seek=0, tokens=10)
     counter.add(seek=0, tokens=5)
     counter.add(seek=3000, tokens=300)  # second window: its prompt holds the previous 15 tokens
@@ -58,8 +59,8 @@ def test_window_counter_counts_prompt_history_and_end_of_text():
 
 
 def test_window_counter_caps_the_prompt_and_ignores_history_when_unconditioned():
-    conditioned = _WindowCounter(BASE, conditioned=True)
-    plain = _WindowCounter(BASE, conditioned=False)
+    conditioned = WindowCounter(BASE, conditioned=True)
+    plain = WindowCounter(BASE, conditioned=False)
     for counter in (conditioned, plain):
         counter.add(0, 400)
         counter.add(3000, 20)
