@@ -114,3 +114,29 @@ def test_a_pause_commits_what_was_heard_before_the_utterance_ends(
     assert not [at for at in ended if first_end < at <= first_end + gap]  # it did not end there
     committed = " ".join(text for text, _ in commits)
     assert wer(f"{said} And so my fellow Americans", committed) <= 0.1
+
+
+def test_the_decode_at_a_pause_is_the_last_until_speech_resumes(tmp_path, jfk_phrases, monkeypatch):
+    """JFK's first phrase (1.9 s, short enough to wait 1.2 s of quiet for its end) and 2 s of
+    silence: the decode when speech pauses is the utterance's last one, and its end commits
+    it. Re-decoding every second of the silence would add a decode that the end waits for."""
+    lead = 0.5
+    phrase = jfk_phrases[0]
+    silence = np.zeros(2 * SR, dtype=np.float32)
+    stream = np.concatenate([silence[: int(lead * SR)], phrase, silence])
+    engine = shared_backend("ctranslate2", "cpu-laptop")
+    decode = engine.transcribe
+    buffers: list[float] = []  # the seconds of audio each decode was given
+
+    def counted(samples, request):
+        buffers.append(samples.size / SR)
+        return decode(samples, request)
+
+    monkeypatch.setattr(engine, "transcribe", counted)
+    recorder = _replay(tmp_path, stream, StreamSettings(step=1.0))
+    assert [kind for kind, _, _ in recorder.events] == ["committed", "done"], recorder.events
+    assert "fellow" in recorder.events[0][1]  # alone, the phrase reads "And so am I fellow ..."
+    # The last decode is the one at the pause: its buffer holds the 0.2 s pad before the
+    # phrase, the phrase and 0.1 s after the voice detector heard it pause. One a second into
+    # the silence would hold a second more.
+    assert max(buffers) < phrase.size / SR + 0.8, buffers

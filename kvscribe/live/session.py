@@ -189,16 +189,16 @@ class LiveSession:
 
     def _decode_due(self) -> bool:
         """Re-decode every `step` of new audio, and as soon as speech pauses (that decode may
-        turn out to be the final one). A live source that is behind catches up first."""
+        turn out to be the final one). Not again during the pause: silence adds no words, and
+        a decode then would hold up the commit or the end that follows. A live source that
+        is behind catches up first."""
         utterance = self._utterance
         if utterance is None or (self.capture.source.live and self.capture.waiting()):
             return False
-        if self._received - utterance.decoded_to >= self._step:
-            return True
         paused = utterance.paused_at
-        return (
-            paused is not None and utterance.decoded_to < paused + self._pad // 2 <= self._received
-        )
+        if paused is not None:
+            return utterance.decoded_to < paused + self._pad // 2 <= self._received
+        return self._received - utterance.decoded_to >= self._step
 
     def _settle_due(self) -> bool:
         """Speech has been quiet for `commit_silence`, the decode at the pause has heard it, and
