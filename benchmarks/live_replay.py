@@ -53,6 +53,7 @@ def main() -> None:
     engine = ["-b", args.backend, "-p", args.profile]
     engine += ["--beam-size", args.beam_size] if args.beam_size else []
     offline, live, latencies, busy, audio, dropped = [], [], [], 0.0, 0.0, 0.0
+    at_pause: list[float] = []  # latencies of utterances committed at a pause
     rows = []
     for clip in clips:
         reference = clip.with_suffix(".txt").read_text(encoding="utf-8")
@@ -66,6 +67,7 @@ def main() -> None:
         offline.append((reference, offline_text))
         live.append((reference, live_text))
         latencies += stats["latencies_seconds"]
+        at_pause += stats["latencies_at_pause_seconds"]
         busy += stats["busy_seconds"]
         audio += stats["audio_seconds"]
         dropped += stats["dropped_audio_seconds"]
@@ -82,7 +84,9 @@ def main() -> None:
     summary = (
         f"pooled WER offline {w_off:.3f}, live {w_live:.3f} (diff {w_live - w_off:+.3f}); "
         f"commit latency p50 {_num(p50, '.2f')} s, p95 {_num(p95, '.2f')} s over "
-        f"{len(latencies)} utterances; busy RTF {busy / audio:.3f}; dropped {dropped:.1f} s; "
+        f"{len(latencies)} utterances ({len(at_pause)} committed at a pause: p50 "
+        f"{_num(percentile(at_pause, 0.5), '.2f')} s); busy RTF {busy / audio:.3f}; "
+        f"dropped {dropped:.1f} s; "
         f"paced: {not args.fast}"
     )
     print(summary)
@@ -92,6 +96,8 @@ def main() -> None:
         "latency_p50_seconds": p50,
         "latency_p95_seconds": p95,
         "utterances": len(latencies),
+        "utterances_at_pause": len(at_pause),
+        "latency_at_pause_p50_seconds": percentile(at_pause, 0.5),
         "busy_seconds": busy,
         "audio_seconds": audio,
         "busy_rtf": busy / audio,
@@ -139,7 +145,11 @@ def _clip_row(clip: Path, offline: tuple[str, str], live: tuple[str, str], stats
         "latencies_seconds": stats["latencies_seconds"],
         "latency_p50_seconds": stats["latency_p50_seconds"],
         "latency_p95_seconds": stats["latency_p95_seconds"],
+        "utterances_at_pause": stats["utterances_at_pause"],
+        "latency_at_pause_p50_seconds": stats["latency_at_pause_p50_seconds"],
         "busy_seconds": stats["busy_seconds"],
+        "decodes": stats["decodes"],
+        "decode_p50_seconds": stats["decode_p50_seconds"],
         "busy_rtf": stats["real_time_factor"] and stats["busy_seconds"] / stats["audio_seconds"],
         "dropped_audio_seconds": stats["dropped_audio_seconds"],
         "wall_seconds": stats["wall_seconds"],
@@ -174,14 +184,17 @@ def _markdown(fast: bool, clips: list[Path], run: dict, rows: list[dict]) -> str
         f"{run['dropped_audio_seconds']:.1f} |",
         "",
         "| clip | audio (s) | WER offline | WER live | commit latency p50 / p95 (s) "
-        "| utterances | busy RTF | dropped (s) | RSS after warm-up / end (MB) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| utterances | at a pause: n, p50 (s) | decodes (p50 s) | busy RTF | dropped (s) "
+        "| RSS after warm-up / end (MB) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['clip']} | {r['audio_seconds']:.1f} | {r['wer_offline']:.3f} | "
             f"{r['wer_live']:.3f} | {_num(r['latency_p50_seconds'], '.2f')} / "
             f"{_num(r['latency_p95_seconds'], '.2f')} | {r['utterances']} | "
+            f"{r['utterances_at_pause']}, {_num(r['latency_at_pause_p50_seconds'], '.2f')} | "
+            f"{r['decodes']} ({_num(r['decode_p50_seconds'], '.2f')}) | "
             f"{_num(r['busy_rtf'], '.3f')} | {r['dropped_audio_seconds']:.1f} | "
             f"{_num(r['rss_after_warmup_bytes'], '.1f', 1e6)} / "
             f"{_num(r['rss_end_bytes'], '.1f', 1e6)} |"

@@ -140,3 +140,17 @@ def test_the_decode_at_a_pause_is_the_last_until_speech_resumes(tmp_path, jfk_ph
     # phrase, the phrase and 0.1 s after the voice detector heard it pause. One a second into
     # the silence would hold a second more.
     assert max(buffers) < phrase.size / SR + 0.8, buffers
+
+
+@pytest.mark.parametrize(("phrase", "at_pause"), [(0, 0), (-1, 1)])
+def test_stats_tell_commits_at_a_pause_from_commits_at_the_end(
+    tmp_path, jfk_phrases, phrase, at_pause
+):
+    """An utterance long enough to read alone (JFK's last phrase, 5 s) is committed at the
+    pause and counts there; a short one (his first, 1.9 s) waits for its end."""
+    silence = np.zeros(2 * SR, dtype=np.float32)
+    stream = np.concatenate([silence[: SR // 2], jfk_phrases[phrase], silence])
+    stats = _replay(tmp_path, stream, StreamSettings(step=2.0)).stats
+    assert stats.utterances == 1
+    assert len(stats.at_pause) == at_pause
+    assert stats.to_dict()["utterances_at_pause"] == at_pause

@@ -367,6 +367,11 @@ def _live_rows(r: dict) -> list[tuple[str, str]]:
             "commit latency p50 / p95",
             f"{secs(r['latency_p50_seconds'])} / {secs(r['latency_p95_seconds'])}{pace}",
         ),
+        (
+            "  committed at a pause",
+            f"{r['utterances_at_pause']} utterances, p50 {secs(r['latency_at_pause_p50_seconds'])}"
+            " (the rest waited for their end)",
+        ),
         ("real-time factor", "-" if rtf is None else f"{rtf:.3f} (busy / audio)"),
         ("decodes", f"{r['decodes']} (p50 {secs(r['decode_p50_seconds'])})"),
         ("dropped audio", secs(r["dropped_audio_seconds"])),

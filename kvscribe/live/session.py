@@ -307,8 +307,7 @@ class LiveSession:
         settled = utterance.settled_at if not rest else None
         latency = (settled or time.perf_counter()) - self._arrival(end)
         if utterance.words:
-            self.stats.utterances += 1
-            self.stats.latencies.append(latency)
+            self.stats.record_utterance(latency, committed_at_pause=settled is not None)
             self.listener.utterance_done(" ".join(utterance.words), latency)
         if self.request.language is None and self._language:
             # Detect once: later utterances skip language detection (multilingual models).

@@ -36,11 +36,20 @@ class LiveStats:
     dropped_seconds: float = 0.0
     utterances: int = 0
     latencies: list[float] = field(default_factory=list)  # utterance end -> its text committed
+    # The latencies of utterances committed at a pause; the others waited for their end (a
+    # short one waits longer: Whisper reads it better with what may follow).
+    at_pause: list[float] = field(default_factory=list)
     decode_seconds: list[float] = field(default_factory=list)
     kv: KvTally = field(default_factory=KvTally)  # the same figures and notes as file runs
     memory: list[tuple[float, int]] = field(default_factory=list)  # (audio seconds, RSS bytes)
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
+
+    def record_utterance(self, latency: float, committed_at_pause: bool) -> None:
+        self.utterances += 1
+        self.latencies.append(latency)
+        if committed_at_pause:
+            self.at_pause.append(latency)
 
     def record_decode(self, seconds: float, report: DecoderReport) -> None:
         self.decode_seconds.append(seconds)
@@ -94,6 +103,9 @@ class LiveStats:
             "latency_p50_seconds": _rounded(percentile(self.latencies, 0.5)),
             "latency_p95_seconds": _rounded(percentile(self.latencies, 0.95)),
             "latencies_seconds": [round(x, 3) for x in self.latencies],
+            "utterances_at_pause": len(self.at_pause),
+            "latencies_at_pause_seconds": [round(x, 3) for x in self.at_pause],
+            "latency_at_pause_p50_seconds": _rounded(percentile(self.at_pause, 0.5)),
             "decodes": len(self.decode_seconds),
             "decode_p50_seconds": _rounded(percentile(self.decode_seconds, 0.5)),
             **self.kv.to_dict(),
