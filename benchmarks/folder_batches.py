@@ -147,8 +147,9 @@ def measure(folder: Folder, work: Path, args) -> list[dict]:
 
 def one_core(folder: Folder, profile: str) -> list[dict]:
     """One worker with one thread, in this process: the files shared, then alone."""
-    from kvscribe.batch import Task, parcels
+    from kvscribe.batch import Task
     from kvscribe.batch_worker import Worker
+    from kvscribe.executors import parcels
     from kvscribe.options import TranscribeOptions
 
     options = TranscribeOptions(

@@ -294,7 +294,7 @@ def init_process(
     options: TranscribeOptions, threads: int, progress: multiprocessing.queues.SimpleQueue
 ) -> None:
     """Runs once in each worker process: share the cores, load the model, keep the queue
-    that carries progress to the driver (kvscribe.batch.ProcessPool drains it)."""
+    that carries progress to the driver (kvscribe.executors.ProcessPool drains it)."""
     global _WORKER, _PROGRESS
     os.environ["OMP_NUM_THREADS"] = str(threads)
     _PROGRESS = progress

@@ -27,12 +27,12 @@ from types import ModuleType
 from typing import Any
 
 from kvscribe import profile as profiles
-from kvscribe.batch import TaskEvents
 from kvscribe.batch_worker import Result, Task, internal_error
 from kvscribe.cluster.actor import KvscribeWorker
 from kvscribe.cluster.capacity import Slot, alive_nodes, plan
 from kvscribe.cluster.connect import connect
 from kvscribe.errors import EngineError, InputNotFoundError
+from kvscribe.executors import TaskEvents
 from kvscribe.manifest import Fingerprint, fingerprint
 from kvscribe.options import TranscribeOptions
 

@@ -1,0 +1,163 @@
+"""Where a batch's transcription runs on this machine: in this process, or in N spawned
+worker processes sharing its cores (one loaded model each). A worker takes files in
+parcels: several short files at once where its backend decodes them side by side
+(docs/batch.md, "Short files share batches"), else one at a time. The Ray cluster
+executor (kvscribe.cluster) follows the same Executor protocol.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import multiprocessing.queues
+import os
+from collections.abc import Iterator
+from typing import Protocol
+
+from kvscribe import profile as profiles
+from kvscribe.batch_worker import (
+    Result,
+    Task,
+    Worker,
+    init_process,
+    shares_in_process,
+    work_in_process,
+)
+from kvscribe.errors import EngineError
+from kvscribe.options import TranscribeOptions
+from kvscribe.types import Segment
+
+
+class TaskEvents(Protocol):
+    """What an executor tells as it goes: a task handed to a worker, how far its worker is
+    through the task's audio (`segment`: the one just final, None when decoding begins; told
+    before the task's Result), and (the cluster executor only) a task handed out again
+    because the worker holding it was lost."""
+
+    def started(self, task: Task) -> None: ...
+    def progress(
+        self, task: Task, seconds_done: float, duration: float, segment: Segment | None
+    ) -> None: ...
+    def retrying(self, task: Task, attempt: int, attempts: int, reason: str) -> None: ...
+
+
+class Executor(Protocol):
+    """Where the transcription runs: yields one Result per task, in any order, telling
+    `events` as tasks are handed out. Closing the iterator stops the work."""
+
+    def results(self, todo: list[Task], events: TaskEvents) -> Iterator[Result]: ...
+
+
+def local_executor(options: TranscribeOptions, jobs: int) -> Executor:
+    """One input (or --jobs 1) runs in this process, more in `jobs` worker processes."""
+    return InProcess(options) if jobs <= 1 else ProcessPool(options, jobs)
+
+
+def batch_size(options: TranscribeOptions) -> int:
+    """The speech chunks a worker decodes at once: --batch-size, else the profile's."""
+    if options.batch_size is not None:
+        return options.batch_size
+    profile = profiles.load(options.profile)
+    return int(profile.settings_for(options.backend).get("batch_size", 1))
+
+
+def parcels(
+    todo: list[Task], options: TranscribeOptions, workers: int, shared: bool
+) -> list[list[Task]]:
+    """`todo` in the parcels workers take whole. Where the workers' short files share
+    batches (`shared`: Worker.shares_batches), as many files as a batch holds speech chunks
+    (a short file is a chunk or two), fewer where the files would not go round every
+    worker; else one file each, so the last files spread over every worker."""
+    if not shared:
+        return [[task] for task in todo]
+    size = max(1, min(batch_size(options), -(-len(todo) // max(1, workers))))
+    return [todo[first : first + size] for first in range(0, len(todo), size)]
+
+
+class InProcess:
+    def __init__(self, options: TranscribeOptions):
+        self.options = options
+
+    def results(self, todo: list[Task], events: TaskEvents) -> Iterator[Result]:
+        worker = Worker(self.options)
+        for parcel in parcels(todo, self.options, 1, worker.shares_batches()):
+            for task in parcel:
+                events.started(task)
+            yield from worker.work_parcel(parcel, report=events.progress)
+
+
+class ProcessPool:
+    """`jobs` spawned worker processes sharing this machine's cores, one model each; their
+    progress comes back on a queue that this process drains while it waits for results."""
+
+    POLL_SECONDS = 0.1  # how late a worker's progress may show
+
+    def __init__(self, options: TranscribeOptions, jobs: int):
+        self.options = options
+        self.jobs = jobs
+
+    def results(self, todo: list[Task], events: TaskEvents) -> Iterator[Result]:
+        threads = max(1, (os.cpu_count() or 2) // self.jobs)
+        context = multiprocessing.get_context("spawn")
+        progress = context.SimpleQueue()
+        pool = cf.ProcessPoolExecutor(
+            max_workers=self.jobs,
+            mp_context=context,
+            initializer=init_process,
+            initargs=(self.options, threads, progress),
+        )
+        pending: dict[cf.Future, list[Task]] = {}
+        try:
+            shared = pool.submit(shares_in_process).result()  # the workers are alike
+        except cf.process.BrokenProcessPool:
+            shared = False  # the first task's result says the worker died
+        queue = list(reversed(parcels(todo, self.options, self.jobs, shared)))
+        try:
+            while queue or pending:
+                while queue and len(pending) < self.jobs:  # one per worker: submitted = started
+                    parcel = queue.pop()
+                    for task in parcel:
+                        events.started(task)
+                    pending[pool.submit(work_in_process, parcel)] = parcel
+                finished, _ = cf.wait(
+                    pending, timeout=self.POLL_SECONDS, return_when=cf.FIRST_COMPLETED
+                )
+                _relay(progress, events)  # a finished parcel's progress is queued by now
+                for future in finished:
+                    parcel = pending.pop(future)
+                    try:
+                        yield from future.result()
+                    except cf.process.BrokenProcessPool:
+                        yield Result(parcel[0], error=_worker_died(), fatal=True)
+                        return
+        finally:
+            _shut_down(pool, pending, progress)
+
+
+def _relay(progress: multiprocessing.queues.SimpleQueue, events: TaskEvents | None) -> None:
+    """Hand what the workers queued to `events` (None: drop it)."""
+    while not progress.empty():
+        message = progress.get()
+        if events is not None:
+            events.progress(*message)
+
+
+def _shut_down(
+    pool: cf.ProcessPoolExecutor, pending: dict, progress: multiprocessing.queues.SimpleQueue
+) -> None:
+    """Stop the pool once the files in progress are done (nothing else is submitted): their
+    workers still report, and one whose queue's pipe is full would block, so keep draining."""
+    running = set(pending)
+    while running:
+        running = cf.wait(running, timeout=ProcessPool.POLL_SECONDS).not_done
+        _relay(progress, None)
+    pool.shutdown(wait=True, cancel_futures=True)
+    progress.close()
+
+
+def _worker_died() -> EngineError:
+    return EngineError(
+        "a worker process died (killed, or out of memory?)",
+        subject="--jobs",
+        hint="rerun to resume; fewer --jobs use less memory",
+    )
