@@ -56,19 +56,19 @@ def _phrases(samples: np.ndarray) -> list[np.ndarray]:
     return [samples[a * WINDOW : (b + 1) * WINDOW] for a, b in zip(firsts, lasts, strict=True)]
 
 
-def _replay(tmp_path, samples: np.ndarray, settings: StreamSettings) -> Recorder:
+def _replay(tmp_path, samples: np.ndarray, settings: StreamSettings, **options) -> Recorder:
     path = tmp_path / "stream.wav"
     with wave.open(str(path), "wb") as out:
         out.setnchannels(1)
         out.setsampwidth(2)
         out.setframerate(SR)
         out.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
-    options = LiveOptions(source=str(path), paced=False)
+    live_options = LiveOptions(source=str(path), paced=False, **options)
     stats = LiveStats("ctranslate2", "cpu-laptop", "tiny.en", str(path), paced=False)
     recorder = Recorder(stats)
     session = LiveSession(
         shared_backend("ctranslate2", "cpu-laptop"),
-        decode_request(options),
+        decode_request(live_options),
         Capture(FileReplay(path, paced=False)),
         VoiceDetector(SileroVad(), settings.vad),
         recorder,
@@ -154,3 +154,29 @@ def test_stats_tell_commits_at_a_pause_from_commits_at_the_end(
     assert stats.utterances == 1
     assert len(stats.at_pause) == at_pause
     assert stats.to_dict()["utterances_at_pause"] == at_pause
+
+
+@pytest.mark.parametrize("given", [None, 5])
+def test_a_decode_may_not_run_on_far_past_what_its_buffer_can_hold(
+    tmp_path, jfk_phrases, monkeypatch, given
+):
+    """Each decode's tokens are bounded by its buffer's length (12 a second, and 16), so a
+    decoder caught repeating itself stops long before Whisper's 224 tokens; JFK's words
+    are all there under the bound. A smaller --max-new-tokens still wins."""
+    engine = shared_backend("ctranslate2", "cpu-laptop")
+    decode = engine.transcribe
+    asked: list[tuple[float, int | None]] = []  # (buffer seconds, max_new_tokens) per decode
+
+    def spied(samples, request):
+        asked.append((samples.size / SR, request.max_new_tokens))
+        return decode(samples, request)
+
+    monkeypatch.setattr(engine, "transcribe", spied)
+    silence = np.zeros(SR, dtype=np.float32)
+    stream = np.concatenate([silence[: SR // 2], jfk_phrases[-1], silence])
+    recorder = _replay(tmp_path, stream, StreamSettings(step=2.0), max_new_tokens=given)
+    expected = [given or int(seconds * 12) + 16 for seconds, _ in asked]
+    assert asked and [bound for _, bound in asked] == expected, asked
+    committed = " ".join(text for kind, text, _ in recorder.events if kind == "committed")
+    said = "What your country can do for you, ask what you can do for your country."
+    assert (wer(said, committed) <= 0.1) == (given is None)

@@ -29,6 +29,12 @@ from kvscribe.live.vad import VadSettings, VoiceDetector, VoiceEvent, level_dbfs
 
 _MEMORY_EVERY = 10.0  # seconds of audio between RSS samples
 _SLACK = SAMPLE_RATE // 2  # audio kept before a possible onset, beyond the pad
+# A decode may emit this many tokens per second of buffer (and _TOKENS_BASE more): twice
+# fast speech's rate. A decoder stuck repeating itself ("pre-p-p-p...") otherwise runs to
+# Whisper's 224 tokens at every temperature of the fallback, seconds in which the stream
+# waits; text at the pace of speech never reaches the bound.
+_TOKENS_PER_SECOND = 12
+_TOKENS_BASE = 16
 
 
 @dataclass(frozen=True)
@@ -220,7 +226,7 @@ class LiveSession:
     def _decode(self, start: int, stop: int) -> Hypothesis:
         samples = self._audio[start - self._origin : stop - self._origin]
         started = time.perf_counter()
-        run = self.backend.transcribe(samples, self.request)
+        run = self.backend.transcribe(samples, self._bounded(samples.size / SAMPLE_RATE))
         run.report.not_applicable += self.backend.unhonoured(
             self.request, samples.size / SAMPLE_RATE
         )
@@ -228,6 +234,15 @@ class LiveSession:
         self.stats.record_decode(time.perf_counter() - started, run.report)
         self._language = run.language
         return Hypothesis.from_decode(segments)
+
+    def _bounded(self, seconds: float) -> DecodeRequest:
+        """The request, its tokens per decode bounded by the buffer's length (the user's
+        --max-new-tokens when smaller)."""
+        bound = int(seconds * _TOKENS_PER_SECOND) + _TOKENS_BASE
+        given = self.request.max_new_tokens
+        if given is not None and given <= bound:
+            return self.request
+        return dataclasses.replace(self.request, max_new_tokens=bound)
 
     def _redecode(self) -> None:
         utterance = self._utterance
