@@ -169,6 +169,10 @@ MAX_NEW_TOKENS = SharedOption(
     ("--max-new-tokens",),
     "At most this many tokens per 30 s window.",
     {"show_default": "224", **_DECODING},
+    mic_differs={
+        "help": "At most this many tokens per decode of the buffer.",
+        "show_default": "12 per second of buffer, and 16",
+    },
 )
 SUPPRESS_TOKENS = SharedOption(
     "suppress_tokens",
