@@ -361,6 +361,7 @@ class LiveOptions(EngineOptions):
     step: float = 1.0
     min_silence: float = 0.7
     commit_silence: float = 0.3
+    context: float = 8.0
     vad_threshold: float = 0.5
 
     def request_fields(self) -> dict[str, Any]:
@@ -371,6 +372,7 @@ class LiveOptions(EngineOptions):
         in_range("--step", self.step, 0.2, 10.0)
         in_range("--min-silence", self.min_silence, 0.1, 5.0)
         in_range("--commit-silence", self.commit_silence, 0.1, 5.0)
+        in_range("--context", self.context, 0.0, 20.0)
         in_range("--vad-threshold", self.vad_threshold, 0.05, 0.95)
         if not self.paced and self.source in (None, "-"):
             raise UsageError(

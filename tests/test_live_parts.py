@@ -142,6 +142,38 @@ def test_a_dropped_committed_word_does_not_duplicate_the_next():
     assert agreement.committed == ["ask", "not", "what", "your", "country", "can", "do"]
 
 
+@pytest.mark.parametrize(
+    ("heard", "now"),
+    [("those key words.", "those keywords."), ("those keywords.", "those key words.")],
+)
+def test_committed_words_the_decoder_now_joins_or_splits_are_not_committed_again(heard, now):
+    """Committed words reread joined or split otherwise: what follows them is new, no more
+    and no less."""
+    agreement = LocalAgreement()
+    agreement.update(_hyp((heard, 0.0, 2.0)), hold=0)
+    assert agreement.update(_hyp((heard, 0.0, 2.0)), hold=0) == heard.split()
+    assert agreement.finish(_hyp((f"{now} Press 8 to forward", 0.0, 4.0))) == [
+        "Press",
+        "8",
+        "to",
+        "forward",
+    ]
+
+
+def test_words_in_the_committed_first_seconds_are_skipped_however_they_read():
+    """A buffer that starts with 2 s of speech committed before it (live mode's context):
+    the words the decoder ends there are not committed, misread or not."""
+    agreement = LocalAgreement.after(2.0)
+    context, own = ("Agent -Log -Doff.", 0.0, 1.8), ("Press 8 to forward", 2.5, 4.5)
+    assert agreement.update(_hyp(context, own), hold=0) == []
+    assert agreement.tentative == ["Press", "8", "to", "forward"]
+    assert agreement.update(_hyp(("Agent logged off.", 0.0, 1.8), own), hold=1.0) == [
+        "Press",
+        "8",
+    ]
+    assert agreement.finish(_hyp(context, own)) == ["to", "forward"]
+
+
 def test_cut_points_and_dropping_a_committed_sentence():
     agreement = LocalAgreement()
     first = _hyp(("We choose the moon.", 0.0, 2.0), ("Not because it is", 2.0, 4.0))

@@ -180,3 +180,63 @@ def test_a_decode_may_not_run_on_far_past_what_its_buffer_can_hold(
     committed = " ".join(text for kind, text, _ in recorder.events if kind == "committed")
     said = "What your country can do for you, ask what you can do for your country."
     assert (wer(said, committed) <= 0.1) == (given is None)
+
+
+@pytest.mark.parametrize("context", [0.0, 8.0])
+def test_a_new_utterance_is_decoded_with_the_one_before_it(
+    tmp_path, jfk_phrases, monkeypatch, context
+):
+    """JFK's last phrase (5 s), 1 s of silence (it ends), his first phrase (1.9 s). With
+    context, the second utterance's decodes hear the first one in front of it, read it
+    right, and commit only its own words: nothing of the first is committed twice. With
+    none, they hear the phrase alone."""
+    engine = shared_backend("ctranslate2", "cpu-laptop")
+    decode = engine.transcribe
+    buffers: list[float] = []  # seconds of audio per decode
+
+    def counted(samples, request):
+        buffers.append(samples.size / SR)
+        return decode(samples, request)
+
+    monkeypatch.setattr(engine, "transcribe", counted)
+    first, second = jfk_phrases[-1], jfk_phrases[0]
+    silence = np.zeros(SR, dtype=np.float32)
+    stream = np.concatenate([silence[: SR // 2], first, silence, second, silence])
+    settings = StreamSettings(step=2.0, context=context)
+    recorder = _replay(tmp_path, stream, settings)
+
+    done = [text for kind, text, _ in recorder.events if kind == "done"]
+    assert len(done) == 2, recorder.events
+    said = "What your country can do for you, ask what you can do for your country."
+    assert wer(said, done[0]) <= 0.1
+    if context:  # alone, this phrase reads "And so am I fellow American."
+        assert wer("And so my fellow Americans", done[1]) <= 0.2, done[1]
+    assert "country" not in done[1]  # the first utterance's words are not committed again
+    # the last decode is the second utterance's: with context, it holds both phrases
+    both = (first.size + silence.size + second.size) / SR
+    assert (buffers[-1] >= both) == (context > 0), buffers
+
+
+def test_the_context_is_cut_off_first_when_the_buffer_grows_long(
+    tmp_path, jfk_phrases, monkeypatch
+):
+    """JFK's last phrase twice, 1 s of silence between: the second utterance starts with the
+    first as context, and once its buffer passes `trim_after` (8 s here) the context is what
+    is cut off. The second phrase's words are all committed, once."""
+    engine = shared_backend("ctranslate2", "cpu-laptop")
+    decode = engine.transcribe
+    buffers: list[float] = []
+
+    def counted(samples, request):
+        buffers.append(samples.size / SR)
+        return decode(samples, request)
+
+    monkeypatch.setattr(engine, "transcribe", counted)
+    phrase, silence = jfk_phrases[-1], np.zeros(SR, dtype=np.float32)
+    stream = np.concatenate([silence[: SR // 2], phrase, silence, phrase, silence])
+    recorder = _replay(tmp_path, stream, StreamSettings(step=2.0, trim_after=8.0))
+    done = [text for kind, text, _ in recorder.events if kind == "done"]
+    said = "What your country can do for you, ask what you can do for your country."
+    assert len(done) == 2 and all(wer(said, text) <= 0.1 for text in done), done
+    assert max(buffers) < 9.0, buffers  # the context went before the buffer reached 9 s
+    assert buffers[-1] < phrase.size / SR + 1.0, buffers  # the last decode: the phrase alone

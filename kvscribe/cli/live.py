@@ -199,6 +199,16 @@ PARAMETERS: ParameterTable = {
             rich_help_panel=_STREAMING,
         ),
     ),
+    "context": (
+        float,
+        typer.Option(
+            8.0,
+            "--context",
+            help="Seconds of the utterances before it that a new utterance is decoded with "
+            "(their words are not committed again); 0: each utterance alone.",
+            rich_help_panel=_STREAMING,
+        ),
+    ),
     "vad_threshold": (
         float,
         typer.Option(
@@ -282,7 +292,12 @@ def _run(options: LiveOptions, console) -> int:
 
     source = _open_source(options)  # a missing file or microphone fails before the model loads
     vad = VadSettings(threshold=options.vad_threshold, min_silence=options.min_silence)
-    streaming = StreamSettings(step=options.step, commit_silence=options.commit_silence, vad=vad)
+    streaming = StreamSettings(
+        step=options.step,
+        commit_silence=options.commit_silence,
+        context=options.context,
+        vad=vad,
+    )
     detector = VoiceDetector(SileroVad(), vad)
     engine, loaded = load_backend(options)
     stats = LiveStats(

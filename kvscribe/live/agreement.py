@@ -82,6 +82,15 @@ class LocalAgreement:
         self._aligned = 0  # latest.words[:_aligned] are the committed words
         self._previous_tail: list[str] | None = None
         self._cut_off: list[str] = []  # the last words cut off before the buffer
+        self._heard = 0.0  # the buffer's first seconds, committed before it (see `after`)
+
+    @classmethod
+    def after(cls, seconds: float) -> LocalAgreement:
+        """For a buffer whose first `seconds` hold speech committed already (live mode's
+        context): words the decoder ends before then are skipped, whatever it reads there."""
+        agreement = cls()
+        agreement._heard = seconds
+        return agreement
 
     @property
     def tentative(self) -> list[str]:
@@ -133,6 +142,7 @@ class LocalAgreement:
         """The buffer lost its first `seconds`, holding the first `count` committed words:
         forget them (returned) and time the rest from the new start."""
         gone, self.committed = self.committed[:count], self.committed[count:]
+        self._heard = max(0.0, self._heard - seconds)
         self._cut_off = (self._cut_off + gone)[-_ECHO:]
         if self.latest is not None:
             skip = count + self._aligned - len(self.committed) - len(gone)
@@ -142,7 +152,7 @@ class LocalAgreement:
 
     def _take(self, hypothesis: Hypothesis) -> int:
         self.latest = hypothesis
-        self._aligned = self._align(list(hypothesis.words))
+        self._aligned = self._align(hypothesis)
         return self._aligned
 
     def _accept(self, words: list[str]) -> list[str]:
@@ -150,24 +160,40 @@ class LocalAgreement:
         self._aligned += len(words)
         return words
 
-    def _align(self, words: list[str]) -> int:
-        """Where the committed words end in `words`: their count, unless the decoder has since
-        dropped, merged or split a committed word; then where the last two (else the last
-        one) committed words sit nearest that count. With nothing committed yet, skip the
-        words the buffer repeats from the text cut off before it."""
+    def _align(self, hypothesis: Hypothesis) -> int:
+        """Where the committed words end in `hypothesis` (after the words it ends within the
+        buffer's committed first seconds): their count, unless the decoder has since dropped,
+        merged or split a committed word; then where the last two (else the last one)
+        committed words sit nearest that count, else where their letters end. With nothing
+        committed yet, skip the words the buffer repeats from the text cut off before it."""
+        words = list(hypothesis.words)
+        skip = next((n for n, end in enumerate(hypothesis.ends) if end > self._heard), len(words))
         k = len(self.committed)
         if k == 0:
-            return self._echo(words)
+            return skip or self._echo(words)
         for size in (2, 1):
             tail = [normalized(w) for w in self.committed[-size:]]
             for shift in (0, -1, 1, -2, 2, -3, 3):
-                end = k + shift
+                end = skip + k + shift
                 if (
-                    size <= end <= len(words)
+                    skip + size <= end <= len(words)
                     and [normalized(w) for w in words[end - size : end]] == tail
                 ):
                     return end
-        return min(k, len(words))
+        return skip + self._by_letters(words[skip:])
+
+    def _by_letters(self, words: list[str]) -> int:
+        """Where as many letters as the committed words hold end in `words`: the decoder now
+        joins or splits them otherwise ("key words" / "keywords."), or reads them otherwise."""
+        target = sum(len(normalized(w)) for w in self.committed)
+        total, best, gap = 0, 0, target
+        for count, word in enumerate(words, 1):
+            total += len(normalized(word))
+            if abs(total - target) < gap:
+                best, gap = count, abs(total - target)
+            if total >= target:
+                break
+        return best
 
     def _echo(self, words: list[str]) -> int:
         for size in range(min(len(self._cut_off), len(words)), 0, -1):

@@ -5,8 +5,10 @@ audio and LocalAgreement commits what two decodes in a row agree on. When speech
 buffer is decoded again; after `commit_silence` of quiet that hypothesis is committed whole,
 while the utterance stays open in case speech resumes (the voice detector ends it only after
 `min_silence`, and an utterance too short to read alone waits for that end). At the end the
-final hypothesis commits the rest, and the next utterance starts from an empty buffer and a
-fresh decoder cache (every decode builds its own; nothing carries over).
+final hypothesis commits the rest. The next utterance's buffer starts with up to `context`
+seconds of the speech before it, as a file run reads a phrase beside its neighbours; the
+words the decoder places there are not committed again (docs/live.md, "How it works").
+Every decode builds its own decoder cache: nothing carries over but audio.
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ class StreamSettings:
     # Whisper reads better with more context: cut the buffer late (it sees 30 s at most).
     trim_after: float = 18.0  # a longer buffer is cut after its last committed sentence
     max_buffer: float = 27.0  # a buffer this long is cut wherever it must
+    # A new utterance's buffer starts with the audio of the ones before it, up to this many
+    # seconds before its onset (their words already committed): Whisper reads a short phrase
+    # poorly alone, and a file run reads it beside its neighbours. 0: each one alone.
+    context: float = 8.0
     vad: VadSettings = field(default_factory=VadSettings)
 
     @property
@@ -60,7 +66,8 @@ class StreamSettings:
         """The stats' streaming row."""
         return (
             f"re-decode every {self.step:g} s; commit after {self.commit_after:g} s of silence, "
-            f"end after {self.vad.min_silence:g} s"
+            f"end after {self.vad.min_silence:g} s; "
+            + (f"decoded with {self.context:g} s before it" if self.context else "each alone")
         )
 
 
@@ -88,6 +95,9 @@ class _Utterance:
     paused_at: int | None = None  # speech went quiet here and has not resumed
     pauses: list[tuple[int, int]] = field(default_factory=list)  # quiet stretches inside it
     settled_at: float | None = None  # perf_counter() of a commit of all heard, until speech resumes
+    # Stream samples where its buffer may start without splitting a word: its start, its
+    # onset's pad, the middles of its pauses (the next utterance's context starts at one).
+    starts: list[int] = field(default_factory=list)
 
 
 class LiveSession:
@@ -120,6 +130,8 @@ class LiveSession:
         self._utterance: _Utterance | None = None
         self._next_memory_sample = 0.0
         self._language: str | None = None  # the first utterance's, then pinned
+        # Where a next utterance's buffer may start: the last utterance's `starts`.
+        self._context: tuple[int, ...] = ()
 
     def stop(self) -> None:
         """Finish soon: the pending utterance is decoded and committed (safe from a signal
@@ -173,8 +185,7 @@ class LiveSession:
 
     def _on_event(self, event: VoiceEvent) -> None:
         if event.kind == "start":
-            start = max(self._origin, event.sample - self._pad)
-            self._utterance = _Utterance(start=start, onset=event.sample, decoded_to=start)
+            self._utterance = self._begin(event.sample)
             return
         utterance = self._utterance
         if utterance is None:
@@ -185,6 +196,8 @@ class LiveSession:
             if utterance.paused_at is not None:
                 utterance.pauses.append((utterance.paused_at, event.sample))
                 del utterance.pauses[:-64]  # the recent ones are all a cut can use
+                utterance.starts.append((utterance.paused_at + event.sample) // 2)
+                del utterance.starts[:-64]
             utterance.paused_at = None
             utterance.settled_at = None
         elif event.kind == "end":
@@ -192,6 +205,21 @@ class LiveSession:
         else:  # "discard": too short to be speech
             self._utterance = None
             self.listener.tentative("")
+
+    def _begin(self, onset: int) -> _Utterance:
+        """A new utterance from `onset`. Its buffer starts with the speech before it, from the
+        earliest place that lies within `settings.context` seconds: decoded again, but words
+        the decoder ends before the onset are not committed. (Not the middle of the silence
+        between: the alignment stretches a last word over the silence after it.)"""
+        own = max(self._origin, onset - self._pad)
+        utterance = _Utterance(start=own, onset=onset, decoded_to=own, starts=[own])
+        reach = max(self._origin, onset - int(self.settings.context * SAMPLE_RATE))
+        usable = [p for p in self._context if reach <= p < own]
+        if usable:
+            utterance.start = usable[0]
+            utterance.starts = usable + utterance.starts
+            utterance.agreement = LocalAgreement.after((onset - usable[0]) / SAMPLE_RATE)
+        return utterance
 
     def _decode_due(self) -> bool:
         """Re-decode every `step` of new audio, and as soon as speech pauses (that decode may
@@ -257,12 +285,17 @@ class LiveSession:
         self.listener.tentative(" ".join(utterance.agreement.tentative))
 
     def _cut_buffer(self, utterance: _Utterance) -> None:
-        """Keep the buffer short: past `trim_after`, cut after the last committed sentence, in
-        the voice detector's pause there; near `max_buffer`, after any committed word; at
-        `max_buffer`, commit what the latest hypothesis holds and cut wherever it must."""
+        """Keep the buffer short: past `trim_after`, cut off the context before the utterance
+        first, else after the last committed sentence, in the voice detector's pause there;
+        near `max_buffer`, after any committed word; at `max_buffer`, commit what the latest
+        hypothesis holds and cut wherever it must."""
         s = self.settings
         seconds = (self._received - utterance.start) / SAMPLE_RATE
         if seconds < s.trim_after:
+            return
+        own = utterance.onset - self._pad
+        if utterance.start < own:  # context: every word in it is committed already
+            self._move_start(utterance, 0, own)
             return
         agreement = utterance.agreement
         point = agreement.cut_point(sentences_only=seconds < s.max_buffer - 4)
@@ -278,8 +311,13 @@ class LiveSession:
             if seconds < s.max_buffer:
                 return  # the word end is an estimate: wait for a pause to cut in
             cut = estimate
-        cut = min(self._received, max(utterance.start, cut))
-        agreement.drop(count, (cut - utterance.start) / SAMPLE_RATE)
+        self._move_start(utterance, count, min(self._received, max(utterance.start, cut)))
+
+    def _move_start(self, utterance: _Utterance, count: int, cut: int) -> None:
+        """Cut the buffer at stream sample `cut`, before which it holds `count` committed words
+        of its own."""
+        utterance.agreement.drop(count, (cut - utterance.start) / SAMPLE_RATE)
+        utterance.starts = [cut] + [p for p in utterance.starts if p > cut]
         utterance.start = cut
         utterance.decoded_to = cut  # the latest hypothesis no longer describes this buffer
 
@@ -317,6 +355,8 @@ class LiveSession:
         rest = utterance.agreement.finish(latest)
         self._commit(utterance, rest)
         self._utterance = None
+        if self.settings.context > 0:
+            self._context = tuple(p for p in utterance.starts if p >= utterance.start)
         self.listener.tentative("")
         # Committed when the pause settled it, unless the final hypothesis added words since.
         settled = utterance.settled_at if not rest else None
@@ -342,6 +382,10 @@ class LiveSession:
         keep_from = self._received - self._pad - _SLACK
         if self._utterance is not None:
             keep_from = min(keep_from, self._utterance.start)
+        else:  # the context a next utterance may use, if it begins soon enough
+            reach = self._received - int(self.settings.context * SAMPLE_RATE)
+            self._context = tuple(p for p in self._context if p >= reach)
+            keep_from = min((keep_from, *self._context))
         drop = keep_from - self._origin
         if drop > 0:
             self._audio = self._audio[drop:]
