@@ -188,8 +188,9 @@ def test_a_new_utterance_is_decoded_with_the_one_before_it(
 ):
     """JFK's last phrase (5 s), 1 s of silence (it ends), his first phrase (1.9 s). With
     context, the second utterance's decodes hear the first one in front of it, read it
-    right, and commit only its own words: nothing of the first is committed twice. With
-    none, they hear the phrase alone."""
+    right, and commit only its own words: nothing of the first is committed twice; being
+    long enough to read, it is committed at its pause. With none, they hear the phrase
+    alone, and it waits for its end as a short utterance does."""
     engine = shared_backend("ctranslate2", "cpu-laptop")
     decode = engine.transcribe
     buffers: list[float] = []  # seconds of audio per decode
@@ -212,6 +213,8 @@ def test_a_new_utterance_is_decoded_with_the_one_before_it(
     if context:  # alone, this phrase reads "And so am I fellow American."
         assert wer("And so my fellow Americans", done[1]) <= 0.2, done[1]
     assert "country" not in done[1]  # the first utterance's words are not committed again
+    # Read with its context, the short phrase is committed at its pause; alone, it waits.
+    assert len(recorder.stats.at_pause) == (2 if context else 1)
     # the last decode is the second utterance's: with context, it holds both phrases
     both = (first.size + silence.size + second.size) / SR
     assert (buffers[-1] >= both) == (context > 0), buffers

@@ -194,8 +194,8 @@ PARAMETERS: ParameterTable = {
             0.3,
             "--commit-silence",
             help="Seconds of silence after which an utterance's words are committed, before "
-            "--min-silence ends it (speech that resumes continues the utterance); utterances "
-            "under 2.5 s wait for their end.",
+            "--min-silence ends it (speech that resumes continues the utterance); an utterance "
+            "under 2.5 s with no --context before it waits for its end.",
             rich_help_panel=_STREAMING,
         ),
     ),

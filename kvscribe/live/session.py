@@ -236,7 +236,8 @@ class LiveSession:
 
     def _settle_due(self) -> bool:
         """Speech has been quiet for `commit_silence`, the decode at the pause has heard it, and
-        the utterance is long enough to read alone (a short one may still join the next)."""
+        its buffer is long enough to read: the utterance's speech with the context before it
+        (a short utterance with none may still join the next)."""
         utterance = self._utterance
         if utterance is None or utterance.settled_at is not None:
             return False
@@ -245,7 +246,7 @@ class LiveSession:
             paused is not None
             and self._received - paused >= self._settle_after
             and utterance.decoded_to >= paused + self._pad // 2
-            and paused - utterance.onset >= self._short
+            and paused - utterance.start >= self._short + self._pad
             and utterance.agreement.latest is not None
         )
 
