@@ -111,7 +111,8 @@ def test_a_ten_minute_stream_keeps_memory_flat(tmp_path):
     assert stats["utterances"] >= 12
     # the streaming flags given, worded in the settings as the stats table shows them
     assert stats["settings"]["streaming"] == (
-        "re-decode every 5 s; commit after 0.3 s of silence, end after 0.7 s"
+        "re-decode every 5 s; commit after 0.3 s of silence, end after 0.7 s; "
+        "decoded with 8 s before it"
     )
     samples = stats["memory_samples"]  # [audio seconds, RSS bytes] every 10 s
     warm = max(rss for t, rss in samples if 60 <= t <= 120)

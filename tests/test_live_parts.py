@@ -163,7 +163,7 @@ def test_committed_words_the_decoder_now_joins_or_splits_are_not_committed_again
 def test_words_in_the_committed_first_seconds_are_skipped_however_they_read():
     """A buffer that starts with 2 s of speech committed before it (live mode's context):
     the words the decoder ends there are not committed, misread or not."""
-    agreement = LocalAgreement.after(2.0)
+    agreement = LocalAgreement.after(2.0, ["Agent", "logged", "off."])
     context, own = ("Agent -Log -Doff.", 0.0, 1.8), ("Press 8 to forward", 2.5, 4.5)
     assert agreement.update(_hyp(context, own), hold=0) == []
     assert agreement.tentative == ["Press", "8", "to", "forward"]
@@ -172,6 +172,14 @@ def test_words_in_the_committed_first_seconds_are_skipped_however_they_read():
         "8",
     ]
     assert agreement.finish(_hyp(context, own)) == ["to", "forward"]
+
+
+def test_a_last_committed_word_timed_past_the_context_is_not_committed_again():
+    """The alignment may stretch the context's last word over the pause after it, past the
+    new speech's onset: the words it repeats from the context's end are skipped."""
+    agreement = LocalAgreement.after(2.0, ["hash", "key."])
+    context, own = ("Please press the hash", 0.0, 1.8), ("key, and BS.", 1.8, 3.5)
+    assert agreement.finish(_hyp(context, own)) == ["and", "BS."]
 
 
 def test_cut_points_and_dropping_a_committed_sentence():

@@ -85,11 +85,14 @@ class LocalAgreement:
         self._heard = 0.0  # the buffer's first seconds, committed before it (see `after`)
 
     @classmethod
-    def after(cls, seconds: float) -> LocalAgreement:
-        """For a buffer whose first `seconds` hold speech committed already (live mode's
-        context): words the decoder ends before then are skipped, whatever it reads there."""
+    def after(cls, seconds: float, last: list[str]) -> LocalAgreement:
+        """For a buffer whose first `seconds` hold speech committed already, ending with the
+        words `last` (live mode's context): words the decoder ends before then are skipped,
+        whatever it reads there, and so are those of `last` it repeats just after (a word
+        before a pause may be timed into the pause)."""
         agreement = cls()
         agreement._heard = seconds
+        agreement._cut_off = list(last[-_ECHO:])
         return agreement
 
     @property
@@ -170,7 +173,7 @@ class LocalAgreement:
         skip = next((n for n, end in enumerate(hypothesis.ends) if end > self._heard), len(words))
         k = len(self.committed)
         if k == 0:
-            return skip or self._echo(words)
+            return skip + self._echo(words[skip:])
         for size in (2, 1):
             tail = [normalized(w) for w in self.committed[-size:]]
             for shift in (0, -1, 1, -2, 2, -3, 3):

@@ -132,6 +132,7 @@ class LiveSession:
         self._language: str | None = None  # the first utterance's, then pinned
         # Where a next utterance's buffer may start: the last utterance's `starts`.
         self._context: tuple[int, ...] = ()
+        self._context_words: list[str] = []  # and the words it committed last
 
     def stop(self) -> None:
         """Finish soon: the pending utterance is decoded and committed (safe from a signal
@@ -218,7 +219,8 @@ class LiveSession:
         if usable:
             utterance.start = usable[0]
             utterance.starts = usable + utterance.starts
-            utterance.agreement = LocalAgreement.after((onset - usable[0]) / SAMPLE_RATE)
+            heard = (onset - usable[0]) / SAMPLE_RATE
+            utterance.agreement = LocalAgreement.after(heard, self._context_words)
         return utterance
 
     def _decode_due(self) -> bool:
@@ -358,6 +360,7 @@ class LiveSession:
         self._utterance = None
         if self.settings.context > 0:
             self._context = tuple(p for p in utterance.starts if p >= utterance.start)
+            self._context_words = utterance.words[-3:]
         self.listener.tentative("")
         # Committed when the pause settled it, unless the final hypothesis added words since.
         settled = utterance.settled_at if not rest else None
