@@ -220,12 +220,14 @@ def test_a_new_utterance_is_decoded_with_the_one_before_it(
     assert (buffers[-1] >= both) == (context > 0), buffers
 
 
+@pytest.mark.parametrize(("trim_after", "alone_after"), [(8.0, 30.0), (18.0, 1.5)])
 def test_the_context_is_cut_off_first_when_the_buffer_grows_long(
-    tmp_path, jfk_phrases, monkeypatch
+    tmp_path, jfk_phrases, monkeypatch, trim_after, alone_after
 ):
     """JFK's last phrase twice, 1 s of silence between: the second utterance starts with the
-    first as context, and once its buffer passes `trim_after` (8 s here) the context is what
-    is cut off. The second phrase's words are all committed, once."""
+    first as context. The context is what is cut off once the buffer passes `trim_after`,
+    or once the utterance's own audio passes `alone_after` (it reads well alone by then),
+    whichever comes first. The second phrase's words are all committed, once."""
     engine = shared_backend("ctranslate2", "cpu-laptop")
     decode = engine.transcribe
     buffers: list[float] = []
@@ -237,7 +239,8 @@ def test_the_context_is_cut_off_first_when_the_buffer_grows_long(
     monkeypatch.setattr(engine, "transcribe", counted)
     phrase, silence = jfk_phrases[-1], np.zeros(SR, dtype=np.float32)
     stream = np.concatenate([silence[: SR // 2], phrase, silence, phrase, silence])
-    recorder = _replay(tmp_path, stream, StreamSettings(step=2.0, trim_after=8.0))
+    settings = StreamSettings(step=2.0, trim_after=trim_after, alone_after=alone_after)
+    recorder = _replay(tmp_path, stream, settings)
     done = [text for kind, text, _ in recorder.events if kind == "done"]
     said = "What your country can do for you, ask what you can do for your country."
     assert len(done) == 2 and all(wer(said, text) <= 0.1 for text in done), done

@@ -55,6 +55,7 @@ class StreamSettings:
     # seconds before its onset (their words already committed): Whisper reads a short phrase
     # poorly alone, and a file run reads it beside its neighbours. 0: each one alone.
     context: float = 8.0
+    alone_after: float = 6.0  # an utterance this long reads well alone: the context goes
     vad: VadSettings = field(default_factory=VadSettings)
 
     @property
@@ -288,17 +289,19 @@ class LiveSession:
         self.listener.tentative(" ".join(utterance.agreement.tentative))
 
     def _cut_buffer(self, utterance: _Utterance) -> None:
-        """Keep the buffer short: past `trim_after`, cut off the context before the utterance
-        first, else after the last committed sentence, in the voice detector's pause there;
+        """Keep the buffer short: the context before the utterance goes once the utterance has
+        `alone_after` of its own or the buffer `trim_after`; past `trim_after`, cut after the
+        last committed sentence, in the voice detector's pause there;
         near `max_buffer`, after any committed word; at `max_buffer`, commit what the latest
         hypothesis holds and cut wherever it must."""
         s = self.settings
         seconds = (self._received - utterance.start) / SAMPLE_RATE
-        if seconds < s.trim_after:
-            return
         own = utterance.onset - self._pad
-        if utterance.start < own:  # context: every word in it is committed already
-            self._move_start(utterance, 0, own)
+        grown = (self._received - own) / SAMPLE_RATE >= s.alone_after
+        if utterance.start < own and (grown or seconds >= s.trim_after):
+            self._move_start(utterance, 0, own)  # every word of the context is committed
+            return
+        if seconds < s.trim_after:
             return
         agreement = utterance.agreement
         point = agreement.cut_point(sentences_only=seconds < s.max_buffer - 4)
