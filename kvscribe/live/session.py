@@ -239,17 +239,18 @@ class LiveSession:
 
     def _settle_due(self) -> bool:
         """Speech has been quiet for `commit_silence`, the decode at the pause has heard it, and
-        its buffer is long enough to read: the utterance's speech with the context before it
-        (a short utterance with none may still join the next)."""
+        it is long enough to read: the utterance's speech, with the context before it if any
+        (a short utterance with none may still join the next), however its buffer was cut."""
         utterance = self._utterance
         if utterance is None or utterance.settled_at is not None:
             return False
         paused = utterance.paused_at
+        heard_from = min(utterance.start, utterance.onset - self._pad)
         return (
             paused is not None
             and self._received - paused >= self._settle_after
             and utterance.decoded_to >= paused + self._pad // 2
-            and paused - utterance.start >= self._short + self._pad
+            and paused - heard_from >= self._short + self._pad
             and utterance.agreement.latest is not None
         )
 
@@ -291,9 +292,9 @@ class LiveSession:
     def _cut_buffer(self, utterance: _Utterance) -> None:
         """Keep the buffer short: the context before the utterance goes once the utterance has
         `alone_after` of its own or the buffer `trim_after`; past `trim_after`, cut after the
-        last committed sentence, in the voice detector's pause there;
-        near `max_buffer`, after any committed word; at `max_buffer`, commit what the latest
-        hypothesis holds and cut wherever it must."""
+        last committed sentence, in the voice detector's pause there; near `max_buffer`, after
+        any committed word; at `max_buffer`, commit what the latest hypothesis holds and cut
+        wherever it must."""
         s = self.settings
         seconds = (self._received - utterance.start) / SAMPLE_RATE
         own = utterance.onset - self._pad
