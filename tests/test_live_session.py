@@ -246,3 +246,16 @@ def test_the_context_is_cut_off_first_when_the_buffer_grows_long(
     assert len(done) == 2 and all(wer(said, text) <= 0.1 for text in done), done
     assert max(buffers) < 9.0, buffers  # the context went before the buffer reached 9 s
     assert buffers[-1] < phrase.size / SR + 1.0, buffers  # the last decode: the phrase alone
+
+
+def test_a_long_utterance_cut_just_before_a_pause_is_still_committed_at_it(tmp_path, jfk_phrases):
+    """JFK's last phrase, a 0.45 s pause (not an end), his first phrase: the buffer passes
+    `trim_after` (7 s) during the second phrase and is cut after "country.", leaving 2 s
+    before the pause. The utterance is 7.5 s long, so that pause commits it, as it would
+    had the buffer not been cut."""
+    gap = np.zeros(int(0.45 * SR), dtype=np.float32)
+    silence = np.zeros(2 * SR, dtype=np.float32)
+    stream = np.concatenate([silence[: SR // 2], jfk_phrases[-1], gap, jfk_phrases[0], silence])
+    stats = _replay(tmp_path, stream, StreamSettings(step=1.0, trim_after=7.0)).stats
+    assert stats.utterances == 1
+    assert len(stats.at_pause) == 1
