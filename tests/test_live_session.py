@@ -10,8 +10,9 @@ import pytest
 
 from kvscribe import audio
 from kvscribe.live.capture import Capture, FileReplay
-from kvscribe.live.session import LiveSession, StreamSettings
+from kvscribe.live.session import LiveSession
 from kvscribe.live.stats import LiveStats
+from kvscribe.live.streaming import StreamSettings
 from kvscribe.live.vad import WINDOW, SileroVad, VadSettings, VoiceDetector
 from kvscribe.options import LiveOptions
 from kvscribe.runner import decode_request

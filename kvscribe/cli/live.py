@@ -285,8 +285,9 @@ def _open_source(options: LiveOptions):
 def _run(options: LiveOptions, console) -> int:
     from kvscribe.cli.live_view import LiveView, TranscriptFile
     from kvscribe.live.capture import Capture
-    from kvscribe.live.session import LiveSession, StreamSettings
+    from kvscribe.live.session import LiveSession
     from kvscribe.live.stats import LiveStats
+    from kvscribe.live.streaming import StreamSettings
     from kvscribe.live.vad import SileroVad, VadSettings, VoiceDetector
     from kvscribe.runner import decode_request, load_backend
 

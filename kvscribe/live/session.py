@@ -18,7 +18,6 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
@@ -27,7 +26,8 @@ from kvscribe.backends.base import Backend, DecodeRequest
 from kvscribe.live.agreement import Hypothesis, LocalAgreement
 from kvscribe.live.capture import Capture, Chunk
 from kvscribe.live.stats import LiveStats
-from kvscribe.live.vad import VadSettings, VoiceDetector, VoiceEvent, level_dbfs
+from kvscribe.live.streaming import LiveListener, StreamSettings
+from kvscribe.live.vad import VoiceDetector, VoiceEvent, level_dbfs
 
 _MEMORY_EVERY = 10.0  # seconds of audio between RSS samples
 _SLACK = SAMPLE_RATE // 2  # audio kept before a possible onset, beyond the pad
@@ -37,53 +37,6 @@ _SLACK = SAMPLE_RATE // 2  # audio kept before a possible onset, beyond the pad
 # waits; text at the pace of speech never reaches the bound.
 _TOKENS_PER_SECOND = 12
 _TOKENS_BASE = 16
-
-
-@dataclass(frozen=True)
-class StreamSettings:
-    step: float = 1.0  # seconds of new audio between re-decodes of an utterance
-    # Quiet this long: commit what the decoder heard, not waiting for the utterance's end (the
-    # commit latency a speaker sees); the end (vad.min_silence) stays later, so speech that
-    # resumes after a short pause continues the same buffer.
-    commit_silence: float = 0.3
-    hold: float = 2.0  # words are committed once the decoder has heard this much speech after
-    min_context: float = 5.0  # and not before the buffer holds this much audio
-    # Whisper reads better with more context: cut the buffer late (it sees 30 s at most).
-    trim_after: float = 18.0  # a longer buffer is cut after its last committed sentence
-    max_buffer: float = 27.0  # a buffer this long is cut wherever it must
-    # A new utterance's buffer starts with the audio of the ones before it, up to this many
-    # seconds before its onset (their words already committed): Whisper reads a short phrase
-    # poorly alone, and a file run reads it beside its neighbours. 0: each one alone.
-    context: float = 8.0
-    alone_after: float = 6.0  # an utterance this long reads well alone: the context goes
-    vad: VadSettings = field(default_factory=VadSettings)
-
-    @property
-    def commit_after(self) -> float:
-        """Seconds of quiet that commit: never later than the end of the utterance."""
-        return min(self.commit_silence, self.vad.min_silence)
-
-    def describe(self) -> str:
-        """The stats' streaming row."""
-        return (
-            f"re-decode every {self.step:g} s; commit after {self.commit_after:g} s of silence, "
-            f"end after {self.vad.min_silence:g} s; "
-            + (f"decoded with {self.context:g} s before it" if self.context else "each alone")
-        )
-
-
-class LiveListener(Protocol):
-    def committed(self, text: str) -> None:
-        """Words just committed, continuing the current utterance."""
-
-    def tentative(self, text: str) -> None:
-        """The uncommitted tail of the latest hypothesis ('' when none)."""
-
-    def utterance_done(self, text: str, latency: float) -> None:
-        """The utterance's whole committed text, `latency` s after its speech ended."""
-
-    def heard(self, level_db: float, speaking: bool) -> None:
-        """One chunk arrived (for level meters)."""
 
 
 @dataclass
@@ -133,7 +86,7 @@ class LiveSession:
         self._language: str | None = None  # the first utterance's, then pinned
         # Where a next utterance's buffer may start: the last utterance's `starts`.
         self._context: tuple[int, ...] = ()
-        self._context_words: list[str] = []  # and the words it committed last
+        self._context_words: list[str] = []  # and the words it committed
 
     def stop(self) -> None:
         """Finish soon: the pending utterance is decoded and committed (safe from a signal
@@ -364,7 +317,7 @@ class LiveSession:
         self._utterance = None
         if self.settings.context > 0:
             self._context = tuple(p for p in utterance.starts if p >= utterance.start)
-            self._context_words = utterance.words[-3:]
+            self._context_words = utterance.words
         self.listener.tentative("")
         # Committed when the pause settled it, unless the final hypothesis added words since.
         settled = utterance.settled_at if not rest else None

@@ -1,0 +1,56 @@
+"""What a live session is told and whom it tells: its streaming policy (when to re-decode,
+commit, cut and carry context; docs/live.md, "How it works") and its listener."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kvscribe.live.vad import VadSettings
+
+
+@dataclass(frozen=True)
+class StreamSettings:
+    step: float = 1.0  # seconds of new audio between re-decodes of an utterance
+    # Quiet this long: commit what the decoder heard, not waiting for the utterance's end (the
+    # commit latency a speaker sees); the end (vad.min_silence) stays later, so speech that
+    # resumes after a short pause continues the same buffer.
+    commit_silence: float = 0.3
+    hold: float = 2.0  # words are committed once the decoder has heard this much speech after
+    min_context: float = 5.0  # and not before the buffer holds this much audio
+    # Whisper reads better with more context: cut the buffer late (it sees 30 s at most).
+    trim_after: float = 18.0  # a longer buffer is cut after its last committed sentence
+    max_buffer: float = 27.0  # a buffer this long is cut wherever it must
+    # A new utterance's buffer starts with the audio of the ones before it, up to this many
+    # seconds before its onset (their words already committed): Whisper reads a short phrase
+    # poorly alone, and a file run reads it beside its neighbours. 0: each one alone.
+    context: float = 8.0
+    alone_after: float = 6.0  # an utterance this long reads well alone: the context goes
+    vad: VadSettings = field(default_factory=VadSettings)
+
+    @property
+    def commit_after(self) -> float:
+        """Seconds of quiet that commit: never later than the end of the utterance."""
+        return min(self.commit_silence, self.vad.min_silence)
+
+    def describe(self) -> str:
+        """The stats' streaming row."""
+        return (
+            f"re-decode every {self.step:g} s; commit after {self.commit_after:g} s of silence, "
+            f"end after {self.vad.min_silence:g} s; "
+            + (f"decoded with {self.context:g} s before it" if self.context else "each alone")
+        )
+
+
+class LiveListener(Protocol):
+    def committed(self, text: str) -> None:
+        """Words just committed, continuing the current utterance."""
+
+    def tentative(self, text: str) -> None:
+        """The uncommitted tail of the latest hypothesis ('' when none)."""
+
+    def utterance_done(self, text: str, latency: float) -> None:
+        """The utterance's whole committed text, `latency` s after its speech ended."""
+
+    def heard(self, level_db: float, speaking: bool) -> None:
+        """One chunk arrived (for level meters)."""
