@@ -38,15 +38,8 @@ from kvscribe.backends.ct2_silence import (
     to_decode,
 )
 from kvscribe.backends.ct2_windows import WindowCounter
-from kvscribe.chunking import (
-    BATCHED,
-    FILE_VAD,
-    MAX_SECONDS,
-    Chunk,
-    ChunkRules,
-    speech_chunks,
-)
-from kvscribe.decoding import SAMPLING_SEED, Fallback, VadFilter, unspoken
+from kvscribe.chunking import FILE_VAD, MAX_SECONDS, Chunk, batched_rules, speech_chunks
+from kvscribe.decoding import SAMPLING_SEED, Fallback, unspoken
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.kvcache import estimate
 from kvscribe.models.ct2_file import whisper_dims
@@ -165,7 +158,7 @@ class CTranslate2Backend(Backend):
         from kvscribe.backends import ct2_batched
 
         self._load_replicas()  # while the file is scanned for speech
-        chunks = speech_chunks(audio, _chunk_rules(request.vad))
+        chunks = speech_chunks(audio, batched_rules(request.vad))
         # A group's unfinished tails are decoded after the group: keep its span readable.
         hold_history(audio, batch * MAX_SECONDS + MAX_SECONDS)
         language, probability = self._language_of(audio, chunks, request)
@@ -201,7 +194,7 @@ class CTranslate2Backend(Backend):
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
         batch = self.batch_size_for(request, math.inf)  # what a long file's chunks get
         self._load_replicas()  # while the inputs are scanned for speech
-        rules = _chunk_rules(request.vad)
+        rules = batched_rules(request.vad)
         chunked = [
             [replace(chunk, source=number) for chunk in speech_chunks(audio, rules)]
             for number, audio in enumerate(audios)
@@ -428,15 +421,6 @@ def _not_applicable(kv_self: str, kv_cross: str, beams: int) -> list[str]:
 
 
 # -- request fields to faster-whisper's arguments ----------------------------------------
-
-
-def _chunk_rules(vad: VadFilter | None) -> ChunkRules:
-    """The batched chunker is a VAD already: a requested filter sets its threshold and
-    shortest speech; its pauses and padding stay the ones chunking is tuned for."""
-    if vad is None:
-        return BATCHED
-    settings = replace(FILE_VAD, threshold=vad.threshold, min_speech=vad.min_speech_seconds)
-    return replace(BATCHED, vad=settings)
 
 
 def _word(word) -> Word:

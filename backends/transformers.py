@@ -14,6 +14,10 @@ a group of chunks' audio decoded while their unfinished tails are decoded again.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
 from kvscribe import hardware
 from kvscribe import setting_rows as row
 from kvscribe.audio import SAMPLE_RATE
@@ -64,6 +68,7 @@ class TransformersBackend(Backend):
         batched=True,
         streams_audio=True,
         batched_cuts_pauses=True,
+        shares_batches=True,
         honours=frozenset({"hotwords", "max_new_tokens", "suppress_tokens"}),
     )
 
@@ -202,29 +207,103 @@ class TransformersBackend(Backend):
     def _transcribe_batched(
         self, audio: Samples, request: DecodeRequest, beams: int, batch: int
     ) -> Transcription:
-        from kvscribe.chunking import BATCHED, speech_chunks
+        from kvscribe.chunking import batched_rules, speech_chunks
 
-        chunks = speech_chunks(audio, BATCHED)
-        language, probability = request.language or "en", None
-        if request.language is None and self.special.is_multilingual and chunks:
-            first = self._chunk_mel(chunks[0].samples(audio))
-            language, probability = self._detect_language(first)
+        chunks = speech_chunks(audio, batched_rules(request.vad))
+        language, probability = self._chunks_language(audio, chunks, request)
         plan = self._plan(language, request.task, beams, request, timestamps=False)
         batch, budget_note = self._fit_budget(plan, batch)
         # A group's unfinished tails are read again after its last chunk: keep them decoded.
         hold_history(audio, batch * 30 + 30)
+        report = self._batched_report(plan, request, batch, budget_note)
+        stream = self._stream_batched(plan, audio, chunks, batch, report, request)
+        return Transcription(language, probability, stream, report)
+
+    def transcribe_together(
+        self, audios: Sequence[Samples], request: DecodeRequest
+    ) -> list[Transcription]:
+        """Short inputs (each within one window) decoded side by side, as the speech chunks
+        of a long file are: each input's chunks are one run, the runs of inputs in the same
+        language share the batches (kvscribe.stepped.batched.transcribe_shared). Decoded
+        before this returns: an input's batch holds the others' chunks."""
+        import torch
+
+        from kvscribe.chunking import batched_rules, speech_chunks
+
+        torch.set_num_threads(self.threads)  # as transcribe() does, and for the same reason
+        self.check_language(request, self.special.is_multilingual, list(self.special.languages))
+        rules = batched_rules(request.vad)
+        chunked = [
+            [replace(chunk, source=number) for chunk in speech_chunks(audio, rules)]
+            for number, audio in enumerate(audios)
+        ]
+        languages = [
+            self._chunks_language(audio, chunks, request)
+            for audio, chunks in zip(audios, chunked, strict=True)
+        ]
+        runs: dict[int, Transcription] = {}
+        for language in dict.fromkeys(language for language, _ in languages):
+            members = [n for n, (lang, _) in enumerate(languages) if lang == language]
+            decoded = self._shared_run(language, request, audios, [chunked[n] for n in members])
+            for number, (segments, report) in zip(members, decoded, strict=True):
+                probability = languages[number][1]
+                runs[number] = Transcription(language, probability, iter(segments), report)
+        return [runs[number] for number in range(len(audios))]
+
+    def _shared_run(self, language: str, request: DecodeRequest, audios, chunked):
+        """(segments, report) of each input whose chunks are `chunked` (one language), the
+        inputs' runs of chunks decoded side by side. The batch's timings are reported once,
+        with the first input (a run's totals add the inputs' up); its KV bytes with each
+        (the run reports the largest)."""
+        from kvscribe.stepped import batched, longform
+
+        beams = request.beam_size or int(self.settings.get("beam_size", 5))
+        plan = self._plan(language, request.task, beams, request, timestamps=False)
+        batch, budget_note = self._fit_budget(plan, self.batch_size_for(request, math.inf))
+        stats = longform.WindowStats()
+        decoded = batched.transcribe_shared(
+            plan,
+            audios,
+            chunked,
+            batch,
+            self._chunk_mel,
+            self._text,
+            self._prompt_tokens(request),
+            stats,
+            request.word_timestamps,
+        )
+        results = []
+        for index, (segments, windows, tokens) in enumerate(decoded):
+            report = self._batched_report(plan, request, batch, budget_note)
+            report.settings[row.BATCH_SIZE] += " (short files share them)"
+            stats.fill(report)
+            report.windows, report.tokens = windows, tokens
+            if index:
+                report.encoder_seconds, report.step_seconds, report.recompute_macs = 0.0, [], 0
+            results.append((segments, report))
+        return results
+
+    def _chunks_language(self, audio, chunks, request: DecodeRequest) -> tuple[str, float | None]:
+        """The request's language, else the one detected on the first speech chunk (English
+        for an English-only model, or with no speech to detect it from: no probability)."""
+        if request.language is not None or not self.special.is_multilingual or not chunks:
+            return request.language or "en", None
+        return self._detect_language(self._chunk_mel(chunks[0].samples(audio)))
+
+    def _batched_report(
+        self, plan, request: DecodeRequest, batch: int, budget_note: str
+    ) -> DecoderReport:
         report = DecoderReport(
             kv_provenance=make_provenance(MEASURED),
             settings={
-                **self._request_settings(request, beams),
+                **self._request_settings(request, plan.beams),
                 row.BATCH_SIZE: str(batch) + budget_note,
                 row.PREVIOUS_TEXT: "off (batched)",
             },
             batch_size=batch,
         )
         self._note_words(report, plan, request)
-        stream = self._stream_batched(plan, audio, chunks, batch, report, request)
-        return Transcription(language, probability, stream, report)
+        return report
 
     @staticmethod
     def _note_words(report: DecoderReport, plan, request: DecodeRequest) -> None:

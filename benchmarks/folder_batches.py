@@ -2,6 +2,7 @@
 decoding them one file at a time, with --jobs 1 and --jobs 2 and kvscribe's default.
 
     .venv/bin/python benchmarks/folder_batches.py [--copies 3] [--repeat 3]
+        [--backend NAME --out folder_batches_NAME]
 
 Two folders:
 - every clip of eval/clips of 30 s or less (real and synthetic speech), `--copies` times;
@@ -17,7 +18,8 @@ each repeat), each into an empty output folder; medians of `--repeat`.
 Then why a worker with one core decodes its files one at a time: one worker in this
 process with one thread, the same files shared and alone (Worker.work_parcel).
 
-Writes benchmarks/results/folder_batches.{json,md}.
+Writes benchmarks/results/folder_batches.{json,md} (`--out`: another name), for
+kvscribe's default backend unless `--backend` names another.
 """
 
 from __future__ import annotations
@@ -101,9 +103,10 @@ def realform_utterances(root: Path) -> Folder:
     return Folder(f"{REALFORM.name} cut at its pauses", root, files, [reference])
 
 
-def run_once(folder: Folder, out: Path, flags: list[str], profile: str) -> float:
+def run_once(folder: Folder, out: Path, flags: list[str], args) -> float:
     shutil.rmtree(out, ignore_errors=True)
-    argv = [KVSCRIBE, folder.root, "--recursive", "-o", out, "-f", "txt", "-p", profile, "-q"]
+    argv = [KVSCRIBE, folder.root, "--recursive", "-o", out, "-f", "txt", "-q"]
+    argv += ["-p", args.profile, "--backend", args.backend]
     started = time.perf_counter()
     done = subprocess.run([str(a) for a in [*argv, *flags]], capture_output=True, text=True)
     seconds = time.perf_counter() - started
@@ -119,7 +122,7 @@ def measure(folder: Folder, work: Path, args) -> list[dict]:
     for turn in range(args.repeat):
         for name in names[turn % len(names) :] + names[: turn % len(names)]:
             out = work / "out"
-            times[name].append(run_once(folder, out, CONFIGS[name], args.profile))
+            times[name].append(run_once(folder, out, CONFIGS[name], args))
             wers[name] = folder.wer(out)
             print(f"{folder.name} | {name}: {times[name][-1]:.2f} s, WER {wers[name]:.3f}")
     audio = folder.audio_seconds
@@ -145,7 +148,7 @@ def measure(folder: Folder, work: Path, args) -> list[dict]:
     ]
 
 
-def one_core(folder: Folder, profile: str) -> list[dict]:
+def one_core(folder: Folder, args) -> list[dict]:
     """One worker with one thread, in this process: the files shared, then alone."""
     from kvscribe.batch import Task
     from kvscribe.batch_worker import Worker
@@ -153,7 +156,11 @@ def one_core(folder: Folder, profile: str) -> list[dict]:
     from kvscribe.options import TranscribeOptions
 
     options = TranscribeOptions(
-        inputs=(folder.root,), output_dir=folder.root / "out", profile=profile, threads=1
+        inputs=(folder.root,),
+        output_dir=folder.root / "out",
+        profile=args.profile,
+        backend=args.backend,
+        threads=1,
     )
     worker = Worker(options)
     backend = worker.runner.backend
@@ -177,6 +184,8 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", default="auto")
+    parser.add_argument("--backend", default="ctranslate2")
+    parser.add_argument("--out", default="folder_batches", help="results file name")
     args = parser.parse_args()
     os.environ.pop("OMP_NUM_THREADS", None)  # every process picks its own threads
     with tempfile.TemporaryDirectory() as work:
@@ -184,14 +193,15 @@ def main() -> None:
             eval_clips(Path(work) / "clips", args.copies),
             realform_utterances(Path(work) / "realform"),
         ]
-        design = [row for folder in folders for row in one_core(folder, args.profile)]
+        design = [row for folder in folders for row in one_core(folder, args)]
         rows = [row for folder in folders for row in measure(folder, Path(work), args)]
     table = _table(rows, design, args)
     print("\n" + table)
     profile = profiles.load(args.profile)
     meta = {
         "device": profiles.pick_device(profile, None, hardware.detect()),
-        "backend": "ctranslate2 (kvscribe's default)",
+        "backend": args.backend
+        + (" (kvscribe's default)" if args.backend == "ctranslate2" else ""),
         "profile": args.profile,
         "model": "tiny.en (kvscribe's default)",
         "copies": args.copies,
@@ -199,7 +209,7 @@ def main() -> None:
         f"{args.repeat}. One-core rows: one Worker in the benchmark's process, one pass",
         "one_core": design,
     }
-    results_file.write("folder_batches", meta, rows, table)
+    results_file.write(args.out, meta, rows, table)
 
 
 def _table(rows: list[dict], design: list[dict], args) -> str:

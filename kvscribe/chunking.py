@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +22,9 @@ from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples, blocks
 from kvscribe.live.vad import WINDOW, SileroVad, VadSettings, VoiceDetector
 from kvscribe.timemap import TimeMap
+
+if TYPE_CHECKING:
+    from kvscribe.decoding import VadFilter
 
 MAX_SECONDS = 30.0  # Whisper's window
 MIN_UNFINISHED = 1.0  # seconds of speech left after the decoder stopped worth decoding again
@@ -88,6 +92,16 @@ class ChunkRules:
 
 # The batched paths' chunks (both engines): windows filled with speech, every pause cut out.
 BATCHED = ChunkRules(max_gap=None, cut_pauses=True)
+
+
+def batched_rules(vad: VadFilter | None) -> ChunkRules:
+    """The batched paths' rules for a request: the chunker is a VAD already, so a requested
+    filter (`--vad-filter`) sets its threshold and shortest speech; its pauses and padding
+    stay the ones chunking is tuned for."""
+    if vad is None:
+        return BATCHED
+    settings = replace(FILE_VAD, threshold=vad.threshold, min_speech=vad.min_speech_seconds)
+    return replace(BATCHED, vad=settings)
 
 
 def speech_chunks(audio: Samples, rules: ChunkRules = ChunkRules()) -> list[Chunk]:

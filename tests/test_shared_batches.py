@@ -41,10 +41,14 @@ def _timed(result) -> list[tuple]:
     return [(s.id, s.start, s.end, s.text) for s in result.transcript.segments]
 
 
-@pytest.fixture(scope="module")
-def worker(tmp_path_factory) -> Worker:
+# Both engines that share batches; transformers in float32, as on every CPU.
+ENGINES = {"ctranslate2": {}, "transformers": {"compute_type": "float32"}}
+
+
+@pytest.fixture(scope="module", params=list(ENGINES))
+def worker(request, tmp_path_factory) -> Worker:
     out = tmp_path_factory.mktemp("shared") / "out"
-    return Worker(_options(out, threads=2))
+    return Worker(_options(out, threads=2, backend=request.param, **ENGINES[request.param]))
 
 
 def _options(out: Path, **values) -> TranscribeOptions:

@@ -64,6 +64,41 @@ def transcribe(
     )
 
 
+def transcribe_shared(
+    plan: WindowPlan,
+    audios: Sequence,
+    chunked: list[list[Chunk]],
+    batch: int,
+    chunk_mel: Callable[[Any], Any],
+    decode_text: Callable[[list[int]], str],
+    prompt: list[int],
+    stats: WindowStats,
+    word_timestamps: bool,
+) -> list[tuple[list[Segment], int, int]]:
+    """Short inputs decoded side by side: `chunked[i]` holds the speech chunks of one of
+    `audios` (`source`: its number there), one run each, in order, so an input's chunks fill
+    the rows the one before left (kvscribe.aligned_chunks.shared_segments). Per run: its
+    segments as a decode of it alone numbers them, its windows and its kept tokens."""
+    decoder_prompt = full_prompt(plan, prompt)
+    counts = {run[0].source: [0, 0] for run in chunked if run}
+
+    def decode_group(group: list[Chunk]) -> list[AlignedChunk]:
+        mels = [chunk_mel(chunk.samples(audios[chunk.source])) for chunk in group]
+        return decode_with_fallback(plan, group, mels, decoder_prompt, stats, decode_text)
+
+    def seen(source: int, result: AlignedChunk) -> None:
+        counts[source][0] += 1
+        counts[source][1] += len(result.tokens)
+
+    chunks = [chunk for run in chunked for chunk in run]
+    segments = aligned_chunks.shared_segments(
+        chunks, len(audios), batch, decode_group, decode_text, plan.fallback, word_timestamps, seen
+    )
+    return [
+        (segments[run[0].source], *counts[run[0].source]) if run else ([], 0, 0) for run in chunked
+    ]
+
+
 @dataclass
 class _Search:
     """One chunk's beam search: its live hypotheses and the endings found so far."""
