@@ -46,6 +46,10 @@ class Capabilities:
     # Decodes several short inputs side by side in the batches a long file's chunks use
     # (`Backend.transcribe_together`): a batch folder of short files fills the batch too.
     shares_batches: bool = False
+    # A folder run without --jobs on a CPU starts one single-threaded worker per core
+    # (kvscribe.capacity.default_jobs); False: one worker with every core, for an engine
+    # whose batches use the threads better than more processes do.
+    worker_per_core: bool = True
     # The optional DecodeRequest fields (OPTIONAL_FIELDS) the engine honours on every path;
     # `Backend.honours` narrows it per path. A field a request sets that its path does not
     # honour is reported "not applicable" by the runner, worded once (not_honoured).

@@ -69,6 +69,9 @@ class TransformersBackend(Backend):
         streams_audio=True,
         batched_cuts_pauses=True,
         shares_batches=True,
+        # One worker sharing batches on both cores took 0.71-0.79x the time of two one-core
+        # workers, which each import torch (benchmarks/results/folder_batches_transformers.md).
+        worker_per_core=False,
         honours=frozenset({"hotwords", "max_new_tokens", "suppress_tokens"}),
     )
 

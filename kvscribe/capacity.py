@@ -59,13 +59,14 @@ def worker_bytes(model_bytes: int) -> int:
 SMALL_MACHINE_BYTES = 4_000_000_000
 
 
-def default_jobs(model_bytes: int) -> int:
-    """1 on small machines (under 4 GB available, or memory unknown); else one worker per
-    core, as many as fit in half the available memory, at most 4. Measured on 2 cores:
-    2 single-threaded workers beat 1 two-threaded one, even one whose short files share
-    batches (docs/batch.md, 'Short files share batches' and 'Measured')."""
+def default_jobs(model_bytes: int, worker_per_core: bool = True) -> int:
+    """1 on small machines (under 4 GB available, or memory unknown), or for a backend
+    without `worker_per_core`; else one worker per core, as many as fit in half the
+    available memory, at most 4. Measured on 2 cores: 2 single-threaded ctranslate2 workers
+    beat 1 two-threaded one, even one whose short files share batches; one transformers
+    worker beat two (docs/batch.md, 'Short files share batches' and 'Measured')."""
     memory = available_memory_bytes()
-    if memory is None or memory < SMALL_MACHINE_BYTES:
+    if not worker_per_core or memory is None or memory < SMALL_MACHINE_BYTES:
         return 1
     fit = int(0.5 * memory // worker_bytes(model_bytes))
     return max(1, min(os.cpu_count() or 1, fit, 4))

@@ -265,6 +265,9 @@ def test_default_jobs_is_one_on_small_machines_and_fits_memory(monkeypatch):
     assert capacity.default_jobs(75_000_000) == 4
     monkeypatch.setattr(capacity, "available_memory_bytes", lambda: 5_000_000_000)
     assert capacity.default_jobs(1_500_000_000) == 1  # a large model: one fits in half
+    monkeypatch.setattr(capacity, "available_memory_bytes", lambda: 64_000_000_000)
+    # an engine whose one worker uses every core better (transformers)
+    assert capacity.default_jobs(75_000_000, worker_per_core=False) == 1
 
 
 def test_physical_cores_count_smt_siblings_once_and_follow_a_worker_s_share(monkeypatch):

@@ -184,7 +184,8 @@ def test_a_folder_run_says_its_files_shared_batches_and_batch_size_1_does_not(tm
 
 
 @pytest.mark.slow
-def test_files_in_other_languages_share_a_parcel_each_with_its_own_language(tmp_path):
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_files_in_other_languages_share_a_parcel_each_with_its_own_language(tmp_path, engine):
     """The multilingual model, the language left to detect: each file decodes with the
     prompt of its own language, and reads as it does alone."""
     from kvscribe.audio import load_audio
@@ -202,7 +203,12 @@ def test_files_in_other_languages_share_a_parcel_each_with_its_own_language(tmp_
         path = media.write_wav(tmp_path / f"{language}.wav", audio[first.start : first.end])
         files[path] = language
     options = TranscribeOptions(
-        inputs=tuple(files), output_dir=tmp_path / "out", model="base", threads=2
+        inputs=tuple(files),
+        output_dir=tmp_path / "out",
+        model="base",
+        threads=2,
+        backend=engine,
+        **ENGINES[engine],
     )
     worker = Worker(options)
     together = {r.task.path: r for r in worker.work_parcel([_task(path) for path in files])}

@@ -110,7 +110,8 @@ def _run_batch(options: TranscribeOptions, auto_jobs: bool, on_cluster=None) -> 
             models.resolve(options.model, backend_cls.capabilities.model_formats).path
         )
         if auto_jobs and on_cluster is None:
-            options = dataclasses.replace(options, jobs=capacity.default_jobs(model_bytes))
+            jobs = capacity.default_jobs(model_bytes, backend_cls.capabilities.worker_per_core)
+            options = dataclasses.replace(options, jobs=jobs)
         warning = capacity.memory_warning(options.jobs, model_bytes)
         if warning and not options.quiet:
             console.print(f"[yellow]kvscribe: warning:[/] {warning}")
