@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import abc
 import importlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -149,6 +149,38 @@ class Transcription:
     language_probability: float | None
     segments: Iterator[Segment]
     report: DecoderReport
+
+
+def shared_by_language(
+    audios: Sequence[Samples],
+    request: DecodeRequest,
+    language_of: Callable[[Samples, list, DecodeRequest], tuple[str, float | None]],
+    decode: Callable[[str, list[list]], list[tuple[list[Segment], DecoderReport]]],
+) -> list[Transcription]:
+    """transcribe_together's frame, for every engine: each input's speech chunks (`source`:
+    its number) and language (`language_of(audio, chunks, request)`); then, language by
+    language, `decode(language, runs)` decodes those inputs' runs of chunks side by side
+    and gives each its (segments, report)."""
+    from dataclasses import replace
+
+    from kvscribe.chunking import batched_rules, speech_chunks
+
+    rules = batched_rules(request.vad)
+    chunked = [
+        [replace(chunk, source=number) for chunk in speech_chunks(audio, rules)]
+        for number, audio in enumerate(audios)
+    ]
+    languages = [
+        language_of(audio, chunks, request) for audio, chunks in zip(audios, chunked, strict=True)
+    ]
+    runs: dict[int, Transcription] = {}
+    for language in dict.fromkeys(language for language, _ in languages):
+        members = [n for n, (lang, _) in enumerate(languages) if lang == language]
+        decoded = decode(language, [chunked[n] for n in members])
+        for number, (segments, report) in zip(members, decoded, strict=True):
+            probability = languages[number][1]
+            runs[number] = Transcription(language, probability, iter(segments), report)
+    return [runs[number] for number in range(len(audios))]
 
 
 class Backend(abc.ABC):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 
 from kvscribe import setting_rows as row
 from kvscribe.aligned_chunks import decoded_segments, shared_segments
@@ -31,6 +30,7 @@ from kvscribe.backends.base import (
     DecodeRequest,
     DecoderReport,
     Transcription,
+    shared_by_language,
 )
 from kvscribe.backends.ct2_silence import (
     SpeechClock,
@@ -194,29 +194,15 @@ class CTranslate2Backend(Backend):
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
         batch = self.batch_size_for(request, math.inf)  # what a long file's chunks get
         self._load_replicas()  # while the inputs are scanned for speech
-        rules = batched_rules(request.vad)
-        chunked = [
-            [replace(chunk, source=number) for chunk in speech_chunks(audio, rules)]
-            for number, audio in enumerate(audios)
-        ]
-        languages = [
-            self._language_of(audio, chunks, request)
-            for audio, chunks in zip(audios, chunked, strict=True)
-        ]
-        replicas = self._load_replicas().result()
-        runs: dict[int, Transcription] = {}
-        for language in dict.fromkeys(language for language, _ in languages):
-            members = [n for n, (lang, _) in enumerate(languages) if lang == language]
+
+        def decode(language: str, runs: list[list[Chunk]]):
+            replicas = self._load_replicas().result()
             plan, tokenizer = ct2_batched.setup(
                 self.engine, language, request, beams, batch, replicas
             )
-            decoded = self._shared_run(
-                plan, tokenizer, request, audios, [chunked[n] for n in members]
-            )
-            for number, (segments, report) in zip(members, decoded, strict=True):
-                probability = languages[number][1]
-                runs[number] = Transcription(language, probability, iter(segments), report)
-        return [runs[number] for number in range(len(audios))]
+            return self._shared_run(plan, tokenizer, request, audios, runs)
+
+        return shared_by_language(audios, request, self._language_of, decode)
 
     def _shared_run(self, plan, tokenizer, request, audios, chunked: list[list[Chunk]]):
         """(segments, report) of each input whose chunks are `chunked` (one language), the

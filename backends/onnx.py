@@ -30,6 +30,7 @@ from kvscribe.backends.base import (
     DecoderReport,
     Transcription,
 )
+from kvscribe.backends.stepped_sharing import SharesSteppedBatches
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
 from kvscribe.mel import FRAMES_PER_WINDOW
@@ -49,7 +50,7 @@ _PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider"}
 _SETUP_HINT = "run `kvscribe setup onnx` (with --model as here) first"
 
 
-class OnnxBackend(Backend):
+class OnnxBackend(SharesSteppedBatches, Backend):
     name = "onnx"
     summary = "ONNX Runtime with kvscribe's KV-cache policies between steps (no torch)"
     capabilities = Capabilities(
@@ -59,6 +60,7 @@ class OnnxBackend(Backend):
         batched=True,
         streams_audio=True,
         batched_cuts_pauses=True,
+        shares_batches=True,
         honours=frozenset({"hotwords", "max_new_tokens", "suppress_tokens"}),
     )
     requires = ("onnxruntime", "tokenizers")
@@ -143,8 +145,7 @@ class OnnxBackend(Backend):
         from kvscribe.stepped import longform
         from kvscribe.streamed_mel import StreamedMel
 
-        special = self.vocab.special
-        self.check_language(request, special.is_multilingual, list(special.languages))
+        self._check_request_language(request)
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
         batch = self.batch_size_for(request, audio.size / SAMPLE_RATE)
         if batch > 1:
@@ -153,11 +154,11 @@ class OnnxBackend(Backend):
         language, probability = self._language(request, lambda: mel[:, :FRAMES_PER_WINDOW])
         plan = self._plan(language, request.task, beams, request)
         report = self._report(request, beams)
-        prompt = self.vocab.prompt_tokens(request.prompt)
+        prompt = self._prompt_tokens(request)
 
         def segments():
             stats = longform.WindowStats()
-            yield from longform.transcribe(plan, mel, self.vocab.text, stats, prompt)
+            yield from longform.transcribe(plan, mel, self._text, stats, prompt)
             stats.fill(report)
 
         return Transcription(language, probability, segments(), report)
@@ -168,20 +169,16 @@ class OnnxBackend(Backend):
         """Speech chunks decoded `batch` at a time by the stepped core's batched driver (no
         previous text; times from alignment), as the transformers backend's are; the
         language, unless given, is the first chunk's."""
-        from kvscribe.chunking import BATCHED, speech_chunks
+        from kvscribe.chunking import batched_rules, speech_chunks
         from kvscribe.stepped import batched, longform
 
-        chunks = speech_chunks(audio, BATCHED)
-        first = chunks[0].samples(audio) if chunks else audio
-        language, probability = self._language(request, lambda: self._chunk_mel(first))
+        chunks = speech_chunks(audio, batched_rules(request.vad))
+        language, probability = self._chunks_language(audio, chunks, request)
         plan = self._plan(language, request.task, beams, request, timestamps=False)
         batch, budget_note = self._fit_budget(plan, batch)
         hold_history(audio, batch * 30 + 30)  # a group's tails are read again after it
-        report = self._report(request, beams)
-        batching = {row.BATCH_SIZE: str(batch) + budget_note, row.PREVIOUS_TEXT: "off (batched)"}
-        report.settings.update(batching)
-        report.batch_size = batch
-        prompt = self.vocab.prompt_tokens(request.prompt)
+        report = self._batched_report(plan, request, batch, budget_note)
+        prompt = self._prompt_tokens(request)
 
         def segments():
             stats = longform.WindowStats()
@@ -191,7 +188,7 @@ class OnnxBackend(Backend):
                 chunks,
                 batch,
                 self._chunk_mel,
-                self.vocab.text,
+                self._text,
                 prompt,
                 stats,
                 request.word_timestamps,
@@ -199,6 +196,29 @@ class OnnxBackend(Backend):
             stats.fill(report)
 
         return Transcription(language, probability, segments(), report)
+
+    def _chunks_language(self, audio, chunks, request: DecodeRequest) -> tuple[str, float | None]:
+        """The request's language, else the one detected on the first speech chunk (on the
+        first window when there is none)."""
+        first = chunks[0].samples(audio) if chunks else audio
+        return self._language(request, lambda: self._chunk_mel(first))
+
+    def _batched_report(self, plan, request: DecodeRequest, batch: int, budget_note: str):
+        report = self._report(request, plan.beams)
+        batching = {row.BATCH_SIZE: str(batch) + budget_note, row.PREVIOUS_TEXT: "off (batched)"}
+        report.settings.update(batching)
+        report.batch_size = batch
+        return report
+
+    def _check_request_language(self, request: DecodeRequest) -> None:
+        special = self.vocab.special
+        self.check_language(request, special.is_multilingual, list(special.languages))
+
+    def _text(self, tokens: list[int]) -> str:
+        return self.vocab.text(tokens)
+
+    def _prompt_tokens(self, request: DecodeRequest) -> list[int]:
+        return self.vocab.prompt_tokens(request.prompt)
 
     def _fit_budget(self, plan, wanted: int) -> tuple[int, str]:
         """The batch that fits the profile's `kv_budget_mb`, and how it was chosen."""

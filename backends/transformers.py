@@ -14,9 +14,7 @@ a group of chunks' audio decoded while their unfinished tails are decoded again.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import replace
 
 from kvscribe import hardware
 from kvscribe import setting_rows as row
@@ -29,6 +27,7 @@ from kvscribe.backends.base import (
     DecoderReport,
     Transcription,
 )
+from kvscribe.backends.stepped_sharing import SharesSteppedBatches
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
 from kvscribe.provenance import MEASURED, make_provenance
@@ -49,7 +48,7 @@ _COMPUTE_TYPES = ("default", "float32", "bfloat16", "int8")
 _DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "int8": "float32"}
 
 
-class TransformersBackend(Backend):
+class TransformersBackend(SharesSteppedBatches, Backend):
     name = "transformers"
     summary = "PyTorch + transformers with kvscribe's KV-cache policies"
     capabilities = Capabilities(
@@ -174,7 +173,7 @@ class TransformersBackend(Backend):
         # OpenMP's thread count is the process's: a CTranslate2 model built since (a
         # replica sets it to 1) would otherwise decide ours, for every later decode.
         torch.set_num_threads(self.threads)
-        self.check_language(request, self.special.is_multilingual, list(self.special.languages))
+        self._check_request_language(request)
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
         batch = self.batch_size_for(request, audio.size / SAMPLE_RATE)
         if batch > 1:
@@ -225,66 +224,13 @@ class TransformersBackend(Backend):
     def transcribe_together(
         self, audios: Sequence[Samples], request: DecodeRequest
     ) -> list[Transcription]:
-        """Short inputs (each within one window) decoded side by side, as the speech chunks
-        of a long file are: each input's chunks are one run, the runs of inputs in the same
-        language share the batches (kvscribe.stepped.batched.transcribe_shared). Decoded
-        before this returns: an input's batch holds the others' chunks."""
         import torch
 
-        from kvscribe.chunking import batched_rules, speech_chunks
-
         torch.set_num_threads(self.threads)  # as transcribe() does, and for the same reason
+        return super().transcribe_together(audios, request)
+
+    def _check_request_language(self, request: DecodeRequest) -> None:
         self.check_language(request, self.special.is_multilingual, list(self.special.languages))
-        rules = batched_rules(request.vad)
-        chunked = [
-            [replace(chunk, source=number) for chunk in speech_chunks(audio, rules)]
-            for number, audio in enumerate(audios)
-        ]
-        languages = [
-            self._chunks_language(audio, chunks, request)
-            for audio, chunks in zip(audios, chunked, strict=True)
-        ]
-        runs: dict[int, Transcription] = {}
-        for language in dict.fromkeys(language for language, _ in languages):
-            members = [n for n, (lang, _) in enumerate(languages) if lang == language]
-            decoded = self._shared_run(language, request, audios, [chunked[n] for n in members])
-            for number, (segments, report) in zip(members, decoded, strict=True):
-                probability = languages[number][1]
-                runs[number] = Transcription(language, probability, iter(segments), report)
-        return [runs[number] for number in range(len(audios))]
-
-    def _shared_run(self, language: str, request: DecodeRequest, audios, chunked):
-        """(segments, report) of each input whose chunks are `chunked` (one language), the
-        inputs' runs of chunks decoded side by side. The batch's timings are reported once,
-        with the first input (a run's totals add the inputs' up); its KV bytes with each
-        (the run reports the largest)."""
-        from kvscribe.stepped import batched, longform
-
-        beams = request.beam_size or int(self.settings.get("beam_size", 5))
-        plan = self._plan(language, request.task, beams, request, timestamps=False)
-        batch, budget_note = self._fit_budget(plan, self.batch_size_for(request, math.inf))
-        stats = longform.WindowStats()
-        decoded = batched.transcribe_shared(
-            plan,
-            audios,
-            chunked,
-            batch,
-            self._chunk_mel,
-            self._text,
-            self._prompt_tokens(request),
-            stats,
-            request.word_timestamps,
-        )
-        results = []
-        for index, (segments, windows, tokens) in enumerate(decoded):
-            report = self._batched_report(plan, request, batch, budget_note)
-            report.settings[row.BATCH_SIZE] += " (short files share them)"
-            stats.fill(report)
-            report.windows, report.tokens = windows, tokens
-            if index:
-                report.encoder_seconds, report.step_seconds, report.recompute_macs = 0.0, [], 0
-            results.append((segments, report))
-        return results
 
     def _chunks_language(self, audio, chunks, request: DecodeRequest) -> tuple[str, float | None]:
         """The request's language, else the one detected on the first speech chunk (English

@@ -102,3 +102,28 @@ def test_a_kv_budget_picks_the_largest_batch_whose_measured_kv_fits(exported, lo
     assert "KV budget" in run.report.settings["batch size"]
     held = run.report.kv_self_peak_bytes + run.report.kv_cross_bytes
     assert 0 < held <= budget
+
+
+def test_short_inputs_share_batches_and_read_as_they_do_alone(exported):
+    """Three short clips decoded side by side (transcribe_together, as a batch folder's
+    parcel is): each reads as it does in a batch of its own, close to its reference, and
+    the batch's timings are reported once."""
+    from kvscribe.backends.base import DecodeRequest
+    from tests.conftest import EVAL_DIR, SAMPLE
+
+    clips = [SAMPLE, EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav"]
+    clips.append(EVAL_DIR / "ps_librivox_ss01_0930.wav")
+    audios = [load_audio(clip) for clip in clips]
+    backend = onnx_backend(exported, "cpu-laptop")
+    request = DecodeRequest(batch_size=8)
+    together = backend.transcribe_together(audios, request)
+    for clip, audio, run in zip(clips, audios, together, strict=True):
+        segments = [(s.start, s.end, s.text) for s in run.segments]
+        [alone] = backend.transcribe_together([audio], request)
+        assert [(s.start, s.end, s.text) for s in alone.segments] == segments
+        reference = clip.with_suffix(".txt").read_text(encoding="utf-8")
+        assert wer(reference, " ".join(text for *_, text in segments)) <= 0.15, segments
+        assert run.report.settings["batch size"].endswith("(short files share them)")
+        assert run.report.tokens > 0 and run.report.windows >= 1
+    assert together[0].report.encoder_seconds > 0
+    assert [run.report.encoder_seconds for run in together[1:]] == [0.0, 0.0]
