@@ -61,6 +61,10 @@ class OnnxBackend(SharesSteppedBatches, Backend):
         streams_audio=True,
         batched_cuts_pauses=True,
         shares_batches=True,
+        # One worker sharing batches over both cores took 0.71x and 0.74x the time of two
+        # workers, each of whose ONNX Runtime sessions takes every core
+        # (benchmarks/results/folder_batches_onnx.md).
+        worker_per_core=False,
         honours=frozenset({"hotwords", "max_new_tokens", "suppress_tokens"}),
     )
     requires = ("onnxruntime", "tokenizers")
@@ -219,6 +223,15 @@ class OnnxBackend(SharesSteppedBatches, Backend):
 
     def _prompt_tokens(self, request: DecodeRequest) -> list[int]:
         return self.vocab.prompt_tokens(request.prompt)
+
+    def shares_batches(self, request: DecodeRequest) -> bool:
+        """Short files share batches where a batch's rows have several cores to go to, or a
+        GPU: on one thread a file decoded alone was cheaper (1.06-1.09x its time shared,
+        benchmarks/results/folder_batches_onnx.md), as on ctranslate2."""
+        from kvscribe.capacity import usable_physical_cores
+
+        threads = self.settings.get("threads") or usable_physical_cores()
+        return (self.device != "cpu" or threads > 1) and super().shares_batches(request)
 
     def _fit_budget(self, plan, wanted: int) -> tuple[int, str]:
         """The batch that fits the profile's `kv_budget_mb`, and how it was chosen."""

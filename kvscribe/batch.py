@@ -245,6 +245,7 @@ class Batch:
             if result.stats and result.stats.report:
                 stats.settings.update(result.stats.report.settings)
             stats.worker_peak_rss = max(stats.worker_peak_rss or 0, result.worker_peak_rss or 0)
+            stats.notes += [note for note in result.notes if note not in stats.notes]
         self.listener.finished(result)
         return failed
 

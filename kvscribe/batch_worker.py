@@ -47,6 +47,7 @@ class Result:
     fatal: bool = False  # the backend cannot run at all: stop the batch
     worker_peak_rss: int | None = None
     run_info: dict | None = None  # backend/profile/model/device/settings, from the worker
+    notes: tuple[str, ...] = ()  # the worker's run notes so far (the first result's may lack some)
 
 
 # How a worker tells the driver how far it is through a task: (task, audio seconds done, the
@@ -116,53 +117,65 @@ class Worker:
         result = Result(task, fingerprint=None if shipped else fingerprint(source, task.known))
         return self._transcribed(result, source, report)
 
-    def work_parcel(self, tasks: list[Task], report: Report = _unreported) -> list[Result]:
+    def work_parcel(
+        self,
+        tasks: list[Task],
+        report: Report = _unreported,
+        sources: list[Path] | None = None,
+        shipped: bool = False,
+    ) -> list[Result]:
         """Each of `tasks` transcribed: where the backend shares batches, the short files
         (at most 30 s) side by side (kvscribe.runner.Runner.transcribe_together), the rest
         one at a time. Each input still fails alone: a file that cannot be opened fails
         before the shared decode, and a shared decode that fails is done again one file at
-        a time, so the file it choked on is the one that fails."""
+        a time, so the file it choked on is the one that fails. `sources`: where each task's
+        file is read (as `work`'s `read_from`; `shipped`: local copies)."""
+        sources = sources or [task.path for task in tasks]
         if not self.shares_batches():
-            return [work_guarded(self, task, report=report) for task in tasks]
+            return [
+                work_guarded(self, task, source, shipped, report)
+                for task, source in zip(tasks, sources, strict=True)
+            ]
         results: list[Result] = []
-        short: list[tuple[Result, Samples]] = []
-        for task in tasks:
-            result = Result(task, fingerprint=fingerprint(task.path, task.known))
-            samples = _opened(result)
+        short: list[_Opened] = []
+        for task, source in zip(tasks, sources, strict=True):
+            result = Result(task)
+            samples = _opened(result, source, shipped)
             if samples is None:
                 results.append(self._finished(result))
             elif _is_short(samples):
-                short.append((result, samples))
+                short.append(_Opened(result, source, samples))
             else:
-                results.append(self._alone(result, report, samples))
+                results.append(self._alone(_Opened(result, source, samples), report))
         return results + self._together(short, report)
 
-    def _together(self, short: list[tuple[Result, Samples]], report: Report) -> list[Result]:
+    def _together(self, short: list[_Opened], report: Report) -> list[Result]:
         if not short:
             return []
-        tasks = [result.task for result, _ in short]
         try:
-            paths, opened = [task.path for task in tasks], [samples for _, samples in short]
-            done = self.runner.transcribe_together(paths, opened, _Relays(tasks, report))
+            sources, opened = [one.source for one in short], [one.samples for one in short]
+            relays = _Relays({one.source: one.result.task for one in short}, report)
+            done = self.runner.transcribe_together(sources, opened, relays)
         except Exception:  # by contract (work_guarded): each file retried alone
             _log.debug("shared decode failed; decoding its files one at a time", exc_info=True)
-            return [self._alone(result, report) for result, _ in short]
+            return [self._alone(_Opened(one.result, one.source), report) for one in short]
         finally:
-            for _, samples in short:
-                samples.close()
-        for (result, _), (stats, transcript) in zip(short, done, strict=True):
-            result.stats, result.transcript = stats, transcript
-        return [self._finished(result) for result, _ in short]
+            for one in short:
+                one.samples.close()
+        for one, (stats, transcript) in zip(short, done, strict=True):
+            stats.source = transcript.source = str(one.result.task.path)
+            one.result.stats, one.result.transcript = stats, transcript
+        return [self._finished(one.result) for one in short]
 
-    def _alone(self, result: Result, report: Report, samples: Samples | None = None) -> Result:
-        """`result`'s task transcribed alone (from `samples` when opened already), an
+    def _alone(self, one: _Opened, report: Report) -> Result:
+        """`one`'s task transcribed alone (from its samples when opened already), an
         unexpected exception its failure, as work_guarded makes it."""
         try:
-            return self._transcribed(result, result.task.path, report, samples)
+            return self._transcribed(one.result, one.source, report, one.samples)
         except Exception as exc:  # by contract, as in work_guarded
-            _log.debug("engine failure on %s", result.task.path, exc_info=True)
-            result.error = internal_error(result.task, exc)
-            return self._finished(result)
+            _log.debug("engine failure on %s", one.result.task.path, exc_info=True)
+            one.result.error = internal_error(one.result.task, exc)
+            return self._finished(one.result)
 
     def _transcribed(
         self, result: Result, source: Path, report: Report, samples: Samples | None = None
@@ -193,23 +206,40 @@ class Worker:
     def _finished(self, result: Result) -> Result:
         """`result` with this worker's peak memory, and the run's facts on its first one."""
         result.worker_peak_rss = peak_rss_bytes()
+        assert self.runner.stats is not None  # set by prepare()
+        result.notes = tuple(self.runner.stats.notes)
         if not self.info_sent:
             self.info_sent = True
-            assert self.runner.stats is not None  # set by prepare()
             result.run_info = run_info(self.runner.stats)
         return result
 
 
-def _opened(result: Result) -> Samples | None:
-    """`result`'s file opened (scanned whole), or None with its error in `result`: an
-    unexpected exception too, as work_guarded makes it, so one file fails, not its parcel."""
+@dataclass
+class _Opened:
+    """A parcel's file: its result so far, where it is read, and its audio once opened."""
+
+    result: Result
+    source: Path
+    samples: Samples | None = None
+
+
+def _opened(result: Result, source: Path, shipped: bool) -> Samples | None:
+    """`result`'s file opened from `source` (scanned whole) and fingerprinted (unless
+    `shipped`: the driver took it), or None with its error in `result`: an unexpected
+    exception too, as work_guarded makes it, so one file fails, not its parcel."""
+    samples = None
     try:
-        return open_streamed(result.task.path)
+        samples = open_streamed(source)
+        if not shipped:
+            result.fingerprint = fingerprint(source, result.task.known)
+        return samples
     except KvscribeError as exc:
-        result.error = exc
+        result.error = _renamed(exc, source, result.task.path)
     except Exception as exc:  # by contract, as in work_guarded
         _log.debug("failure opening %s", result.task.path, exc_info=True)
         result.error = internal_error(result.task, exc)
+    if samples is not None:
+        samples.close()
     return None
 
 
@@ -220,10 +250,10 @@ def _is_short(samples: Samples) -> bool:
 
 class _Relays:
     """The Runner's listener for files decoded together: each file's progress to `report`,
-    as a _Relay per task would (files are told apart by path)."""
+    as a _Relay per task would (files are told apart by the path they are read from)."""
 
-    def __init__(self, tasks: list[Task], report: Report):
-        self.relays = {task.path: _Relay(task, report) for task in tasks}
+    def __init__(self, tasks: dict[Path, Task], report: Report):
+        self.relays = {source: _Relay(task, report) for source, task in tasks.items()}
 
     def file_started(self, source: Path, duration: float) -> None:
         self.relays[source].file_started(source, duration)

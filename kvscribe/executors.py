@@ -70,8 +70,15 @@ def parcels(
     worker; else one file each, so the last files spread over every worker."""
     if not shared:
         return [[task] for task in todo]
-    size = max(1, min(batch_size(options), -(-len(todo) // max(1, workers))))
+    size = parcel_size(options, len(todo), workers)
     return [todo[first : first + size] for first in range(0, len(todo), size)]
+
+
+def parcel_size(options: TranscribeOptions, waiting: int, workers: int) -> int:
+    """How many of `waiting` files a worker whose short files share batches takes at once:
+    as many as a batch holds chunks, fewer where the files would not go round every
+    worker."""
+    return max(1, min(batch_size(options), -(-waiting // max(1, workers))))
 
 
 class InProcess:

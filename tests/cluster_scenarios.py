@@ -7,6 +7,8 @@ Each scenario writes into OUT/SCENARIO, one after the other on the same cluster 
 cluster's start and stop cost about 30 s here).
 
 same          kvscribe TREE -o OUT --cluster auto, then again with --ship-audio into OUT-ship
+shared        the same two runs with --threads 2 and --stats-json OUT.stats.json: each
+              actor's short files share batches, so the driver hands it parcels of files
 kill-actor    the same run; once an actor has been transcribing one file for 1 s, its
               process is killed (kill -9, found by its title ray::KvscribeWorker.transcribe)
 kill-driver   the same run, its driver killed (kill -9) after 2 manifest records; a rerun
@@ -51,6 +53,17 @@ def same(tree: str, out: str, extra: list[str]) -> dict:
     }
 
 
+def shared(tree: str, out: str, extra: list[str]) -> dict:
+    """As `same`, the actors' rows on two threads (a later --threads wins): parcels."""
+    runs = {}
+    for name, folder in (("run", out), ("shipped", out + "-ship")):
+        flags = [*extra, "--threads", "2", "--stats-json", folder + ".stats.json"]
+        if name == "shipped":
+            flags.append("--ship-audio")
+        runs[name] = _run(_argv(tree, folder, flags))
+    return runs
+
+
 def _actors_at_work() -> list[int]:
     listing = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
     return [int(line.split()[0]) for line in listing.splitlines() if ACTOR_AT_WORK in line]
@@ -93,7 +106,7 @@ def kill_driver(tree: str, out: str, extra: list[str]) -> dict:
     return {"records_at_kill": at_kill, "rerun": _run(_argv(tree, out, extra))}
 
 
-SCENARIOS = {"same": same, "kill-actor": kill_actor, "kill-driver": kill_driver}
+SCENARIOS = {"same": same, "shared": shared, "kill-actor": kill_actor, "kill-driver": kill_driver}
 
 
 def main() -> None:

@@ -101,7 +101,7 @@ def cluster_runs(namespaces, tree, tmp_path_factory) -> tuple[Path, dict]:
     return base / "out", json.loads(result.read_text())
 
 
-SCENARIOS = ("same", "kill-actor", "kill-driver")
+SCENARIOS = ("same", "shared", "kill-actor", "kill-driver")
 
 
 def _same_as_jobs_1(out: Path, reference) -> None:
@@ -127,6 +127,33 @@ def test_cluster_outputs_equal_jobs_1_shared_storage_and_shipped(tree, reference
         for name in ("truncated.wav", "notes.wav", "empty.wav"):
             assert sum(name in line for line in run["stderr"].splitlines()) == 1, name
     _segments_reached_the_driver(tree, out, runs["run"]["stderr"].splitlines())
+
+
+@pytest.fixture(scope="module")
+def shared_reference(tree, tmp_path_factory):
+    """`--jobs 1` with two engine threads: its short files share batches."""
+    out = tmp_path_factory.mktemp("shared-reference") / "out"
+    result = run_cli(tree, "-o", out, "--recursive", "--jobs", "1", *FAST, "--threads", "2")
+    assert result.code == ExitCode.SOME_FAILED, result.stderr
+    return out, result.code
+
+
+@needs_ray
+@pytest.mark.slow
+def test_actors_whose_files_share_batches_take_parcels_and_equal_jobs_1(
+    shared_reference, cluster_runs
+):
+    """Actors with two threads each share batches: the driver hands them parcels of files
+    (the actor decodes each parcel's short files side by side), from shared storage and
+    shipped, and the outputs are `--jobs 1`'s byte for byte."""
+    out, runs = cluster_runs[0] / "shared", cluster_runs[1]["shared"]
+    for name, folder in (("run", out), ("shipped", Path(f"{out}-ship"))):
+        run = runs[name]
+        assert run["code"] == shared_reference[1], run["stderr"]
+        assert "Traceback" not in run["stderr"]
+        _same_as_jobs_1(folder, shared_reference)
+        stats = json.loads(Path(f"{folder}.stats.json").read_text())
+        assert any("side by side" in note for note in stats["notes"]), stats["notes"]
 
 
 def _segments_reached_the_driver(tree: Path, out: Path, lines: list[str]) -> None:

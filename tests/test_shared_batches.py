@@ -153,8 +153,11 @@ def test_parcels_fill_a_batch_and_go_round_the_workers(tmp_path):
 
 @pytest.mark.slow
 def test_a_folder_run_says_its_files_shared_batches_and_batch_size_1_does_not(tmp_path):
+    """A long file first in line (decoded alone, the first result the driver gets) does
+    not hide that the short ones after it shared batches."""
     folder = tmp_path / "clips"
     folder.mkdir()
+    shutil.copy(EVAL_DIR.parent / "clips_joined" / "joined_real.wav", folder / "0-long.wav")
     for path in CLIPS:
         shutil.copy(path, folder / path.name)
     for flags, shares in (((), True), (("--batch-size", "1"), False)):

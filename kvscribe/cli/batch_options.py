@@ -16,7 +16,7 @@ JOBS = typer.Option(
     None,
     "--jobs",
     "-j",
-    show_default="1 per core, up to 4 that fit in memory; 1 under 4 GB free or for transformers",
+    show_default="1 per core, up to 4 that fit in memory; 1 under 4 GB free, transformers, onnx",
     help="Worker processes, each with its own model (needs -o).",
     rich_help_panel=PANEL,
 )

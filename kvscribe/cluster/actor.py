@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kvscribe.batch_worker import Report, Result, Task, Worker, work_guarded
+from kvscribe.batch_worker import Report, Result, Task, Worker
 from kvscribe.options import TranscribeOptions
 from kvscribe.types import Segment
 
@@ -24,23 +24,32 @@ class KvscribeWorker:
         os.environ["OMP_NUM_THREADS"] = str(threads)
         self.worker = Worker(options)
 
-    def ready(self) -> int:
-        """Answers once the model is loaded (or failed to: then every task says so)."""
-        return os.getpid()
+    def ready(self) -> bool:
+        """Answers once the model is loaded (or failed to: then every task says so): whether
+        this worker's short files share batches, so the driver knows what to hand it."""
+        return self.worker.shares_batches()
 
     def transcribe(
-        self, task: Task, path: str, audio: bytes | None, progress: Any = None
-    ) -> Result:
-        """The task's file read at `path` (its absolute path: shared storage), or its bytes
-        shipped by the driver, spooled to a private temporary file under the input's name.
-        `progress`: the driver's ray.util.queue.Queue, told how far the audio is."""
+        self,
+        tasks: list[Task],
+        paths: list[str],
+        audios: list[bytes] | None,
+        progress: Any = None,
+    ) -> list[Result]:
+        """A parcel of tasks (Worker.work_parcel): their files read at `paths` (absolute:
+        shared storage), or their bytes shipped by the driver, spooled to private temporary
+        files under the inputs' names. `progress`: the driver's ray.util.queue.Queue, told
+        how far each file's audio is."""
         report = _reporter(progress)
-        if audio is None:
-            return work_guarded(self.worker, task, read_from=Path(path), report=report)
+        if audios is None:
+            return self.worker.work_parcel(tasks, report, [Path(path) for path in paths])
         with tempfile.TemporaryDirectory(prefix="kvscribe-shipped-") as folder:
-            local = Path(folder) / (task.path.name or "input")
-            local.write_bytes(audio)
-            return work_guarded(self.worker, task, local, shipped=True, report=report)
+            local = []
+            for number, (task, audio) in enumerate(zip(tasks, audios, strict=True)):
+                local.append(Path(folder) / str(number) / (task.path.name or "input"))
+                local[-1].parent.mkdir()
+                local[-1].write_bytes(audio)
+            return self.worker.work_parcel(tasks, report, local, shipped=True)
 
 
 def _reporter(queue: Any) -> Report:

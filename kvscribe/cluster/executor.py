@@ -1,12 +1,15 @@
 """Batch work on a Ray cluster (`--cluster`): one KvscribeWorker actor per worker slot
-(kvscribe.cluster.capacity), files handed one at a time to idle actors, each result (the
-transcript and stats) back to the driver, which alone writes outputs and the manifest
-(kvscribe.batch), so a killed driver and a rerun behave as with `--jobs`.
+(kvscribe.cluster.capacity), files handed to idle actors in parcels (as `--jobs` hands
+them: as many as a batch holds chunks to an actor whose short files share batches, else
+one at a time; kvscribe.executors.parcel_size), each result (the transcript and stats)
+back to the driver, which alone writes outputs and the manifest (kvscribe.batch), so a
+killed driver and a rerun behave as with `--jobs`.
 
 An actor that dies (killed, out of memory, its node lost) is replaced, at most
-MAX_RESTARTS times per slot, and the file it held goes to the next free actor, at most
-MAX_ATTEMPTS times; then it is that file's failure. Waits are bounded: every actor lost
-for good, or none ready for START_SECONDS while nothing runs, stops the batch with one line.
+MAX_RESTARTS times per slot, and the files it held go back to the front of the line, for
+the next free actor, each at most MAX_ATTEMPTS times; then it is that file's failure.
+Waits are bounded: every actor lost for good, or none ready for START_SECONDS while
+nothing runs, stops the batch with one line.
 
 The actors report progress (audio done, each final segment) on a Ray queue (itself a small
 actor, no CPU) that the driver drains as it polls, before each result: best effort, a lost
@@ -32,7 +35,7 @@ from kvscribe.cluster.actor import KvscribeWorker
 from kvscribe.cluster.capacity import Slot, alive_nodes, plan
 from kvscribe.cluster.connect import connect
 from kvscribe.errors import EngineError, InputNotFoundError
-from kvscribe.executors import TaskEvents
+from kvscribe.executors import TaskEvents, parcel_size
 from kvscribe.manifest import Fingerprint, fingerprint
 from kvscribe.options import TranscribeOptions
 
@@ -59,7 +62,7 @@ class RayExecutor:
         try:
             slots = plan(alive_nodes(ray.nodes()), self.model_bytes, _wants_gpu(self.options))
             actors = _ActorFactory(ray, _for_actors(self.options))
-            run = _Run(ray, actors, slots[: len(todo)], self.ship_audio, events)
+            run = _Run(ray, actors, slots[: len(todo)], self.ship_audio, events, self.options)
             yield from run.results(todo)
         finally:
             ray.shutdown()  # disconnects; a local Ray started for this run stops with it
@@ -100,6 +103,7 @@ class _Actor:
     slot: Slot
     handle: Any = None
     restarts: int = 0
+    shares: bool = False  # its short files share batches (told when it is ready)
 
 
 @dataclass
@@ -117,14 +121,17 @@ class _Run:
         slots: list[Slot],
         ship: bool,
         events: TaskEvents,
+        options: TranscribeOptions,
     ):
         self.ray = ray
+        self.options = options  # its batch size: how many files a sharing actor takes
         self.actors = actors
         self.ship = ship
         self.events = events
         self.all: list[_Actor] = []
         self.idle: list[_Actor] = []
-        self.pending: dict[Any, tuple[_Actor, _Attempt | None]] = {}  # None: ready() call
+        # A call in flight: its actor and parcel (None: the actor's ready() call).
+        self.pending: dict[Any, tuple[_Actor, list[_Attempt] | None]] = {}
         self.last_loss = "no worker started"
         self.progress: Any = _progress_queue(ray)
         for slot in slots:
@@ -136,17 +143,20 @@ class _Run:
         try:
             while queue or self._busy():
                 while queue and self.idle:
-                    attempt = queue.popleft()
-                    if attempt.number == 1:
-                        self.events.started(attempt.task)
-                    early = self._dispatch(self.idle.pop(0), attempt)
-                    if early is not None:
-                        yield early
+                    actor = self.idle.pop(0)
+                    size = (
+                        parcel_size(self.options, len(queue), len(self.all)) if actor.shares else 1
+                    )
+                    parcel = [queue.popleft() for _ in range(min(size, len(queue)))]
+                    for attempt in parcel:
+                        if attempt.number == 1:
+                            self.events.started(attempt.task)
+                    yield from self._dispatch(actor, parcel)
                 if not self.pending:
                     yield _stopped(queue[0].task, f"every Ray worker was lost: {self.last_loss}")
                     return
                 done, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=POLL_SECONDS)
-                self._relay()  # a finished task's progress is queued by now
+                self._relay()  # a finished parcel's progress is queued by now
                 if done:
                     quiet_since = time.monotonic()
                     yield from self._collect(done[0], queue)
@@ -162,51 +172,65 @@ class _Run:
                     self.ray.kill(handle)
 
     def _busy(self) -> bool:
-        return any(attempt is not None for _, attempt in self.pending.values())
+        return any(parcel is not None for _, parcel in self.pending.values())
 
     def _start(self, actor: _Actor) -> None:
         actor.handle = self.actors.start(actor.slot)
         self.all.append(actor)
         self.pending[actor.handle.ready.remote()] = (actor, None)
 
-    def _dispatch(self, actor: _Actor, attempt: _Attempt) -> Result | None:
-        """Hand `attempt` to `actor`; a Result at once when its audio cannot be shipped."""
-        audio = None
+    def _dispatch(self, actor: _Actor, parcel: list[_Attempt]) -> Iterator[Result]:
+        """Hand `parcel` to `actor`; a file whose audio cannot be shipped is its Result at
+        once."""
+        audios = None
         if self.ship:
-            task = attempt.task
-            attempt.fingerprint = fingerprint(task.path, task.known)
-            try:
-                audio = task.path.read_bytes()
-            except OSError as exc:
-                self.idle.append(actor)
-                return Result(task, error=_unreadable(task, exc))
-        path = os.path.abspath(attempt.task.path)  # the actors' working folder is not ours
-        ref = actor.handle.transcribe.remote(attempt.task, path, audio, self.progress)
-        self.pending[ref] = (actor, attempt)
-        return None
+            audios, shipped = [], []
+            for attempt in parcel:
+                task = attempt.task
+                try:
+                    attempt.fingerprint = fingerprint(task.path, task.known)
+                    audios.append(task.path.read_bytes())
+                except OSError as exc:
+                    yield Result(task, error=_unreadable(task, exc))
+                    continue
+                shipped.append(attempt)
+            parcel = shipped
+        if not parcel:
+            self.idle.append(actor)
+            return
+        tasks = [attempt.task for attempt in parcel]
+        paths = [os.path.abspath(task.path) for task in tasks]  # the actors' folder is not ours
+        ref = actor.handle.transcribe.remote(tasks, paths, audios, self.progress)
+        self.pending[ref] = (actor, parcel)
 
     def _collect(self, ref: Any, queue: deque[_Attempt]) -> Iterator[Result]:
-        actor, attempt = self.pending.pop(ref)
+        actor, parcel = self.pending.pop(ref)
         errors = self.ray.exceptions
         try:
             value = self.ray.get(ref)
         except errors.RayTaskError as exc:  # the call raised (not the engine: that is a result)
-            if attempt is None:
+            if parcel is None:
                 self._lost(actor, exc)
                 return
             self.idle.append(actor)
-            yield Result(attempt.task, error=internal_error(attempt.task, exc))
+            for attempt in parcel:
+                yield Result(attempt.task, error=internal_error(attempt.task, exc))
             return
         except errors.RayError as exc:  # the actor, its process or its node is gone
             self._lost(actor, exc)
-            if attempt is not None:
-                yield from self._retry(attempt, queue)
+            if parcel is not None:
+                yield from self._retry(parcel, queue)
             return
         self.idle.append(actor)
-        if attempt is not None:
+        if parcel is None:
+            actor.shares = bool(value)
+            return
+        by_path = {result.task.path: result for result in value}
+        for attempt in parcel:
+            result = by_path[attempt.task.path]
             if attempt.fingerprint is not None:
-                value.fingerprint = attempt.fingerprint
-            yield value
+                result.fingerprint = attempt.fingerprint
+            yield result
 
     def _relay(self) -> None:
         """Hand what the actors queued to the events (the driver alone drains the queue)."""
@@ -231,13 +255,16 @@ class _Run:
         else:
             _log.warning("a Ray worker slot on %s is given up", actor.slot.node.address)
 
-    def _retry(self, attempt: _Attempt, queue: deque[_Attempt]) -> Iterator[Result]:
-        task = attempt.task
-        if attempt.number >= MAX_ATTEMPTS:
-            yield Result(task, error=_died_every_time(task, attempt.number))
-            return
-        self.events.retrying(task, attempt.number + 1, MAX_ATTEMPTS, self.last_loss)
-        queue.appendleft(_Attempt(task, attempt.number + 1, attempt.fingerprint))
+    def _retry(self, parcel: list[_Attempt], queue: deque[_Attempt]) -> Iterator[Result]:
+        """The lost parcel's files back to the front of the line, in their order; a file
+        that has had MAX_ATTEMPTS fails."""
+        for attempt in reversed(parcel):
+            task = attempt.task
+            if attempt.number >= MAX_ATTEMPTS:
+                yield Result(task, error=_died_every_time(task, attempt.number))
+                continue
+            self.events.retrying(task, attempt.number + 1, MAX_ATTEMPTS, self.last_loss)
+            queue.appendleft(_Attempt(task, attempt.number + 1, attempt.fingerprint))
 
 
 def _progress_queue(ray: ModuleType) -> Any:
