@@ -247,6 +247,11 @@ def test_slots_per_node_follow_the_jobs_rule():
     assert [s.threads for s in slots] == [8, 2, 2, 2, 2] and {s.gpus for s in slots} == {0}
     on_gpus = plan([small, big], 75_000_000, wants_gpu=True)
     assert [(s.node.id, s.gpus) for s in on_gpus] == [("b", 0.5)] * 4
+    # a backend whose one worker uses every core better: one slot per node, or per GPU
+    whole = plan([small, big, head], 75_000_000, wants_gpu=False, per_core=False)
+    assert [(s.node.id, s.threads) for s in whole] == [("a", 8), ("b", 8)]
+    whole = plan([small, big], 75_000_000, wants_gpu=True, per_core=False)
+    assert [(s.node.id, s.threads, s.gpus) for s in whole] == [("b", 4, 1.0)] * 2
 
 
 def _cli_with_env(extra: dict, *args) -> subprocess.CompletedProcess:

@@ -48,25 +48,30 @@ def alive_nodes(ray_nodes: list[dict]) -> list[Node]:
     return found
 
 
-def slots_on(node: Node, model_bytes: int) -> int:
+def slots_on(node: Node, model_bytes: int, per_core: bool = True, wants_gpu: bool = False) -> int:
     """One slot on a small node (under 4 GB); else one per CPU, as many as fit in half the
-    node's memory, at most 4; none on a node without CPUs (a head kept for scheduling)."""
+    node's memory, at most 4; none on a node without CPUs (a head kept for scheduling).
+    Not `per_core` (a backend without Capabilities.worker_per_core): one slot with every
+    CPU, or one per GPU when the run wants them."""
     if node.cpus < 1:
         return 0
     if node.memory < SMALL_MACHINE_BYTES:
         return 1
     fit = int(0.5 * node.memory // worker_bytes(model_bytes))
+    if not per_core:
+        return max(1, min(int(node.gpus) if wants_gpu else 1, fit))
     return max(1, min(node.cpus, fit, MAX_SLOTS_PER_NODE))
 
 
-def plan(nodes: list[Node], model_bytes: int, wants_gpu: bool) -> list[Slot]:
+def plan(nodes: list[Node], model_bytes: int, wants_gpu: bool, per_core: bool = True) -> list[Slot]:
     """Every slot of the cluster, spread so node after node gets its first slot first.
-    With `wants_gpu`, only nodes with GPUs get slots, sharing them evenly."""
+    With `wants_gpu`, only nodes with GPUs get slots, sharing them evenly. `per_core`: as
+    slots_on."""
     per_node = []
     for node in nodes:
         if wants_gpu and node.gpus <= 0:
             continue
-        count = slots_on(node, model_bytes)
+        count = slots_on(node, model_bytes, per_core, wants_gpu)
         threads = max(1, node.cpus // count) if count else 0
         gpus = node.gpus / count if wants_gpu and count else 0.0
         per_node.append([Slot(node, threads, gpus)] * count)

@@ -30,6 +30,7 @@ from types import ModuleType
 from typing import Any
 
 from kvscribe import profile as profiles
+from kvscribe import registry
 from kvscribe.batch_worker import Result, Task, internal_error
 from kvscribe.cluster.actor import KvscribeWorker
 from kvscribe.cluster.capacity import Slot, alive_nodes, plan
@@ -60,7 +61,9 @@ class RayExecutor:
     def results(self, todo: list[Task], events: TaskEvents) -> Iterator[Result]:
         ray = connect(self.address)
         try:
-            slots = plan(alive_nodes(ray.nodes()), self.model_bytes, _wants_gpu(self.options))
+            per_core = registry.get(self.options.backend).capabilities.worker_per_core
+            nodes = alive_nodes(ray.nodes())
+            slots = plan(nodes, self.model_bytes, _wants_gpu(self.options), per_core)
             actors = _ActorFactory(ray, _for_actors(self.options))
             run = _Run(ray, actors, slots[: len(todo)], self.ship_audio, events, self.options)
             yield from run.results(todo)
