@@ -60,7 +60,7 @@ def main() -> None:
     backends = {name: _backend(name) for name in {model for _, model, _ in CLIPS.values()}}
     rows = []
     for rule_name, rules in RULES.items():
-        ct2_backend._chunk_rules = lambda vad, rules=rules: rules  # the rule under test
+        ct2_backend.batched_rules = lambda vad, rules=rules: rules  # the rule under test
         for clip, (path, model, language) in CLIPS.items():
             run = _run(backends[model], path, language)
             rows.append({"rule": rule_name, "clip": clip, "model": model or "tiny.en", **run})
