@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -252,6 +253,29 @@ def test_slots_per_node_follow_the_jobs_rule():
     assert [(s.node.id, s.threads) for s in whole] == [("a", 8), ("b", 8)]
     whole = plan([small, big], 75_000_000, wants_gpu=True, per_core=False)
     assert [(s.node.id, s.threads, s.gpus) for s in whole] == [("b", 4, 1.0)] * 2
+
+
+def test_a_shipped_parcel_holds_short_files_and_a_long_file_goes_alone(tmp_path):
+    """Parcels are cut by bytes when the driver ships audio: eight 1 MB files go together,
+    files of 40 MB one at a time (sparse files: only their sizes matter)."""
+    from collections import deque
+
+    from kvscribe.batch_worker import Task
+    from kvscribe.cluster.executor import take_parcel
+
+    def attempts(size: int, count: int) -> deque:
+        found = deque()
+        for number in range(count):
+            path = tmp_path / f"{size}-{number}.wav"
+            with path.open("wb") as out:
+                out.truncate(size)
+            found.append(SimpleNamespace(task=Task(path, path.stem, None)))
+        return found
+
+    short, long = attempts(2**20, 10), attempts(40 * 2**20, 3)
+    assert len(take_parcel(short, 8, ship=True)) == 8 and len(short) == 2
+    assert [len(take_parcel(long, 8, ship=True)) for _ in range(3)] == [1, 1, 1]
+    assert len(take_parcel(attempts(40 * 2**20, 3), 8, ship=False)) == 3  # read in place
 
 
 def _cli_with_env(extra: dict, *args) -> subprocess.CompletedProcess:

@@ -41,6 +41,9 @@ from kvscribe.manifest import Fingerprint, fingerprint
 from kvscribe.options import TranscribeOptions
 
 MAX_ATTEMPTS = 3  # per file
+# A shipped parcel's bytes together: short files' (a 30 s WAV is 1-6 MB); more waits for
+# the next parcel, so the driver never holds many long files' bytes at once.
+SHIP_PARCEL_BYTES = 64 * 2**20
 MAX_RESTARTS = 3  # per worker slot
 START_SECONDS = 300.0  # no actor ready and nothing running for this long: give up
 POLL_SECONDS = 1.0
@@ -147,10 +150,7 @@ class _Run:
             while queue or self._busy():
                 while queue and self.idle:
                     actor = self.idle.pop(0)
-                    size = (
-                        parcel_size(self.options, len(queue), len(self.all)) if actor.shares else 1
-                    )
-                    parcel = [queue.popleft() for _ in range(min(size, len(queue)))]
+                    parcel = self._take(queue, actor)
                     for attempt in parcel:
                         if attempt.number == 1:
                             self.events.started(attempt.task)
@@ -173,6 +173,11 @@ class _Run:
             for handle in handles:
                 with contextlib.suppress(Exception):
                     self.ray.kill(handle)
+
+    def _take(self, queue: deque[_Attempt], actor: _Actor) -> list[_Attempt]:
+        """The files `actor` is handed next: a parcel for an actor that shares batches."""
+        size = parcel_size(self.options, len(queue), len(self.all)) if actor.shares else 1
+        return take_parcel(queue, size, self.ship)
 
     def _busy(self) -> bool:
         return any(parcel is not None for _, parcel in self.pending.values())
@@ -268,6 +273,29 @@ class _Run:
                 continue
             self.events.retrying(task, attempt.number + 1, MAX_ATTEMPTS, self.last_loss)
             queue.appendleft(_Attempt(task, attempt.number + 1, attempt.fingerprint))
+
+
+def take_parcel(queue: deque, size: int, ship: bool) -> list:
+    """Up to `size` attempts from the front of `queue`; shipped, no more than
+    SHIP_PARCEL_BYTES of files together (the first always goes), so a long file's bytes
+    still travel alone."""
+    parcel: list = []
+    shipped = 0
+    while queue and len(parcel) < size:
+        if ship:
+            shipped += _file_bytes(queue[0].task.path)
+            if parcel and shipped > SHIP_PARCEL_BYTES:
+                break
+        parcel.append(queue.popleft())
+    return parcel
+
+
+def _file_bytes(path) -> int:
+    """The file's size (0 when it cannot be read: shipping it then fails it in one line)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def _progress_queue(ray: ModuleType) -> Any:
