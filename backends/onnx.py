@@ -61,8 +61,8 @@ class OnnxBackend(SharesSteppedBatches, Backend):
         streams_audio=True,
         batched_cuts_pauses=True,
         shares_batches=True,
-        # One worker sharing batches over both cores took 0.71x and 0.74x the time of two
-        # workers, each of whose ONNX Runtime sessions takes every core
+        # One worker (sharing batches) over both cores took 0.72x the time of two workers,
+        # each of whose ONNX Runtime sessions takes every core
         # (benchmarks/results/folder_batches_onnx.md).
         worker_per_core=False,
         honours=frozenset({"hotwords", "max_new_tokens", "suppress_tokens"}),
@@ -226,8 +226,9 @@ class OnnxBackend(SharesSteppedBatches, Backend):
 
     def shares_batches(self, request: DecodeRequest) -> bool:
         """Short files share batches where a batch's rows have several cores to go to, or a
-        GPU: on one thread a file decoded alone was cheaper (1.06-1.09x its time shared,
-        benchmarks/results/folder_batches_onnx.md), as on ctranslate2."""
+        GPU, as on ctranslate2. On one thread sharing gained nothing: 0.95-1.09x the time of
+        files decoded alone over two runs; on two, 0.95x and 1.01x, with fewer errors
+        (benchmarks/results/folder_batches_onnx.md)."""
         from kvscribe.capacity import usable_physical_cores
 
         threads = self.settings.get("threads") or usable_physical_cores()
