@@ -79,7 +79,7 @@ class Windowed:
 
 
 def decode_all(backend, windowed: Windowed, pieces, window) -> tuple[str, float]:
-    request = decode_request(LiveOptions(source="-", paced=False))
+    request = decode_request(LiveOptions(source="replay.wav", paced=False))
     texts, seconds = [], 0.0
     for piece in pieces:
         duration = piece.size / SAMPLE_RATE
