@@ -83,6 +83,9 @@ class DecodeRequest:
     suppress_tokens: tuple[int, ...] = (-1,)
     # With word times: skip a silence longer than this around a likely hallucination.
     hallucination_silence_threshold: float | None = None
+    # Audio of one window encoded in a window of its length + 2 s, at least this many
+    # seconds, not Whisper's whole 30 s (live mode, kvscribe.mel.encoder_frames).
+    encoder_window: float | None = None
 
 
 # The DecodeRequest fields a backend may not honour, and the flag that sets each.
@@ -91,6 +94,7 @@ OPTIONAL_FIELDS = {
     "max_new_tokens": "--max-new-tokens",
     "suppress_tokens": "--suppress-tokens",
     "hallucination_silence_threshold": "--hallucination-silence-threshold",
+    "encoder_window": "--encoder-window",
 }
 
 

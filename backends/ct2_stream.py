@@ -37,16 +37,19 @@ from kvscribe.streamed_mel import NumpyFrontEnd, StreamedMel
 _DEFAULT_PADDING = 160  # FeatureExtractor.__call__'s, which NumpyFrontEnd reproduces
 
 
-def transcribe(engine, audio: Samples, **options):
+def transcribe(engine, audio: Samples, encoder_frames: int | None = None, **options):
     """`engine.transcribe(audio, **options)` (segments, info) for any Samples, arrays
     included, through its streamed log-mel (`vad_filter` must be off: the caller
-    filters, block-fed, before)."""
+    filters, block-fed, before); `encoder_frames`: encode each window's first frames only
+    (adapter.with_encoder_frames)."""
     if options.get("vad_filter"):
         raise ValueError("streamed audio is VAD-filtered before transcribe (ct2_silence)")
     extractor = adapter.feature_extractor(engine)
     mel = StreamedMel(audio, NumpyFrontEnd(extractor))
     standin = np.broadcast_to(np.float32(0), (audio.size,))
     view = adapter.with_feature_extractor(engine, _FeaturesFor(extractor, standin, mel))
+    if encoder_frames is not None:
+        view = adapter.with_encoder_frames(view, encoder_frames)
     return view.transcribe(standin, **options)
 
 

@@ -42,6 +42,7 @@ from kvscribe.chunking import FILE_VAD, MAX_SECONDS, Chunk, batched_rules, speec
 from kvscribe.decoding import SAMPLING_SEED, Fallback, unspoken
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.kvcache import estimate
+from kvscribe.mel import ENCODER_MARGIN, encoder_frames
 from kvscribe.models.ct2_file import whisper_dims
 from kvscribe.provenance import ESTIMATED, make_provenance
 from kvscribe.types import Segment, Word
@@ -119,9 +120,12 @@ class CTranslate2Backend(Backend):
             # nothing but silence: nothing to decode, nothing to say
             language, probability = self._language_without_audio(request)
             return Transcription(language, probability, iter(()), report)
+        decoded = to_decode(audio, clock)
+        frames = self._encoder_frames(decoded, request, report)
         raw, info = ct2_stream.transcribe(
             self.engine,
-            to_decode(audio, clock),
+            decoded,
+            frames,
             language=request.language,
             task=request.task,
             beam_size=beams,
@@ -276,10 +280,22 @@ class CTranslate2Backend(Backend):
 
     def honours(self, request: DecodeRequest, batched: bool) -> frozenset[str]:
         # The hallucination test reads word times across a window's neighbours, which only
-        # faster-whisper's sequential transcribe() has.
+        # faster-whisper's sequential transcribe() has; a shorter encoder window is for
+        # audio of one window, decoded alone.
         if batched:
-            return self.capabilities.honours - {"hallucination_silence_threshold"}
+            return self.capabilities.honours - {"hallucination_silence_threshold", "encoder_window"}
         return self.capabilities.honours
+
+    @staticmethod
+    def _encoder_frames(audio: Samples, request: DecodeRequest, report) -> int | None:
+        """The encoder window's frames for `request.encoder_window` (live mode), where the
+        audio fits one window; None: Whisper's 30 s (docs/live.md, "Encoder window")."""
+        if request.encoder_window is None or audio.size > MAX_SECONDS * SAMPLE_RATE:
+            return None
+        report.settings[row.ENCODER_WINDOW] = (
+            f"audio + {ENCODER_MARGIN:g} s, at least {request.encoder_window:g} s"
+        )
+        return encoder_frames(audio.size / SAMPLE_RATE, request.encoder_window)
 
     def _language_of(self, audio, chunks, request: DecodeRequest) -> tuple[str, float | None]:
         """The request's language, else the one detected on the first speech chunk."""

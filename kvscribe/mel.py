@@ -16,6 +16,15 @@ HOP = 160
 FRAMES_PER_SECOND = SAMPLE_RATE // HOP  # 100: the unit of Segment.seek
 FRAMES_PER_WINDOW = 3000  # 30 s
 SAMPLES_PER_WINDOW = FRAMES_PER_WINDOW * HOP
+ENCODER_MARGIN = 2.0  # seconds of padding a shorter encoder window keeps after the audio
+
+
+def encoder_frames(seconds: float, floor: float) -> int:
+    """The log-mel frames of an encoder window for `seconds` of audio: its length and
+    ENCODER_MARGIN, at least `floor` seconds, at most Whisper's 30 s; even, since the
+    encoder's strided convolution halves it."""
+    wanted = max(seconds + ENCODER_MARGIN, floor) * FRAMES_PER_SECOND
+    return min(FRAMES_PER_WINDOW, 2 * int(np.ceil(wanted / 2)))
 
 
 def mel_filters(n_mels: int, sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.ndarray:

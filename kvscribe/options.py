@@ -363,10 +363,17 @@ class LiveOptions(EngineOptions):
     commit_silence: float = 0.3
     context: float = 8.0
     vad_threshold: float = 0.5
+    # Seconds, at least, of the encoder window a buffer is decoded in; None (or 30):
+    # Whisper's whole window.
+    encoder_window: float | None = None
 
     def request_fields(self) -> dict[str, Any]:
         # Word times place commits and buffer cuts at the words' real ends.
-        return super().request_fields() | {"prompt": self.prompt, "word_timestamps": True}
+        return super().request_fields() | {
+            "prompt": self.prompt,
+            "word_timestamps": True,
+            "encoder_window": self.encoder_window if (self.encoder_window or 30) < 30 else None,
+        }
 
     def __post_init__(self) -> None:
         in_range("--step", self.step, 0.2, 10.0)
@@ -374,6 +381,8 @@ class LiveOptions(EngineOptions):
         in_range("--commit-silence", self.commit_silence, 0.1, 5.0)
         in_range("--context", self.context, 0.0, 20.0)
         in_range("--vad-threshold", self.vad_threshold, 0.05, 0.95)
+        if self.encoder_window is not None:
+            in_range("--encoder-window", self.encoder_window, 1.0, 30.0)
         if not self.paced and self.source in (None, "-"):
             raise UsageError(
                 "only applies to replaying a file",

@@ -19,6 +19,7 @@ WHISPER_CLI = "whisper-cli"
 # The decoding
 BEAM_SIZE = "beam size"
 BATCH_SIZE = "batch size"
+ENCODER_WINDOW = "encoder window"
 PREVIOUS_TEXT = "previous-text prompt"
 TEMPERATURE_FALLBACK = "temperature fallback"
 FALLBACK_FLAGS = "fallback flags"

@@ -196,3 +196,44 @@ def test_language_detected_on_a_stream_as_on_its_array(multilingual_backend, fil
     assert (run.language, run.language_probability) == (whole.language, whole.language_probability)
     assert run.language == "en" and run.language_probability > 0.5
     assert expected and _key(run.segments) == expected
+
+
+class _EncodedShapes:
+    """The engine's CTranslate2 model, recording the shape of each encoder input (the rest
+    goes through untouched)."""
+
+    def __init__(self, model):
+        self._model = model
+        self.shapes: list[tuple[int, ...]] = []
+
+    def encode(self, features, *args, **kwargs):
+        self.shapes.append(tuple(features.shape))
+        return self._model.encode(features, *args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._model, name)
+
+
+def test_a_shorter_encoder_window_encodes_the_audio_and_2_s_at_least_the_floor():
+    """`encoder_window` (kvscribe mic --encoder-window): JFK's 11 s are encoded in 13 s of
+    frames, not 30 s, and still read right; the setting row says so; a file over 30 s keeps
+    Whisper's windows."""
+    from kvscribe.mel import encoder_frames
+    from tests.conftest import SAMPLE, SAMPLE_TEXT, wer
+
+    backend = loaded.fresh("ctranslate2")
+    spy = _EncodedShapes(backend.engine.model)
+    backend.engine.model = spy
+    audio = load_audio(SAMPLE)
+    run = backend.transcribe(audio, DecodeRequest(encoder_window=10.0, word_timestamps=True))
+    text = " ".join(segment.text for segment in run.segments)
+    assert wer(SAMPLE_TEXT, text) <= 0.1, text
+    assert spy.shapes and {shape[-1] for shape in spy.shapes} == {1300}
+    assert run.report.settings["encoder window"] == "audio + 2 s, at least 10 s"
+    assert encoder_frames(3.0, 10.0) == 1000 and encoder_frames(40.0, 10.0) == 3000
+    spy.shapes.clear()
+    longer = load_audio(LONG_FORM)[: 40 * SAMPLE_RATE]
+    whole = backend.transcribe(longer, DecodeRequest(encoder_window=10.0, batch_size=1))
+    list(whole.segments)
+    assert len(spy.shapes) >= 2 and {shape[-1] for shape in spy.shapes} == {3000}
+    assert "encoder window" not in whole.report.settings

@@ -301,3 +301,18 @@ def _write_wav(path, samples: np.ndarray) -> None:
         out.setsampwidth(2)
         out.setframerate(SR)
         out.writeframes((samples * 32767).astype("<i2").tobytes())
+
+
+def test_encoder_window_30_is_whispers_own_window_and_below_1_s_is_refused():
+    from kvscribe.errors import UsageError
+    from kvscribe.options import LiveOptions
+
+    def asked(value):
+        return LiveOptions(source="talk.wav", encoder_window=value).request_fields()
+
+    assert asked(None)["encoder_window"] is None
+    assert asked(30.0)["encoder_window"] is None
+    assert asked(12.0)["encoder_window"] == 12.0
+    with pytest.raises(UsageError) as refused:
+        asked(0.5)
+    assert refused.value.one_line().startswith("--encoder-window: must be between 1 and 30")

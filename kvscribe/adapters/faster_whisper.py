@@ -129,6 +129,17 @@ def with_feature_extractor(engine, extractor):
     return view
 
 
+def with_encoder_frames(engine, frames: int):
+    """A shallow copy of `engine` whose encoder reads only the first `frames` log-mel
+    frames of each window: transcribe() pads every window to 30 s before `encode`, and
+    CTranslate2's Whisper encoder takes a shorter one."""
+    with _part("WhisperModel.encode"):
+        encode = type(engine).encode
+    view = copy.copy(engine)
+    view.encode = lambda features: encode(view, np.ascontiguousarray(features[..., :frames]))
+    return view
+
+
 # -- words ----------------------------------------------------------------------------------
 
 

@@ -209,6 +209,18 @@ PARAMETERS: ParameterTable = {
             rich_help_panel=_STREAMING,
         ),
     ),
+    "encoder_window": (
+        float | None,
+        typer.Option(
+            None,
+            "--encoder-window",
+            show_default="30: Whisper's whole window",
+            help="Decode each buffer in an encoder window of its length + 2 s, at least this "
+            "many seconds (ctranslate2): faster decodes, but read speech lost words "
+            "(docs/live.md, 'Encoder window').",
+            rich_help_panel=_STREAMING,
+        ),
+    ),
     "vad_threshold": (
         float,
         typer.Option(
