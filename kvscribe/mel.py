@@ -17,14 +17,17 @@ FRAMES_PER_SECOND = SAMPLE_RATE // HOP  # 100: the unit of Segment.seek
 FRAMES_PER_WINDOW = 3000  # 30 s
 SAMPLES_PER_WINDOW = FRAMES_PER_WINDOW * HOP
 ENCODER_MARGIN = 2.0  # seconds of padding a shorter encoder window keeps after the audio
+# A shorter window's length is a multiple of this (frames): every new shape costs the
+# engine memory it keeps (a live replay held 217 MB more at its end with any even length).
+ENCODER_STEP = 2 * FRAMES_PER_SECOND
 
 
 def encoder_frames(seconds: float, floor: float) -> int:
     """The log-mel frames of an encoder window for `seconds` of audio: its length and
-    ENCODER_MARGIN, at least `floor` seconds, at most Whisper's 30 s; even, since the
-    encoder's strided convolution halves it."""
+    ENCODER_MARGIN, at least `floor` seconds, rounded up to ENCODER_STEP, at most
+    Whisper's 30 s."""
     wanted = max(seconds + ENCODER_MARGIN, floor) * FRAMES_PER_SECOND
-    return min(FRAMES_PER_WINDOW, 2 * int(np.ceil(wanted / 2)))
+    return min(FRAMES_PER_WINDOW, ENCODER_STEP * int(np.ceil(wanted / ENCODER_STEP)))
 
 
 def mel_filters(n_mels: int, sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.ndarray:

@@ -215,9 +215,9 @@ class _EncodedShapes:
 
 
 def test_a_shorter_encoder_window_encodes_the_audio_and_2_s_at_least_the_floor():
-    """`encoder_window` (kvscribe mic --encoder-window): JFK's 11 s are encoded in 13 s of
-    frames, not 30 s, and still read right; the setting row says so; a file over 30 s keeps
-    Whisper's windows."""
+    """`encoder_window` (kvscribe mic --encoder-window): JFK's 11 s are encoded in 14 s of
+    frames (11 s + 2 s, in steps of 2 s), not 30 s, and still read right; the setting row
+    says so; a file over 30 s keeps Whisper's windows."""
     from kvscribe.mel import encoder_frames
     from tests.conftest import SAMPLE, SAMPLE_TEXT, wer
 
@@ -228,9 +228,10 @@ def test_a_shorter_encoder_window_encodes_the_audio_and_2_s_at_least_the_floor()
     run = backend.transcribe(audio, DecodeRequest(encoder_window=10.0, word_timestamps=True))
     text = " ".join(segment.text for segment in run.segments)
     assert wer(SAMPLE_TEXT, text) <= 0.1, text
-    assert spy.shapes and {shape[-1] for shape in spy.shapes} == {1300}
+    assert spy.shapes and {shape[-1] for shape in spy.shapes} == {1400}
     assert run.report.settings["encoder window"] == "audio + 2 s, at least 10 s"
     assert encoder_frames(3.0, 10.0) == 1000 and encoder_frames(40.0, 10.0) == 3000
+    assert encoder_frames(9.1, 10.0) == 1200 and encoder_frames(27.5, 10.0) == 3000
     spy.shapes.clear()
     longer = load_audio(LONG_FORM)[: 40 * SAMPLE_RATE]
     whole = backend.transcribe(longer, DecodeRequest(encoder_window=10.0, batch_size=1))
