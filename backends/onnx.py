@@ -174,7 +174,7 @@ class OnnxBackend(SharesSteppedBatches, Backend):
         previous text; times from alignment), as the transformers backend's are; the
         language, unless given, is the first chunk's."""
         from kvscribe.chunking import batched_rules, speech_chunks
-        from kvscribe.stepped import batched, longform
+        from kvscribe.stepped import batched_inputs, longform
 
         chunks = speech_chunks(audio, batched_rules(request.vad))
         language, probability = self._chunks_language(audio, chunks, request)
@@ -186,7 +186,7 @@ class OnnxBackend(SharesSteppedBatches, Backend):
 
         def segments():
             stats = longform.WindowStats()
-            yield from batched.transcribe(
+            yield from batched_inputs.transcribe(
                 plan,
                 audio,
                 chunks,

@@ -1,5 +1,6 @@
 """Short inputs sharing batches on the engines kvscribe steps itself (transformers, onnx):
-`Backend.transcribe_together` written once for both, over kvscribe.stepped.batched.
+`Backend.transcribe_together` written once for both, over
+kvscribe.stepped.batched_inputs.transcribe_shared.
 
 A backend that mixes this in provides what its batched path already has: `_plan`
 (timestamps off for chunks), `_fit_budget`, `_chunk_mel`, `_text`, `_prompt_tokens`,
@@ -34,7 +35,7 @@ class SharesSteppedBatches:
 
     def _shared_run(self, language: str, request: DecodeRequest, audios, runs):
         """(segments, report) of each input whose chunks are `runs` (one language)."""
-        from kvscribe.stepped import batched
+        from kvscribe.stepped import batched_inputs
 
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
         plan = self._plan(language, request.task, beams, request, timestamps=False)
@@ -42,7 +43,7 @@ class SharesSteppedBatches:
         reports = [self._batched_report(plan, request, size, budget_note) for _ in runs]
         for report in reports:
             report.settings[row.BATCH_SIZE] += " (short files share them)"
-        segments = batched.transcribe_shared(
+        segments = batched_inputs.transcribe_shared(
             plan,
             audios,
             runs,

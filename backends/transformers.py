@@ -289,11 +289,11 @@ class TransformersBackend(SharesSteppedBatches, Backend):
         return mel[:, :FRAMES_PER_WINDOW]
 
     def _stream_batched(self, plan, audio, chunks, batch, report, request: DecodeRequest):
-        from kvscribe.stepped import batched, longform
+        from kvscribe.stepped import batched_inputs, longform
 
         stats = longform.WindowStats()
         prompt = self._prompt_tokens(request)
-        yield from batched.transcribe(
+        yield from batched_inputs.transcribe(
             plan,
             audio,
             chunks,
