@@ -9,7 +9,7 @@ CTranslate2 keeps every decoded position's K/V and one cross-attention copy per
 beam; of a cache policy it can express the compute type, the beam count and the
 previous-text prompt. Everything else in a profile's policy is reported as not
 applicable, never silently dropped. KV figures are estimates from the model's
-dimensions (the engine does not expose its cache).
+dimensions (the engine does not expose its cache): backends/ct2_report.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from kvscribe import setting_rows as row
 from kvscribe.aligned_chunks import decoded_segments, shared_segments
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples, hold_history
-from kvscribe.backends import ct2_stream
+from kvscribe.backends import ct2_report, ct2_stream
 from kvscribe.backends.base import (
     OPTIONAL_FIELDS,
     Backend,
@@ -34,17 +34,14 @@ from kvscribe.backends.base import (
 )
 from kvscribe.backends.ct2_silence import (
     SpeechClock,
-    describe_vad,
     to_decode,
 )
 from kvscribe.backends.ct2_windows import WindowCounter
-from kvscribe.chunking import FILE_VAD, MAX_SECONDS, Chunk, batched_rules, speech_chunks
+from kvscribe.chunking import MAX_SECONDS, Chunk, batched_rules, speech_chunks
 from kvscribe.decoding import SAMPLING_SEED, Fallback, unspoken
 from kvscribe.errors import BackendUnavailableError
-from kvscribe.kvcache import estimate
 from kvscribe.mel import ENCODER_MARGIN, encoder_frames
 from kvscribe.models.ct2_file import whisper_dims
-from kvscribe.provenance import ESTIMATED, make_provenance
 from kvscribe.types import Segment, Word
 
 _SETTINGS = {
@@ -113,7 +110,7 @@ class CTranslate2Backend(Backend):
             return self._transcribe_batched(audio, request, beams, batch)
         conditioned = self._conditioned(request)
         fallback = request.fallback
-        report = self._base_report(beams, request)
+        report = self._report(beams, request)
         report.settings[row.PREVIOUS_TEXT] = "on" if conditioned else "off"
         clock = SpeechClock.of(audio, request.vad) if request.vad is not None else None
         if clock is not None and clock.speech.size == 0:
@@ -181,7 +178,8 @@ class CTranslate2Backend(Backend):
                 plan.word_timestamps,
                 seen=lambda result: windows.add_chunk(len(result.tokens)),
             )
-            self._count_batched(report, windows, beams, min(batch, max(1, len(chunks))))
+            rows = min(batch, max(1, len(chunks)))
+            ct2_report.count_windows(report, self._basis(), windows, beams, rows)
 
         return Transcription(language, probability, stream(), report)
 
@@ -234,41 +232,10 @@ class CTranslate2Backend(Backend):
             )
             report.settings[row.BATCH_SIZE] += " (short files share them)"
             if run:
-                self._count_batched(report, windows[run[0].source], plan.beams, rows)
+                counted = windows[run[0].source]
+                ct2_report.count_windows(report, self._basis(), counted, plan.beams, rows)
             decoded.append((segments[run[0].source] if run else [], report))
         return decoded
-
-    def _batched_report(
-        self, beams: int, request: DecodeRequest, batch: int, workers: int, chunks: int
-    ) -> DecoderReport:
-        report = self._base_report(beams, request)
-        report.batch_size = batch
-        report.settings.update({row.BATCH_SIZE: str(batch), row.PREVIOUS_TEXT: "off (batched)"})
-        if workers > 1:
-            report.settings[row.ENGINE_THREADS] = f"{workers} replicas x 1 thread (rows shared out)"
-        if request.vad is not None:
-            report.settings[row.VAD_FILTER] = "kvscribe's chunker (batched)"
-            report.not_applicable.append(
-                "vad min silence / pad: batched chunks keep the chunker's "
-                f"({FILE_VAD.min_silence:g} s / {FILE_VAD.pad:g} s)"
-            )
-        if request.condition_on_previous_text:
-            report.not_applicable.append("previous-text prompt: batched chunks decode unprompted")
-        report.kv_cross_bytes *= min(batch, max(1, chunks))
-        return report
-
-    def _count_batched(
-        self, report: DecoderReport, windows: WindowCounter, beams: int, rows: int
-    ) -> None:
-        """The decoded tokens and windows, and the self-attention cache they took (estimated:
-        `rows` chunks x `beams` at the longest chunk's positions)."""
-        windows.finish()
-        report.tokens, report.windows = windows.decoded, windows.count
-        nbytes = estimate.value_bytes(self.engine.model.compute_type)
-        report.kv_self_peak_bytes = estimate.self_attention_bytes(
-            self.dims, windows.peak_positions, beams * rows, nbytes
-        )
-        report.kv_self_full_bytes = report.kv_self_peak_bytes
 
     def shares_batches(self, request: DecodeRequest) -> bool:
         """Short files share batches where a batch's rows have several cores to go to (the
@@ -316,6 +283,19 @@ class CTranslate2Backend(Backend):
 
     # -- internals -------------------------------------------------------------------------
 
+    def _basis(self) -> ct2_report.ReportBasis:
+        return ct2_report.ReportBasis(
+            self.dims, self.engine.model.compute_type, self.profile.kv_self, self.profile.kv_cross
+        )
+
+    def _report(self, beams: int, request: DecodeRequest) -> DecoderReport:
+        return ct2_report.base_report(self._basis(), self.describe_settings(), beams, request)
+
+    def _batched_report(self, beams, request, batch: int, workers: int, chunks: int):
+        return ct2_report.batched_report(
+            self._basis(), self.describe_settings(), beams, request, batch, workers, chunks
+        )
+
     def _load_replicas(self) -> Future:
         """The model as single-thread replicas for batched rows (backends/ct2_replicas.py),
         loaded on the first batched decode and kept: a run of short files never holds it.
@@ -357,21 +337,6 @@ class CTranslate2Backend(Backend):
             return request.condition_on_previous_text
         return bool(self.settings.get("condition_on_previous_text", True))
 
-    def _base_report(self, beams: int, request: DecodeRequest) -> DecoderReport:
-        nbytes = estimate.value_bytes(self.engine.model.compute_type)
-        report = DecoderReport(
-            kv_provenance=make_provenance(ESTIMATED), settings=self.describe_settings()
-        )
-        report.settings[row.BEAM_SIZE] = str(beams)
-        report.settings[row.TEMPERATURE_FALLBACK] = request.fallback.describe()
-        if request.word_timestamps:
-            report.settings[row.WORD_TIMESTAMPS] = "cross-attention alignment (faster-whisper)"
-        if request.vad is not None:
-            report.settings[row.VAD_FILTER] = describe_vad(request.vad)
-        report.kv_cross_bytes = estimate.cross_attention_bytes(self.dims, beams, nbytes)
-        report.not_applicable = _not_applicable(self.profile.kv_self, self.profile.kv_cross, beams)
-        return report
-
     def _stream(
         self,
         raw: Iterator,
@@ -380,7 +345,6 @@ class CTranslate2Backend(Backend):
         conditioned: bool,
         fallback: Fallback,
     ) -> Iterator[Segment]:
-        nbytes = estimate.value_bytes(self.engine.model.compute_type)
         windows = WindowCounter(self.dims, conditioned)
         kept = 0
         for seg in raw:
@@ -402,24 +366,7 @@ class CTranslate2Backend(Backend):
                 compression_ratio=float(seg.compression_ratio),
                 words=tuple(_word(w) for w in seg.words or ()),
             )
-        windows.finish()
-        report.tokens = windows.decoded
-        report.windows = windows.count
-        report.kv_self_peak_bytes = estimate.self_attention_bytes(
-            self.dims, windows.peak_positions, beams, nbytes
-        )
-        report.kv_self_full_bytes = report.kv_self_peak_bytes  # CTranslate2 keeps the full cache
-
-
-def _not_applicable(kv_self: str, kv_cross: str, beams: int) -> list[str]:
-    notes = []
-    if kv_self != "full":
-        notes.append(f"self-attention policy '{kv_self}': CTranslate2 keeps every position")
-    if kv_cross != "full" and beams > 1:
-        notes.append(f"cross-attention policy '{kv_cross}': CTranslate2 keeps one copy per beam")
-    elif kv_cross != "full":
-        notes.append(f"cross-attention policy '{kv_cross}': moot at beam 1 (one copy anyway)")
-    return notes
+        ct2_report.count_windows(report, self._basis(), windows, beams)
 
 
 # -- request fields to faster-whisper's arguments ----------------------------------------

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kvscribe.backends.ct2_windows import WindowCounter
-from kvscribe.backends.ctranslate2 import _not_applicable
+from kvscribe.backends.ct2_report import not_applicable
 from kvscribe.kvcache import estimate
 from kvscribe.models.ct2_file import WhisperDims
 
@@ -70,7 +70,7 @@ def test_window_counter_caps_the_prompt_and_ignores_history_when_unconditioned()
 
 
 def test_policy_parts_ctranslate2_cannot_honour_are_named():
-    assert _not_applicable("full", "full", 5) == []
-    notes = _not_applicable("sink=4,window=128", "shared,q8_0", 5)
+    assert not_applicable("full", "full", 5) == []
+    notes = not_applicable("sink=4,window=128", "shared,q8_0", 5)
     assert len(notes) == 2 and "sink=4,window=128" in notes[0] and "one copy per beam" in notes[1]
-    assert "moot at beam 1" in _not_applicable("full", "shared", 1)[0]
+    assert "moot at beam 1" in not_applicable("full", "shared", 1)[0]
