@@ -5,6 +5,7 @@ CTranslate2 model when needed), loaded into plain torch modules with transformer
 (backends/hf/network.py: importing transformers itself would cost each run 1.5 s). The
 encoder repeats transformers' own; decoding runs the decoder's modules through kvscribe's
 per-layer cache (backends/hf/decoder.py says why not through transformers' generate()).
+This module chooses and reports; the torch work is backends/hf/engine.py's.
 
 The audio is read in slices, never whole (a file arrives as a StreamedAudio): the
 sequential path's log-mel is a StreamedMel, computed one 30 s window at a time and equal
@@ -82,6 +83,7 @@ class TransformersBackend(SharesSteppedBatches, Backend):
         import torch
 
         from kvscribe.backends.hf import network, weights
+        from kvscribe.backends.hf.engine import TorchWhisper
         from kvscribe.stepped.vocabulary import Vocabulary
 
         self.settings = self.profile_settings(_SETTINGS)
@@ -106,6 +108,9 @@ class TransformersBackend(SharesSteppedBatches, Backend):
         layers = self.network.config.decoder_layers
         self.self_specs = parse_policy(self.profile.kv_self, layers)
         self.cross_spec = parse_cross(self.profile.kv_cross)
+        self.engine = TorchWhisper(
+            self.network, self.vocab, self.device, self.dtype, self.self_specs, self.cross_spec
+        )
         self._chunk_bytes: dict = {}  # (beams, policies) -> KV bytes one chunk holds
 
     def _load_network(self, network):
@@ -198,13 +203,10 @@ class TransformersBackend(SharesSteppedBatches, Backend):
             return request.language, None
         if not self.special.is_multilingual:
             return "en", None
-        return self._detect_language(mel)
+        return self.engine.detect_language(mel)
 
     def _prompt_tokens(self, request: DecodeRequest) -> list[int]:
-        return self._text_tokens(request.prompt)
-
-    def _text_tokens(self, text: str | None) -> list[int]:
-        return self.vocab.prompt_tokens(text)
+        return self.vocab.prompt_tokens(request.prompt)
 
     def _transcribe_batched(
         self, audio: Samples, request: DecodeRequest, beams: int, batch: int
@@ -237,7 +239,7 @@ class TransformersBackend(SharesSteppedBatches, Backend):
         for an English-only model, or with no speech to detect it from: no probability)."""
         if request.language is not None or not self.special.is_multilingual or not chunks:
             return request.language or "en", None
-        return self._detect_language(self._chunk_mel(chunks[0].samples(audio)))
+        return self.engine.detect_language(self._chunk_mel(chunks[0].samples(audio)))
 
     def _batched_report(
         self, plan, request: DecodeRequest, batch: int, budget_note: str
@@ -266,27 +268,10 @@ class TransformersBackend(SharesSteppedBatches, Backend):
         from kvscribe.stepped.batched import budgeted_batch
 
         budget_mb = self.settings.get("kv_budget_mb")
-        return budgeted_batch(plan, wanted, budget_mb, self._silent_chunk, self._chunk_bytes)
-
-    def _silent_chunk(self):
-        """An encoder output of one chunk, all zeros: what a KV size probe decodes."""
-        import torch
-
-        config = self.network.config
-        shape = (1, config.max_source_positions, config.d_model)
-        return torch.zeros(shape, dtype=self.dtype, device=self.device)
+        return budgeted_batch(plan, wanted, budget_mb, self.engine.silent_chunk, self._chunk_bytes)
 
     def _chunk_mel(self, samples):
-        """The first 30 s window of `samples` (one speech chunk, a numpy array)."""
-        import torch
-
-        from kvscribe.mel import FRAMES_PER_WINDOW, log_mel
-
-        with torch.inference_mode():
-            mel = log_mel(
-                torch.from_numpy(samples).to(self.device), self.network.config.num_mel_bins
-            )
-        return mel[:, :FRAMES_PER_WINDOW]
+        return self.engine.chunk_mel(samples)
 
     def _stream_batched(self, plan, audio, chunks, batch, report, request: DecodeRequest):
         from kvscribe.stepped import batched_inputs, longform
@@ -328,92 +313,5 @@ class TransformersBackend(SharesSteppedBatches, Backend):
         word timestamps (None: the defaults, for callers that decode chunks themselves).
         `timestamps` False: batched chunks, decoded without them and every word aligned."""
         request = request or DecodeRequest(task=task)
-        import torch
-
-        from kvscribe.backends.hf.decoder import PolicyDecoder
-        from kvscribe.stepped.longform import PROMPT_MAX, WindowPlan
-        from kvscribe.stepped.rules import TokenRules
-        from kvscribe.stepped.search import SearchSetup
-
-        config = self.network.config
-        special = self.special
-        sot_sequence = self.vocab.sot_sequence(language, task)
-        rules = TokenRules(
-            special,
-            config.vocab_size,
-            self._suppressed(request.suppress_tokens),
-            timestamps=timestamps,
-            device=self.device,
-        )
-        setup = SearchSetup(
-            PolicyDecoder(self.network),
-            rules,
-            special.eot,
-            special.no_speech,
-            torch.device(self.device),
-        )
-        bytes_per_position = 2 * config.decoder_layers * config.d_model * self.dtype.itemsize
-        return WindowPlan(
-            encode=self._encode,
-            setup=setup,
-            fill_cross=self._fill_cross,
-            special=special,
-            sot_sequence=sot_sequence,
-            self_specs=self.self_specs,
-            cross_spec=self.cross_spec,
-            beams=beams,
-            condition=self._conditioned(request),
-            text_ctx=config.max_target_positions,
-            kv_bytes_per_position=bytes_per_position,
-            fallback=request.fallback,
-            align_words=self._aligner() if request.word_timestamps or not timestamps else None,
-            hotwords=tuple(self._text_tokens(request.hotwords)[:PROMPT_MAX]),
-            max_new_tokens=request.max_new_tokens,
-            timestamps=timestamps,
-        )
-
-    def _fill_cross(self, cross, encoded) -> None:
-        """The encoder output's cross-attention K/V through the decoder's projections."""
-        cross.fill(encoded, self.network.model.decoder)
-
-    def _suppressed(self, requested: tuple[int, ...]) -> list[int]:
-        return self.vocab.suppressed(requested)
-
-    def _aligner(self):
-        """Word times from the alignment heads' cross-attention (None where the module is
-        not in this install)."""
-        try:
-            from kvscribe.backends.hf.alignment import WordAligner
-        except ImportError:
-            return None
-        return WordAligner(self.network, self.special, self._text, self.device, self.dtype)
-
-    def _encode(self, window_mel):
-        """[n_mels, 3000] (one window) or [chunks, n_mels, 3000] -> [chunks, 1500, d].
-
-        On the CPU a batch is encoded a chunk at a time: the same values (bit for bit on
-        the machines measured), no slower, and the activations of one window (tiny: 64 MB)
-        instead of a batch's (16 chunks: 400 MB), so memory does not depend on how many
-        chunks a file fills."""
-        import torch
-
-        with torch.inference_mode():
-            batched = window_mel if window_mel.dim() == 3 else window_mel[None]
-            features = batched.to(self.dtype)
-            encoder = self.network.model.encoder
-            if self.device != "cpu":
-                return encoder(features)
-            return torch.cat([encoder(one[None]) for one in features])
-
-    def _detect_language(self, mel) -> tuple[str, float]:
-        import torch
-
-        from kvscribe.backends.hf.decoder import PolicyDecoder
-        from kvscribe.mel import FRAMES_PER_WINDOW
-        from kvscribe.stepped.language import detect_language
-
-        encoded = self._encode(mel[:, :FRAMES_PER_WINDOW])
-        decoder = PolicyDecoder(self.network)
-        specs = (self.self_specs, self.cross_spec)
-        device = torch.device(self.device)
-        return detect_language(decoder, self._fill_cross, encoded, self.special, *specs, device)
+        condition = self._conditioned(request)
+        return self.engine.plan(language, task, beams, request, timestamps, condition)

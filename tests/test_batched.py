@@ -191,7 +191,7 @@ def test_the_budget_picks_the_largest_batch_whose_kv_fits(long_form_head):
 
     backend = _backend("transformers", "tiny-vram")
     plan = backend._plan("en", "transcribe", 1)
-    per_chunk = bytes_per_chunk(plan, backend._silent_chunk())
+    per_chunk = bytes_per_chunk(plan, backend.engine.silent_chunk())
     budget_mb = int(2.5 * per_chunk / 1e6) + 1  # room for 2 chunks, not 3
     section = {**backend.settings, "kv_budget_mb": budget_mb}
     backends = {**backend.profile.backends, "transformers": section}

@@ -181,7 +181,7 @@ def _aligned(clip: Path):
     assert segments and {s.window for s in segments} == {0}
     mel = log_mel(torch.from_numpy(audio), backend.network.config.num_mel_bins)
     window_frames = mel.shape[-1] - FRAMES_PER_WINDOW
-    encoded = backend._encode(mel[:, :FRAMES_PER_WINDOW])
+    encoded = backend.engine.encode(mel[:, :FRAMES_PER_WINDOW])
     aligner = WordAligner(backend.network, backend.special, backend._text, "cpu", backend.dtype)
     words = aligner(encoded, [s.tokens for s in segments], window_frames, 0.0)
     return segments, words, window_frames / 100
@@ -250,7 +250,7 @@ def test_frames_past_the_audio_are_never_chosen():
     backend = _backend()
     segments, _, _ = _aligned(SAMPLE)
     mel = log_mel(torch.from_numpy(load_audio(SAMPLE)), backend.network.config.num_mel_bins)
-    encoded = backend._encode(mel[:, :FRAMES_PER_WINDOW])
+    encoded = backend.engine.encode(mel[:, :FRAMES_PER_WINDOW])
     aligner = WordAligner(backend.network, backend.special, backend._text, "cpu", backend.dtype)
     words = aligner(encoded, [s.tokens for s in segments], 500, 10.0)
     flat = [w for per_segment in words for w in per_segment]
