@@ -1,0 +1,230 @@
+"""`kvscribe mic`'s parameters, as the table its command is given (cli.parameters).
+
+Each flag is declared here once (or in cli/shared_options.py when `kvscribe transcribe`
+takes it too); one named like a LiveOptions field reaches it with no more code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from kvscribe.cli import shared_options as shared
+from kvscribe.cli.parameters import ParameterTable
+
+_STREAMING = "Streaming"
+
+
+PARAMETERS: ParameterTable = {
+    "live": (
+        bool,
+        typer.Option(
+            True, "--live", help="Show text as it is spoken (the only mode: kept for scripts)."
+        ),
+    ),
+    "list_devices": (
+        bool,
+        typer.Option(False, "--list-devices", help="List the input devices and exit."),
+    ),
+    "mic_device": (
+        str,
+        typer.Option(
+            None,
+            "--mic",
+            metavar="INDEX|NAME",
+            show_default="the system's default input",
+            help="Record from this input device (see --list-devices).",
+        ),
+    ),
+    "source": (
+        str,
+        typer.Option(
+            None,
+            "--input",
+            "-i",
+            metavar="FILE|-",
+            help="Instead of a microphone: replay an audio FILE at real-time pace, or read raw "
+            "s16le 16 kHz mono PCM from stdin ('-').",
+        ),
+    ),
+    "as_fast_as_possible": (
+        bool,
+        typer.Option(
+            False, "--as-fast-as-possible", help="Replay --input FILE as fast as it is decoded."
+        ),
+    ),
+    "output": (
+        Path,
+        typer.Option(
+            None,
+            "--output",
+            "-o",
+            dir_okay=False,
+            help="Append committed text to this file as it is committed (one line per utterance).",
+        ),
+    ),
+    "backend": (
+        str,
+        shared.BACKEND.option(mic=True),
+    ),
+    "profile": (
+        str,
+        shared.PROFILE.option(mic=True),
+    ),
+    "model": (
+        str,
+        shared.MODEL.option(mic=True),
+    ),
+    "language": (
+        str,
+        shared.LANGUAGE.option(mic=True),
+    ),
+    "task": (
+        shared.Task,
+        shared.TASK.option(mic=True),
+    ),
+    "beam_size": (
+        int,
+        shared.BEAM_SIZE.option(mic=True),
+    ),
+    "device": (
+        shared.Device,
+        shared.DEVICE.option(mic=True),
+    ),
+    "kv_policy": (
+        str,
+        shared.KV_POLICY.option(mic=True),
+    ),
+    "kv_cross": (
+        str,
+        shared.KV_CROSS.option(mic=True),
+    ),
+    "threads": (
+        int,
+        shared.THREADS.option(mic=True),
+    ),
+    "prompt": (
+        str,
+        typer.Option(
+            None,
+            "--prompt",
+            "--initial-prompt",
+            metavar="TEXT",
+            help="Context for the decoder, e.g. names and terms it should spell your way "
+            "(--initial-prompt, as file runs spell it, works too).",
+        ),
+    ),
+    "temperature": (
+        float,
+        shared.TEMPERATURE.option(mic=True),
+    ),
+    "temperature_increment_on_fallback": (
+        float,
+        shared.TEMPERATURE_INCREMENT.option(mic=True),
+    ),
+    "best_of": (
+        int,
+        shared.BEST_OF.option(mic=True),
+    ),
+    "compression_ratio_threshold": (
+        float,
+        shared.COMPRESSION_RATIO_THRESHOLD.option(mic=True),
+    ),
+    "logprob_threshold": (
+        float,
+        shared.LOGPROB_THRESHOLD.option(mic=True),
+    ),
+    "no_speech_threshold": (
+        float,
+        shared.NO_SPEECH_THRESHOLD.option(mic=True),
+    ),
+    "hotwords": (
+        str,
+        shared.HOTWORDS.option(mic=True),
+    ),
+    "max_new_tokens": (
+        int,
+        shared.MAX_NEW_TOKENS.option(mic=True),
+    ),
+    "suppress_tokens": (
+        str,
+        shared.SUPPRESS_TOKENS.option(mic=True),
+    ),
+    "hallucination_silence_threshold": (
+        float,
+        shared.HALLUCINATION_SILENCE_THRESHOLD.option(mic=True),
+    ),
+    "step": (
+        float,
+        typer.Option(
+            1.0,
+            "--step",
+            help="Seconds of new audio between re-decodes.",
+            rich_help_panel=_STREAMING,
+        ),
+    ),
+    "min_silence": (
+        float,
+        typer.Option(
+            0.7,
+            "--min-silence",
+            help="Seconds of silence that end an utterance.",
+            rich_help_panel=_STREAMING,
+        ),
+    ),
+    "commit_silence": (
+        float,
+        typer.Option(
+            0.3,
+            "--commit-silence",
+            help="Seconds of silence after which an utterance's words are committed, before "
+            "--min-silence ends it (speech that resumes continues the utterance); an utterance "
+            "under 2.5 s with no --context before it waits for its end.",
+            rich_help_panel=_STREAMING,
+        ),
+    ),
+    "context": (
+        float,
+        typer.Option(
+            8.0,
+            "--context",
+            help="Seconds of the utterances before it that a new utterance is decoded with "
+            "(their words are not committed again); 0: each utterance alone.",
+            rich_help_panel=_STREAMING,
+        ),
+    ),
+    "encoder_window": (
+        float | None,
+        typer.Option(
+            None,
+            "--encoder-window",
+            show_default="30: Whisper's whole window",
+            help="Decode each buffer in an encoder window of its length + 2 s, at least this "
+            "many seconds (ctranslate2): faster decodes, but read speech lost words "
+            "(docs/live.md, 'Encoder window').",
+            rich_help_panel=_STREAMING,
+        ),
+    ),
+    "vad_threshold": (
+        float,
+        typer.Option(
+            0.5,
+            "--vad-threshold",
+            help="Speech probability that starts an utterance.",
+            rich_help_panel=_STREAMING,
+        ),
+    ),
+    "stats_json": (
+        Path,
+        shared.STATS_JSON.option(mic=True),
+    ),
+    "quiet": (
+        bool,
+        shared.QUIET.option(mic=True),
+    ),
+    "debug": (
+        bool,
+        shared.DEBUG.option(mic=True),
+    ),
+}
