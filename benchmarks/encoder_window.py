@@ -46,13 +46,19 @@ WINDOWS = {  # name -> (floor, margin) in seconds; None: the whole 30 s window
 PAUSE, PAD = 0.7, int(0.2 * SAMPLE_RATE)
 
 
-def utterances(samples: np.ndarray) -> list[np.ndarray]:
-    """The speech of `samples` cut at pauses of PAUSE seconds, padded by PAD samples."""
+def speech_spans(samples: np.ndarray) -> list[tuple[int, int]]:
+    """(first, end) sample of each utterance of `samples`: speech cut at pauses of PAUSE
+    seconds, padded by PAD samples."""
     speech = np.flatnonzero(SileroVad().probabilities(samples) >= VadSettings().threshold)
     breaks = np.flatnonzero(np.diff(speech) * WINDOW >= PAUSE * SAMPLE_RATE)
     firsts, lasts = speech[np.r_[0, breaks + 1]], speech[np.r_[breaks, speech.size - 1]]
     spans = zip(firsts * WINDOW - PAD, (lasts + 1) * WINDOW + PAD, strict=True)
-    return [samples[max(0, a) : min(samples.size, b)] for a, b in spans]
+    return [(max(0, int(a)), min(samples.size, int(b))) for a, b in spans]
+
+
+def utterances(samples: np.ndarray) -> list[np.ndarray]:
+    """The speech of `samples` cut at pauses of PAUSE seconds, padded by PAD samples."""
+    return [samples[a:b] for a, b in speech_spans(samples)]
 
 
 class Windowed:
