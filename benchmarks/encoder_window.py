@@ -141,24 +141,18 @@ def main() -> None:
 
 
 def _table(rows: list[dict]) -> str:
-    sets = list(dict.fromkeys(row["set"] for row in rows))
-    pieces = {row["set"]: row["pieces"] for row in rows}
-    head = " | ".join(f"{name} ({pieces[name]}): WER, decode s" for name in sets)
-    lines = [
+    return (
         "Each piece decoded alone in this process, as live mode decodes a buffer "
-        "(ctranslate2, cpu-laptop, beam 5); one pass.",
-        "",
-        f"| encoder window | {head} |",
-        "|---" * (len(sets) + 1) + "|",
-    ]
-    for window in dict.fromkeys(row["window"] for row in rows):
-        cells = [
-            f"{row['wer']:.3f}, {row['decode_seconds']:.1f}"
-            for row in rows
-            if row["window"] == window
-        ]
-        lines.append(f"| {window} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        "(ctranslate2, cpu-laptop, beam 5); one pass.\n\n"
+        + results_file.grid(
+            rows,
+            across="set",
+            down="window",
+            corner="encoder window",
+            head=lambda row: f"{row['set']} ({row['pieces']}): WER, decode s",
+            cell=lambda row: f"{row['wer']:.3f}, {row['decode_seconds']:.1f}",
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -126,22 +126,18 @@ def main() -> None:
 
 
 def _table(rows: list[dict]) -> str:
-    clips = list(dict.fromkeys(row["clip"] for row in rows))
-    decodes = {row["clip"]: row["decodes"] for row in rows}
-    head = " | ".join(f"{clip} ({decodes[clip]} utterances): WER, decode s" for clip in clips)
-    lines = [
+    return (
         "Each utterance decoded once per way, in order, in this process (faster-whisper, "
-        "tiny.en int8, 2 threads, beam 5, word timestamps); one pass.",
-        "",
-        f"| context | {head} |",
-        "|---" * (len(clips) + 1) + "|",
-    ]
-    for way in WAYS:
-        cells = [
-            f"{row['wer']:.3f}, {row['decode_seconds']:.1f}" for row in rows if row["way"] == way
-        ]
-        lines.append(f"| {way} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        "tiny.en int8, 2 threads, beam 5, word timestamps); one pass.\n\n"
+        + results_file.grid(
+            rows,
+            across="clip",
+            down="way",
+            corner="context",
+            head=lambda row: f"{row['clip']} ({row['decodes']} utterances): WER, decode s",
+            cell=lambda row: f"{row['wer']:.3f}, {row['decode_seconds']:.1f}",
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -58,6 +58,21 @@ def write(name: str, meta: dict, rows: list[dict], markdown: str) -> None:
     (OUT / f"{name}.md").write_text(header + markdown.rstrip() + "\n")
 
 
+def grid(rows: list[dict], across: str, down: str, corner: str, head, cell) -> str:
+    """A markdown table of `rows`: one line per value of row[down], one column per value of
+    row[across] (both in first-seen order), the column titled head(row) and each cell
+    cell(row) of the row with those two values."""
+    columns = {row[across]: head(row) for row in rows}
+    lines = [
+        f"| {corner} | " + " | ".join(columns.values()) + " |",
+        "|---" * (len(columns) + 1) + "|",
+    ]
+    for line in dict.fromkeys(row[down] for row in rows):
+        found = {row[across]: cell(row) for row in rows if row[down] == line}
+        lines.append(f"| {line} | " + " | ".join(found.get(c, "-") for c in columns) + " |")
+    return "\n".join(lines)
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
