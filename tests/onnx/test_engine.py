@@ -173,7 +173,7 @@ def test_the_core_search_drives_the_engine_to_torchs_tokens(exported, reference,
     backend, plan = reference
     specs, cross_spec = parse_policy("sink=4,window=128,q8_0", 4), parse_cross("shared,q8_0")
     engine = OnnxEngine(exported, threads=int(os.environ.get("OMP_NUM_THREADS") or 1))
-    suppressed = backend._suppressed(DecodeRequest().suppress_tokens)
+    suppressed = backend.vocab.suppressed(DecodeRequest().suppress_tokens)
     rules = TokenRules(backend.special, 51864, suppressed, timestamps=False, device=None)
     numpy_setup = SearchSetup(engine, rules, plan.setup.eot, plan.setup.no_speech, None)
     prompt = plan.prompt_for([])
@@ -207,7 +207,7 @@ def test_temperature_draws_drive_the_engine_with_numpy_generators(exported, refe
 
     backend, plan = reference
     engine = OnnxEngine(exported, threads=int(os.environ.get("OMP_NUM_THREADS") or 1))
-    suppressed = backend._suppressed(DecodeRequest().suppress_tokens)
+    suppressed = backend.vocab.suppressed(DecodeRequest().suppress_tokens)
     rules = TokenRules(backend.special, 51864, suppressed, timestamps=False, device=None)
     setup = SearchSetup(engine, rules, plan.setup.eot, plan.setup.no_speech, None)
     prompt = plan.prompt_for([])
