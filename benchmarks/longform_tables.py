@@ -1,0 +1,91 @@
+"""The tables of benchmarks/longform_peers.py: one row per clip and configuration from the
+runs, each row's time against faster-whisper's BatchedInferencePipeline on the same clip,
+and the markdown its result file holds."""
+
+from __future__ import annotations
+
+import statistics
+
+BASELINE = "fw-batched"
+
+
+def summarise(clips: list, configs: list[str], runs: list[dict]) -> list[dict]:
+    """One row per clip and configuration: every run's seconds, their median, the first
+    successful run's WER and text, and whether the runs' texts agreed."""
+    rows = []
+    for clip in clips:
+        for config in configs:
+            mine = [r for r in runs if r["clip"] == clip.name and r["config"] == config]
+            good = [r for r in mine if "text" in r]
+            rows.append(
+                {
+                    "clip": clip.name,
+                    "config": config,
+                    "audio_seconds": clip.seconds,
+                    "runs_seconds": [r["seconds"] for r in good],
+                    "failed_runs": len(mine) - len(good),
+                    "median_seconds": statistics.median(r["seconds"] for r in good)
+                    if good
+                    else None,
+                    "median_peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in good)
+                    if good
+                    else None,
+                    "wer": good[0]["wer"] if good else None,
+                    "texts_identical": len({r["text"] for r in good}) <= 1,
+                    "text": good[0]["text"] if good else None,
+                }
+            )
+    _add_ratios(rows)
+    return rows
+
+
+def _add_ratios(rows: list[dict]) -> None:
+    """Each row's median over fw-batched's on the same clip (when both were measured)."""
+    base = {r["clip"]: r["median_seconds"] for r in rows if r["config"] == BASELINE}
+    for row in rows:
+        ref = base.get(row["clip"])
+        row["x_fw_batched"] = row["median_seconds"] / ref if ref and row["median_seconds"] else None
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def _transformers_default() -> str:
+    """The transformers backend's default compute type on this CPU (backends/transformers.py)."""
+    from kvscribe import hardware
+
+    return "bfloat16" if hardware.cpu_multiplies_bfloat16() else "float32"
+
+
+def markdown(rows: list[dict], pooled: list[dict], repeat: int, threads: int) -> str:
+    lines = [
+        f"Whole processes, {repeat} interleaved run(s) each, {threads} CPU threads, beam 5, "
+        "int8 CTranslate2 weights for both engines (kvscribe-transformers: its default compute "
+        f"type, {_transformers_default()} on this CPU).",
+        "",
+        "| clip | config | median s | runs | WER | x fw-batched time | peak RSS MB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        runs = ", ".join(f"{s:.2f}" for s in r["runs_seconds"])
+        if r["failed_runs"]:
+            runs += f" ({r['failed_runs']} failed)"
+        lines.append(
+            f"| {r['clip']} ({r['audio_seconds']:.1f} s) | {r['config']} | "
+            f"{_cell(r['median_seconds'], '.2f')} | {runs} | {_cell(r['wer'], '.3f')} | "
+            f"{_cell(r['x_fw_batched'], '.2f')} | {_cell(r['median_peak_rss_mb'], '.0f')} |"
+        )
+    if pooled:
+        lines += [
+            "",
+            f"Pooled over the English clips ({', '.join(pooled[0]['clips'])}):",
+            "",
+            "| config | pooled WER | sum of median s |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {p['config']} | {p['pooled_wer']:.3f} | {p['median_seconds_total']:.2f} |"
+            for p in pooled
+        ]
+    return "\n".join(lines)
