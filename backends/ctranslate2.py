@@ -291,7 +291,9 @@ class CTranslate2Backend(Backend):
     def _report(self, beams: int, request: DecodeRequest) -> DecoderReport:
         return ct2_report.base_report(self._basis(), self.describe_settings(), beams, request)
 
-    def _batched_report(self, beams, request, batch: int, workers: int, chunks: int):
+    def _batched_report(
+        self, beams: int, request: DecodeRequest, batch: int, workers: int, chunks: int
+    ) -> DecoderReport:
         return ct2_report.batched_report(
             self._basis(), self.describe_settings(), beams, request, batch, workers, chunks
         )
