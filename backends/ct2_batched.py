@@ -148,8 +148,10 @@ def _generate(
         **search,
     }
     prompts = [list(plan.prompt) for _ in range(rows)]
-    if temperature > 0 or not plan.replicas.split(rows):  # sampled: one generator, see replicas
-        results = plan.engine.model.generate(encoded, prompts, **options)
+    sampled = temperature > 0  # on one generator, see replicas
+    if sampled or not plan.replicas.split(rows):
+        engine = plan.replicas.decoder(rows, sampled)
+        results = engine.model.generate(encoded, prompts, **options)
     else:
         replicas = plan.replicas
         results = replicas.over_rows(

@@ -95,6 +95,7 @@ class CTranslate2Backend(Backend):
             cpu_threads=self._cpu_threads(),
         )
         self._row_replicas: Future | None = None
+        self._load_replicas()  # on a thread of its own, while the caller reads its audio
 
     def describe_settings(self) -> dict[str, str]:
         return {
@@ -119,8 +120,9 @@ class CTranslate2Backend(Backend):
             return Transcription(language, probability, iter(()), report)
         decoded = to_decode(audio, clock)
         frames = self._encoder_frames(decoded, request, report)
+        engine = self._one_row_engine(report)
         raw, info = ct2_stream.transcribe(
-            self.engine,
+            engine,
             decoded,
             frames,
             language=request.language,
@@ -298,11 +300,22 @@ class CTranslate2Backend(Backend):
             self._basis(), self.describe_settings(), beams, request, batch, workers, chunks
         )
 
+    def _one_row_engine(self, report: DecoderReport):
+        """The engine for faster-whisper's sequential transcribe: on a CPU with several
+        threads, its beam search on a single-thread replica (backends/ct2_replicas.py)."""
+        engine = self._load_replicas().result().one_row_engine()
+        if engine is not self.engine:
+            threads = self._cpu_threads()
+            report.settings[row.ENGINE_THREADS] = (
+                f"{threads} (beam search: 1 of {threads} single-thread replicas)"
+            )
+        return engine
+
     def _load_replicas(self) -> Future:
-        """The model as single-thread replicas for batched rows (backends/ct2_replicas.py),
-        loaded on the first batched decode and kept: a run of short files never holds it.
-        It loads on a thread of its own while the caller goes on (a second model load,
-        about as long as the first: CTranslate2 lets go of the GIL while it loads)."""
+        """The model as single-thread replicas for decoder calls (backends/ct2_replicas.py),
+        loaded with the engine and kept. It loads on a thread of its own while the caller
+        goes on (a second model load, about as long as the first: CTranslate2 lets go of
+        the GIL while it loads)."""
         from kvscribe.backends.ct2_replicas import replicas
 
         if self._row_replicas is None:
@@ -314,6 +327,7 @@ class CTranslate2Backend(Backend):
                 self.device,
                 self.engine.model.compute_type,
                 self._cpu_threads(),
+                self.dims.n_text_state,
             )
             loader.shutdown(wait=False)  # the load goes on; the thread ends with it
         return self._row_replicas

@@ -226,8 +226,10 @@ def test_batch_size_reaches_the_stats_on_long_audio(tmp_path, monkeypatch, batch
     conditioned = figures["settings"]["previous-text prompt"]
     assert conditioned == ("on" if batch == 1 else "off (batched)")
     threads = min(4, usable_cores())  # the backend's default threads, one per replica
-    shared = f"{threads} replicas x 1 thread (rows shared out)" if threads > 1 else None
-    assert figures["settings"].get("engine threads") == (shared if batch == 8 else None)
+    shared = f"{threads} replicas x 1 thread (rows shared out)"
+    one_row = f"{threads} (beam search: 1 of {threads} single-thread replicas)"
+    expected = (shared if batch == 8 else one_row) if threads > 1 else None
+    assert figures["settings"].get("engine threads") == expected
     kv_rows = [line for line in result.stderr.splitlines() if "KV" in line]
     assert len(kv_rows) == 2
     assert all(("batch of 8" in row) == (batch == 8) for row in kv_rows)
