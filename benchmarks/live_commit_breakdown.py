@@ -1,6 +1,6 @@
 """Where a live commit at a pause spends its time, on a real-time replay.
 
-    .venv/bin/python benchmarks/live_commit_breakdown.py [--seconds 150]
+    .venv/bin/python benchmarks/live_commit_breakdown.py [--seconds 150] [--out NAME]
 
 Replays the first SECONDS of eval/realform/asterisk_en_ivr_dev.wav through `kvscribe mic
 --input` in real time (default options), in this process, with `LiveSession._decode` and
@@ -11,7 +11,7 @@ committed. For every utterance committed at a pause, its commit latency is split
 - decoded: the decode at the pause;
 - after: from its end to the commit.
 Medians over those utterances; the decoder's busy share of the replay too.
-Writes benchmarks/results/live_commit_breakdown.{json,md}.
+Writes benchmarks/results/NAME.{json,md} (default NAME: live_commit_breakdown).
 """
 
 from __future__ import annotations
@@ -86,6 +86,7 @@ def breakdown(events: list[dict]) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=150.0)
+    parser.add_argument("--out", default="live_commit_breakdown")
     args = parser.parse_args()
     events: list[dict] = []
     traced(events)
@@ -116,18 +117,21 @@ def main() -> None:
     )
     print(table)
     meta = {"clip": CLIP.name, "seconds": args.seconds, "device": "cpu", "medians": medians}
-    results_file.write("live_commit_breakdown", meta, rows, table)
+    results_file.write(args.out, meta, rows, table)
 
 
 def _run_mic(path: Path) -> None:
     from kvscribe.cli import main as cli
 
+    ours = sys.argv  # the result file names this script's command, not the one run inside
     sys.argv = ["kvscribe", "mic", "--input", str(path), "-q"]
     try:
         cli()
     except SystemExit as stop:
         if stop.code not in (0, None):
             raise
+    finally:
+        sys.argv = ours
 
 
 if __name__ == "__main__":
