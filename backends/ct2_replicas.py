@@ -20,12 +20,13 @@ The tokens are the same: a row's decode does not depend on the rows beside it or
 thread count (tests/test_ct2_replicas.py).
 
 The replicas are a second load of the model beside the backend's one-replica engine
-(tiny.en int8: about 80 MB more), loaded with it, on a thread of its own while the
-first file is read and scanned for speech (backends/ctranslate2.py). That engine keeps the encoder
-of one window and the calls that draw samples (temperature fallback): CTranslate2 seeds
-a sampling generator per worker thread, and which replica takes a call is a race, so
-sampled text would change from run to run. With one thread (`--threads 1`) there are no
-replicas: the engine is already single-threaded, and no second load is held.
+(tiny.en int8: about 80 MB to load, 100-190 MB more RSS in use), loaded with it, on a
+thread of its own while the first file is read (backends/ctranslate2.py). That engine
+keeps the encoder of one window and the calls that draw samples (temperature
+fallback): CTranslate2 seeds a sampling generator per worker thread, and which replica
+takes a call is a race, so sampled text would change from run to run. With one thread
+(`--threads 1`) there are no replicas: the engine is already single-threaded, and no
+second load is held.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ class Replicas:
 
     def one_row_engine(self):
         """The engine for faster-whisper's own transcribe, which decodes one row at a time:
-        the encoder on every thread, the rest on a replica (OneRowModel)."""
+        its beam search on a replica, the rest on every thread (OneRowModel)."""
         if not self._one_row():
             return self.whole
         from kvscribe.adapters import faster_whisper as adapter
