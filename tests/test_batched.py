@@ -212,6 +212,20 @@ def test_batch_size_flag_reaches_the_stats_and_short_audio_stays_sequential(tmp_
     assert json.loads(stats.read_text())["files"][0]["batch_size"] == 1  # 11 s: one window
 
 
+@pytest.mark.parametrize(
+    ("threads", "expected"),
+    [("1", None), ("2", "2 (beam search: 1 of 2 single-thread replicas)")],
+)
+def test_a_short_files_beam_search_runs_on_a_replica_unless_one_thread(tmp_path, threads, expected):
+    """One thread loads no replicas (the least memory); two put the search on one."""
+    stats = tmp_path / "stats.json"
+    result = run_cli(SAMPLE, "--threads", threads, "-q", "--stats-json", stats)
+    assert result.code == 0, result.stderr
+    figures = json.loads(stats.read_text())
+    assert figures["settings"].get("engine threads") == expected
+    assert "fellow Americans" in result.stdout
+
+
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.slow
 def test_batch_size_reaches_the_stats_on_long_audio(tmp_path, monkeypatch, batch):
