@@ -113,7 +113,13 @@ CONFIGS = {  # name -> (engine, extra flags)
         "kvscribe",
         ["--backend", "onnx", "--compute-type", "int8", "--batch-size", "1"],
     ),
+    # kvscribe with glibc's own arena limit (8 per core) instead of the command's 2
+    # (kvscribe/malloc_arenas.py)
+    "kvscribe-default-glibc-arenas": ("kvscribe", []),
+    "kvscribe-batch1-glibc-arenas": ("kvscribe", ["--batch-size", "1"]),
 }
+GLIBC_ARENAS = {"MALLOC_ARENA_MAX": str(8 * (os.cpu_count() or 1))}
+ENVIRONMENTS = {name: GLIBC_ARENAS for name in CONFIGS if name.endswith("-glibc-arenas")}
 
 
 def command(config: str, clip: Clip, threads: int) -> list[str]:
@@ -141,7 +147,8 @@ def timed_run(config: str, clip: Clip, threads: int) -> dict:
     """One whole process, timed from before its start to after its exit, with its peak
     resident memory."""
     argv = command(config, clip, threads)
-    returncode, stdout, stderr, seconds, peak_rss = _run_process(argv)
+    environment = os.environ | ENVIRONMENTS.get(config, {})
+    returncode, stdout, stderr, seconds, peak_rss = _run_process(argv, environment)
     run = {"clip": clip.name, "config": config, "seconds": seconds, "returncode": returncode}
     run["peak_rss_mb"] = peak_rss
     if returncode:
@@ -152,13 +159,15 @@ def timed_run(config: str, clip: Clip, threads: int) -> dict:
     return run
 
 
-def _run_process(argv: list[str]) -> tuple[int, str, str, float, float]:
+def _run_process(argv: list[str], environment: dict) -> tuple[int, str, str, float, float]:
     """(exit code, stdout, stderr, wall seconds, peak RSS in MB = 10^6 bytes) of one process:
     its output goes to temporary files so the child can be reaped with os.wait4, whose
     resource usage is that process's own (ru_maxrss, KiB on Linux)."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         started = time.perf_counter()
-        child = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True)
+        child = subprocess.Popen(
+            argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, text=True, env=environment
+        )
         _, status, usage = os.wait4(child.pid, 0)
         seconds = time.perf_counter() - started
         child.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen

@@ -6,6 +6,10 @@ import os
 # kvscribe/__init__.py), before anything below loads numpy.
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
-from kvscribe.cli.app import app, main
+from kvscribe import malloc_arenas
+
+malloc_arenas.limit()  # before any engine starts its threads
+
+from kvscribe.cli.app import app, main  # noqa: E402  (after the two settings above)
 
 __all__ = ["app", "main"]
