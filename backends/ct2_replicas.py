@@ -31,6 +31,7 @@ second load is held.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -89,9 +90,11 @@ class Replicas:
         else the whole engine."""
         return self.engine if rows == 1 and not sampled and self._one_row() else self.whole
 
+    @functools.cached_property
     def one_row_engine(self):
         """The engine for faster-whisper's own transcribe, which decodes one row at a time:
-        its beam search on a replica, the rest on every thread (OneRowModel)."""
+        its beam search on a replica, the rest on every thread (OneRowModel). Made once:
+        live mode asks for it at every decode."""
         if not self._one_row():
             return self.whole
         from kvscribe.adapters import faster_whisper as adapter

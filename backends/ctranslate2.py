@@ -303,7 +303,7 @@ class CTranslate2Backend(Backend):
     def _one_row_engine(self, report: DecoderReport):
         """The engine for faster-whisper's sequential transcribe: on a CPU with several
         threads, its beam search on a single-thread replica (backends/ct2_replicas.py)."""
-        engine = self._load_replicas().result().one_row_engine()
+        engine = self._load_replicas().result().one_row_engine
         if engine is not self.engine:
             threads = self._cpu_threads()
             report.settings[row.ENGINE_THREADS] = (

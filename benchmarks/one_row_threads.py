@@ -71,7 +71,7 @@ def _measure(name: str, language: str, threads: int, repeat: int) -> list[dict]:
     width = whisper_dims(path / "model.bin").n_text_state
     whole = WhisperModel(str(path), device="cpu", compute_type="int8", cpu_threads=threads)
     pool = replicas(whole, str(path), "cpu", "int8", threads, width)
-    one_row = pool.one_row_engine() if pool.one_row else _forced(pool)
+    one_row = pool.one_row_engine if pool.one_row else _forced(pool)
     audio = load_audio(RECORDING[language])
     pieces = [audio[int(s * SAMPLE_RATE) : int((s + PIECE) * SAMPLE_RATE)] for s in STARTS]
     timings: dict[tuple[str, str], list[float]] = {}
@@ -110,7 +110,7 @@ def _forced(pool):
     the same, to show what it would do."""
     import dataclasses
 
-    return dataclasses.replace(pool, one_row=True).one_row_engine()
+    return dataclasses.replace(pool, one_row=True).one_row_engine
 
 
 def _calls(engine, piece: np.ndarray, language: str) -> dict[str, float]:

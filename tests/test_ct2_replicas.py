@@ -103,7 +103,7 @@ def test_one_row_goes_to_a_replica_and_a_sampled_call_to_the_whole_engine(group)
     assert two.decoder(3, sampled=False) is plan.engine
     wide = dataclasses.replace(two, one_row=False)  # a decoder wider than measured
     assert wide.decoder(1, sampled=False) is plan.engine
-    assert wide.one_row_engine() is plan.engine
+    assert wide.one_row_engine is plan.engine
 
 
 def test_faster_whispers_transcribe_calls_go_where_they_run_fastest(group):
@@ -140,7 +140,7 @@ def test_a_row_transcribed_on_a_replica_is_the_same_as_on_every_thread(group, ct
         segments, _ = engine.transcribe(audio, language="en", beam_size=5, word_timestamps=True)
         return [(s.text, [(w.start, w.end, w.word) for w in s.words]) for s in segments]
 
-    on_replica = plan.replicas.one_row_engine()
+    on_replica = plan.replicas.one_row_engine
     assert isinstance(on_replica.model, OneRowModel)
     split = transcript(on_replica)
     assert split == transcript(plan.engine)
