@@ -121,7 +121,7 @@ def main() -> None:
 
 
 def _run_mic(path: Path) -> None:
-    from kvscribe.cli import main as cli
+    from kvscribe.cli import run as cli  # the command without its quick process exit
 
     ours = sys.argv  # the result file names this script's command, not the one run inside
     sys.argv = ["kvscribe", "mic", "--input", str(path), "-q"]

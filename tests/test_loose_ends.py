@@ -94,12 +94,13 @@ def test_a_distil_name_is_looked_up_under_its_real_repository():
 
 
 def _main(monkeypatch, capsys, *args: str | Path) -> tuple[int, str, str]:
-    """The real `kvscribe` entry point in this process, so a fault can be injected."""
-    from kvscribe.cli.app import main
+    """The real `kvscribe` command in this process (all of the entry point but its quick
+    exit), so a fault can be injected."""
+    from kvscribe.cli.app import run
 
     monkeypatch.setattr(sys, "argv", ["kvscribe", *map(str, args)])
     with pytest.raises(SystemExit) as exited:
-        main()
+        run()
     out, err = capsys.readouterr()
     return exited.value.code, out, err
 

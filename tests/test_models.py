@@ -35,6 +35,24 @@ def test_tiny_en_dimensions_match_openai_whisper():
     assert not dims.is_multilingual
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tiny.en",
+        pytest.param("base", marks=pytest.mark.skipif(not BASE_INSTALLED, reason="kvscribe[base]")),
+    ],
+)
+def test_special_tokens_of_a_loaded_tokenizer_are_those_of_its_file(name):
+    from tokenizers import Tokenizer
+
+    from kvscribe.models.vocab import special_tokens, special_tokens_of
+
+    path = resolve(name, CT2).path / "tokenizer.json"
+    from_file = special_tokens(path)
+    assert special_tokens_of(Tokenizer.from_file(str(path))) == from_file
+    assert from_file.is_multilingual == (name == "base") and len(from_file.languages) == 99
+
+
 def test_header_reader_accounts_for_every_byte_of_the_file():
     path = resolve("tiny.en", CT2).path / "model.bin"
     variables = read_variables(path)

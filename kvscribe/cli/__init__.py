@@ -10,6 +10,6 @@ from kvscribe import malloc_arenas
 
 malloc_arenas.limit()  # before any engine starts its threads
 
-from kvscribe.cli.app import app, main  # noqa: E402  (after the two settings above)
+from kvscribe.cli.app import app, main, run  # noqa: E402  (after the two settings above)
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "run"]

@@ -6,12 +6,14 @@ Nothing heavy is imported here: `kvscribe --help` must stay fast.
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 import click
 import typer
 from typer.core import TyperGroup
 
 from kvscribe import __version__
+from kvscribe.cli import quick_exit
 from kvscribe.errors import ExitCode
 
 _ROOT_FLAGS = {"--help", "-h", "--version", "--install-completion", "--show-completion"}
@@ -77,8 +79,18 @@ def _register() -> None:
 _register()
 
 
-def main() -> None:
-    """Console entry point: usage errors exit 2, unexpected ones exit 1 in one line."""
+def main() -> NoReturn:
+    """Console entry point: `run()`, then the process ends at once (kvscribe.cli.quick_exit)."""
+    try:
+        run()
+    except SystemExit as finished:  # typer ends every command this way
+        quick_exit.leave(quick_exit.exit_code(finished))
+    quick_exit.leave(0)
+
+
+def run() -> None:
+    """The command in this process: usage errors exit 2, unexpected ones exit 1 in one line
+    (raised as SystemExit, so a caller in the same process sees the status)."""
     debug = "--debug" in sys.argv
     try:
         app()

@@ -30,7 +30,17 @@ class SpecialTokens:
 
 def special_tokens(tokenizer_json: Path) -> SpecialTokens:
     added = json.loads(tokenizer_json.read_text(encoding="utf-8"))["added_tokens"]
-    ids = {token["content"]: token["id"] for token in added}
+    return _from_added({token["content"]: token["id"] for token in added})
+
+
+def special_tokens_of(tokenizer) -> SpecialTokens:
+    """The same, from a loaded `tokenizers.Tokenizer`: no second parse of its file (30 ms)."""
+    added = tokenizer.get_added_tokens_decoder()
+    return _from_added({token.content: token_id for token_id, token in added.items()})
+
+
+def _from_added(ids: dict[str, int]) -> SpecialTokens:
+    """Whisper's special tokens among a tokenizer's added tokens (content -> id)."""
     sot, translate = ids["<|startoftranscript|>"], ids["<|translate|>"]
     languages = {
         content[2:-2]: token_id

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kvscribe.models.vocab import SpecialTokens, special_tokens
+from kvscribe.models.vocab import SpecialTokens, special_tokens_of
 
 
 class Vocabulary:
@@ -15,7 +15,7 @@ class Vocabulary:
         from tokenizers import Tokenizer
 
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-        self.special: SpecialTokens = special_tokens(model_dir / "tokenizer.json")
+        self.special: SpecialTokens = special_tokens_of(self.tokenizer)
         generation = json.loads((model_dir / "generation_config.json").read_text())
         self.own_suppressed = list(generation.get("suppress_tokens") or [])
 

@@ -1,0 +1,51 @@
+"""Ending the `kvscribe` process without tearing the interpreter down.
+
+Once a command has finished (outputs written and closed, manifest closed, stats shown),
+Python's normal exit still frees every module and object one by one, and the engines'
+libraries run their own destructors: with torch loaded that takes about 0.3 s, a tenth of
+a short file's whole run (docs/backends.md, "Ending the process"). So the command runs
+the `atexit` handlers, flushes its streams and ends at once, but only when nothing else
+is still running: another non-daemon thread or a child process means the normal exit,
+which waits for them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+import threading
+from typing import NoReturn
+
+
+def exit_code(exit: SystemExit) -> int:
+    """The status Python's own exit gives for `exit` (a message is printed, status 1)."""
+    code = exit.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    sys.stderr.write(f"{code}\n")
+    return 1
+
+
+def alone() -> bool:
+    """Nothing else is running: no other non-daemon thread, no child process."""
+    others = [t for t in threading.enumerate() if t is not threading.current_thread()]
+    if any(not t.daemon for t in others):
+        return False
+    multiprocessing = sys.modules.get("multiprocessing")
+    return multiprocessing is None or not multiprocessing.active_children()
+
+
+def leave(code: int) -> NoReturn:
+    """End the process with status `code`: at once when `alone()`, else the normal way."""
+    if not alone():
+        sys.exit(code)
+    atexit._run_exitfuncs()  # what the normal exit would run (logging, Ray, temp folders)
+    for stream in (sys.stdout, sys.stderr):
+        # A closed pipe (`| head`): nothing more can reach it.
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
