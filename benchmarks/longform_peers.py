@@ -20,6 +20,10 @@ Configurations (CONFIGS):
 - kvscribe-onnx, kvscribe-onnx-int8: --backend onnx on the float32 or int8 graphs (run
   `kvscribe setup onnx --compute-type int8` first), the profile's batching;
   kvscribe-onnx-int8-batch1: int8 with --batch-size 1 (windows in sequence).
+- kvscribe-default-glibc-arenas, kvscribe-batch1-glibc-arenas: with glibc's own limit of
+  malloc arenas instead of the command's two.
+- kvscribe-default-full-exit, kvscribe-transformers-full-exit: the same command ending
+  with Python's full teardown instead of its quick exit.
 
 Both engines read the same CTranslate2 model folder (kvscribe.models.resolve), and every
 process gets `--threads` CPU threads (faster-whisper's cpu_threads, kvscribe's --threads).
@@ -117,9 +121,14 @@ CONFIGS = {  # name -> (engine, extra flags)
     # (kvscribe/malloc_arenas.py)
     "kvscribe-default-glibc-arenas": ("kvscribe", []),
     "kvscribe-batch1-glibc-arenas": ("kvscribe", ["--batch-size", "1"]),
+    # the same command ending with Python's full teardown (kvscribe/cli/quick_exit.py)
+    "kvscribe-default-full-exit": ("kvscribe-full-exit", []),
+    "kvscribe-transformers-full-exit": ("kvscribe-full-exit", ["--backend", "transformers"]),
 }
 GLIBC_ARENAS = {"MALLOC_ARENA_MAX": str(8 * (os.cpu_count() or 1))}
 ENVIRONMENTS = {name: GLIBC_ARENAS for name in CONFIGS if name.endswith("-glibc-arenas")}
+# `kvscribe` without its quick exit: the entry point's `run()`, then Python's own exit.
+FULL_EXIT = "import sys; from kvscribe.cli import run; sys.argv[0] = 'kvscribe'; run()"
 
 
 def command(config: str, clip: Clip, threads: int) -> list[str]:
@@ -131,7 +140,8 @@ def command(config: str, clip: Clip, threads: int) -> list[str]:
         model_dir = str(models.resolve(clip.model, ("ctranslate2",)).path)
         peer = [sys.executable, str(PEER), str(clip.path), "--model-dir", model_dir]
         return [*peer, "--beam-size", "5", *shared]
-    return [KVSCRIBE, str(clip.path), "--model", clip.model, "-f", "txt", "-q", *shared]
+    kvscribe = [sys.executable, "-c", FULL_EXIT] if engine == "kvscribe-full-exit" else [KVSCRIBE]
+    return [*kvscribe, str(clip.path), "--model", clip.model, "-f", "txt", "-q", *shared]
 
 
 def text_of(config: str, stdout: str) -> str:
