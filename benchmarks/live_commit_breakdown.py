@@ -6,7 +6,8 @@ Replays the first SECONDS of eval/realform/asterisk_en_ivr_dev.wav through `kvsc
 --input` in real time (default options), in this process, with `LiveSession._decode` and
 `_settle` wrapped to note when each decode starts and ends and when each pause is
 committed. For every utterance committed at a pause, its commit latency is split into:
-- heard: from the pause's arrival until the decode at the pause was due (half the pad);
+- heard: from the pause's arrival until the decode at the pause was due (`pause_heard` of
+  quiet heard, in 0.1 s chunks);
 - waited: from then until that decode started (a re-decode already running);
 - decoded: the decode at the pause;
 - after: from its end to the commit.
@@ -48,7 +49,7 @@ def traced(events: list[dict]) -> None:
                 "start": started,
                 "end": time.perf_counter(),
                 "pause": None if paused is None else self._arrival(paused),
-                "due": None if paused is None else self._arrival(paused + self._pad // 2),
+                "due": None if paused is None else self._arrival(paused + self._heard),
             }
         )
         return hypothesis
@@ -107,7 +108,7 @@ def main() -> None:
     table = (
         f"The first {args.seconds:g} s of {CLIP.name} in real time, `kvscribe mic` defaults; "
         f"{len(rows)} commits at a pause; medians in seconds.\n\n"
-        "| commit latency | heard (half the pad) | waited (a re-decode running) | "
+        "| commit latency | heard (the quiet it waits for) | waited (a re-decode running) | "
         "decode at the pause | after it |\n|---|---|---|---|---|\n"
         + "| "
         + " | ".join(f"{medians[p]:.2f}" for p in ("latency", *PARTS))

@@ -143,6 +143,31 @@ def test_the_decode_at_a_pause_is_the_last_until_speech_resumes(tmp_path, jfk_ph
     assert max(buffers) < phrase.size / SR + 0.8, buffers
 
 
+@pytest.mark.parametrize("heard", [0.05, 0.25])
+def test_the_decode_at_a_pause_holds_the_quiet_the_settings_ask_for(
+    tmp_path, jfk_phrases, monkeypatch, heard
+):
+    """JFK's first phrase and 2 s of silence: the decode at the pause starts once `pause_heard`
+    of the pause has arrived, so its buffer ends that far past the voice detector's pause,
+    plus at most the rest of the 0.1 s chunk the audio came in."""
+    silence = np.zeros(2 * SR, dtype=np.float32)
+    stream = np.concatenate([silence[: SR // 2], jfk_phrases[0], silence])
+    decode = LiveSession._decode
+    past_the_pause: list[float] = []  # seconds of each decode's buffer after a pause
+
+    def recorded(session, start, stop):
+        paused = session._utterance.paused_at if session._utterance else None
+        if paused is not None:
+            past_the_pause.append((stop - paused) / SR)
+        return decode(session, start, stop)
+
+    monkeypatch.setattr(LiveSession, "_decode", recorded)
+    recorder = _replay(tmp_path, stream, StreamSettings(step=1.0, pause_heard=heard))
+    assert "fellow" in " ".join(text for _, text, _ in recorder.events)
+    assert past_the_pause, "no decode at the pause"
+    assert all(heard <= seconds < heard + 0.1 for seconds in past_the_pause), past_the_pause
+
+
 @pytest.mark.parametrize(("phrase", "at_pause"), [(0, 0), (-1, 1)])
 def test_stats_tell_commits_at_a_pause_from_commits_at_the_end(
     tmp_path, jfk_phrases, phrase, at_pause

@@ -75,6 +75,7 @@ class LiveSession:
         self._pad = int(settings.vad.pad * SAMPLE_RATE)
         self._step = int(settings.step * SAMPLE_RATE)
         self._settle_after = int(settings.commit_after * SAMPLE_RATE)
+        self._heard = int(settings.pause_heard * SAMPLE_RATE)
         self._short = int(settings.vad.min_utterance * SAMPLE_RATE)
         self._stop = threading.Event()
         self._audio = np.zeros(0, dtype=np.float32)  # recent stream audio from `_origin`
@@ -187,7 +188,7 @@ class LiveSession:
             return False
         paused = utterance.paused_at
         if paused is not None:
-            return utterance.decoded_to < paused + self._pad // 2 <= self._received
+            return utterance.decoded_to < paused + self._heard <= self._received
         return self._received - utterance.decoded_to >= self._step
 
     def _settle_due(self) -> bool:
@@ -202,7 +203,7 @@ class LiveSession:
         return (
             paused is not None
             and self._received - paused >= self._settle_after
-            and utterance.decoded_to >= paused + self._pad // 2
+            and utterance.decoded_to >= paused + self._heard
             and paused - heard_from >= self._short + self._pad
             and utterance.agreement.latest is not None
         )
@@ -310,8 +311,10 @@ class LiveSession:
         utterance = self._utterance
         assert utterance is not None
         latest = utterance.agreement.latest
-        if latest is None or utterance.decoded_to < end + self._pad // 2:
-            latest = self._decode(utterance.start, min(self._received, end + self._pad))
+        if latest is None or utterance.decoded_to < end + self._heard:
+            latest = self._decode(
+                utterance.start, min(self._received, end + max(self._pad, self._heard))
+            )
         rest = utterance.agreement.finish(latest)
         self._commit(utterance, rest)
         self._utterance = None

@@ -16,6 +16,9 @@ class StreamSettings:
     # commit latency a speaker sees); the end (vad.min_silence) stays later, so speech that
     # resumes after a short pause continues the same buffer.
     commit_silence: float = 0.3
+    # Quiet heard before the decode at a pause: the buffer then ends this far past the
+    # voice detector's pause (its last word whole), and the commit waits this long.
+    pause_heard: float = 0.05
     hold: float = 2.0  # words are committed once the decoder has heard this much speech after
     min_context: float = 5.0  # and not before the buffer holds this much audio
     # Whisper reads better with more context: cut the buffer late (it sees 30 s at most).
