@@ -2,8 +2,8 @@
 
 Once a command has finished (outputs written and closed, manifest closed, stats shown),
 Python's normal exit still frees every module and object one by one, and the engines'
-libraries run their own destructors: with torch loaded that takes about 0.3 s, a tenth of
-a short file's whole run (docs/backends.md, "Ending the process"). So the command runs
+libraries run their own destructors: with torch loaded that took 0.46 s, an eighth of a
+50 s recording's whole run (docs/backends.md, "Ending the process"). So the command runs
 the `atexit` handlers, flushes its streams and ends at once, but only when nothing else
 is still running: another non-daemon thread or a child process means the normal exit,
 which waits for them.

@@ -17,7 +17,8 @@ class StreamSettings:
     # resumes after a short pause continues the same buffer.
     commit_silence: float = 0.3
     # Quiet heard before the decode at a pause: the buffer then ends this far past the
-    # voice detector's pause (its last word whole), and the commit waits this long.
+    # voice detector's pause (plus the rest of its 0.1 s chunk), and the commit waits this
+    # long (docs/live.md, "Decoding at a pause sooner").
     pause_heard: float = 0.05
     hold: float = 2.0  # words are committed once the decoder has heard this much speech after
     min_context: float = 5.0  # and not before the buffer holds this much audio
