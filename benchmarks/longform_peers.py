@@ -24,6 +24,9 @@ Configurations (CONFIGS):
   malloc arenas instead of the command's two.
 - kvscribe-default-full-exit, kvscribe-transformers-full-exit: the same command ending
   with Python's full teardown instead of its quick exit.
+- kvscribe-float32: the ctranslate2 backend with --compute-type float32;
+  kvscribe-float32-beam4/-beam6 and kvscribe-transformers-float32-beam4/-beam6: either
+  engine in float32 with --beam-size 4 or 6.
 
 Both engines read the same CTranslate2 model folder (kvscribe.models.resolve), and every
 process gets `--threads` CPU threads (faster-whisper's cpu_threads, kvscribe's --threads).
@@ -124,7 +127,16 @@ CONFIGS = {  # name -> (engine, extra flags)
     # the same command ending with Python's full teardown (kvscribe/cli/quick_exit.py)
     "kvscribe-default-full-exit": ("kvscribe-full-exit", []),
     "kvscribe-transformers-full-exit": ("kvscribe-full-exit", ["--backend", "transformers"]),
+    # both engines in float32 on the same float16 weights, at beam 5 and either side of it:
+    # what the engines compute alike, and what hangs on the beam search's width
+    "kvscribe-float32": ("kvscribe", ["--compute-type", "float32"]),
 }
+for _beams in (4, 6):
+    for _name in ("kvscribe-float32", "kvscribe-transformers-float32"):
+        CONFIGS[f"{_name}-beam{_beams}"] = (
+            "kvscribe",
+            [*CONFIGS[_name][1], "--beam-size", str(_beams)],
+        )
 GLIBC_ARENAS = {"MALLOC_ARENA_MAX": str(8 * (os.cpu_count() or 1))}
 ENVIRONMENTS = {name: GLIBC_ARENAS for name in CONFIGS if name.endswith("-glibc-arenas")}
 # `kvscribe` without its quick exit: the entry point's `run()`, then Python's own exit.
@@ -329,6 +341,8 @@ def main() -> None:
         "timing": "time.perf_counter() around the whole process (start-up, imports, model "
         "load, decode, output); configurations interleaved, rotated per clip",
         "memory": "peak_rss_mb: the process's own ru_maxrss (os.wait4), MB = 10^6 bytes",
+        "units": "seconds: wall clock; bytes: MB = 10^6 bytes; WER: per clip, English after "
+        "Whisper's English normaliser, French and Spanish after its basic one",
         "wer": "English: kvscribe.bench.wer (Whisper's English normaliser); fr/es: "
         "whisper_normalizer BasicTextNormalizer(remove_diacritics=True); per row: the first "
         "run's text",

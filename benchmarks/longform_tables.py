@@ -60,9 +60,12 @@ def _transformers_default() -> str:
 
 def markdown(rows: list[dict], pooled: list[dict], repeat: int, threads: int) -> str:
     lines = [
-        f"Whole processes, {repeat} interleaved run(s) each, {threads} CPU threads, beam 5, "
-        "int8 CTranslate2 weights for both engines (kvscribe-transformers: its default compute "
-        f"type, {_transformers_default()} on this CPU).",
+        f"Whole processes, {repeat} interleaved run(s) each, {threads} CPU threads, beam 5 "
+        "unless a config says otherwise. Every engine's weights are the same CTranslate2 model "
+        "files' (float16; the transformers backend reads a conversion of them): ctranslate2 "
+        "computes in int8 unless a config says float32, "
+        "kvscribe-transformers in its default compute type "
+        f"({_transformers_default()} on this CPU).",
         "",
         "| clip | config | median s | runs | WER | x fw-batched time | peak RSS MB |",
         "|---|---|---|---|---|---|---|",

@@ -40,7 +40,8 @@ def command() -> str:
 
 
 def write(name: str, meta: dict, rows: list[dict], markdown: str) -> None:
-    """Write NAME.json (meta + rows) and NAME.md (a header naming command, machine, units)."""
+    """Write NAME.json (meta + rows) and NAME.md (a header naming command, machine, units:
+    meta["units"] where a script's differ from UNITS)."""
     meta = {
         "command": command(),
         "date": time.strftime("%Y-%m-%d"),
@@ -53,7 +54,7 @@ def write(name: str, meta: dict, rows: list[dict], markdown: str) -> None:
     m = meta["machine"]
     header = (
         f"Written by `{meta['command']}` on {meta['date']}; {m['cpu']}, {m['cores']} cores, "
-        f"device {meta.get('device', 'cpu')}. Units: {UNITS}.\n\n"
+        f"device {meta.get('device', 'cpu')}. Units: {meta['units']}.\n\n"
     )
     (OUT / f"{name}.md").write_text(header + markdown.rstrip() + "\n")
 
