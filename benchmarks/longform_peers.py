@@ -131,12 +131,11 @@ CONFIGS = {  # name -> (engine, extra flags)
     # what the engines compute alike, and what hangs on the beam search's width
     "kvscribe-float32": ("kvscribe", ["--compute-type", "float32"]),
 }
-for _beams in (4, 6):
-    for _name in ("kvscribe-float32", "kvscribe-transformers-float32"):
-        CONFIGS[f"{_name}-beam{_beams}"] = (
-            "kvscribe",
-            [*CONFIGS[_name][1], "--beam-size", str(_beams)],
-        )
+CONFIGS |= {
+    f"{name}-beam{beams}": ("kvscribe", [*CONFIGS[name][1], "--beam-size", str(beams)])
+    for beams in (4, 6)
+    for name in ("kvscribe-float32", "kvscribe-transformers-float32")
+}
 GLIBC_ARENAS = {"MALLOC_ARENA_MAX": str(8 * (os.cpu_count() or 1))}
 ENVIRONMENTS = {name: GLIBC_ARENAS for name in CONFIGS if name.endswith("-glibc-arenas")}
 # `kvscribe` without its quick exit: the entry point's `run()`, then Python's own exit.
