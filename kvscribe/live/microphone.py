@@ -97,7 +97,9 @@ class Microphone:
         def callback(data, frames, _time, status) -> None:
             if status.input_overflow:
                 self.overflows += 1
-            mono = np.ascontiguousarray(data[:, 0], dtype=np.float32)
+            # A copy: PortAudio reuses `data` once the callback returns, and one float32
+            # channel sliced out of it is still a view of that buffer.
+            mono = np.array(data[:, 0], dtype=np.float32, copy=True)
             emit(mono if rate == SAMPLE_RATE else _resample(mono, rate))
 
         try:

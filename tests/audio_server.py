@@ -1,0 +1,102 @@
+"""A private PulseAudio server standing in for a microphone: a null sink `vmic` whose monitor
+is the default source, so what `paplay` plays into the sink is what a recording program hears.
+
+Its socket and state live in a temporary folder of its own (PULSE_SERVER and
+PULSE_RUNTIME_PATH point children there), so it neither needs nor disturbs a desktop's
+sound server. PortAudio reaches it through ALSA's pulse plugin, as it reaches a laptop's.
+Debian: apt-get install pulseaudio pulseaudio-utils libasound2-plugins libportaudio2
+(`.ci/run` installs them).
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+SINK = "vmic"
+_START_WITHIN = 15.0  # seconds for the server to answer (bounded: a broken one fails)
+
+
+def missing() -> str | None:
+    """Why no audio server can be started here, or None."""
+    for tool in ("pulseaudio", "pactl", "paplay"):
+        if shutil.which(tool) is None:
+            return f"{tool} is not installed (apt-get install pulseaudio pulseaudio-utils)"
+    if ctypes.util.find_library("portaudio") is None:
+        return "the PortAudio library is not installed (apt-get install libportaudio2)"
+    if not Path("/usr/share/alsa/alsa.conf.d/50-pulseaudio.conf").exists():
+        return "ALSA's pulse plugin is not installed (apt-get install libasound2-plugins)"
+    return None
+
+
+@contextmanager
+def running(folder: Path) -> Iterator[dict[str, str]]:
+    """Start a server in `folder`; yield the environment a client needs to use it; stop it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    socket = folder / "native"
+    env = {
+        **os.environ,
+        "PULSE_RUNTIME_PATH": str(folder),
+        "PULSE_STATE_PATH": str(folder),
+        "PULSE_SERVER": f"unix:{socket}",
+        "XDG_RUNTIME_DIR": str(folder),
+    }
+    server = subprocess.Popen(
+        [
+            "pulseaudio",
+            "--daemonize=no",
+            "--exit-idle-time=-1",
+            "--use-pid-file=no",
+            "--disable-shm=yes",
+            "-n",  # no default.pa: only the modules named here
+            f"--load=module-native-protocol-unix socket={socket} auth-anonymous=1",
+            f"--load=module-null-sink sink_name={SINK} rate=16000 channels=1",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _wait_until_up(env, server)
+        _pactl(env, "set-default-source", f"{SINK}.monitor")
+        _pactl(env, "set-default-sink", SINK)
+        yield env
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=10)
+        if server.stderr is not None:
+            server.stderr.close()
+
+
+def _wait_until_up(env: dict[str, str], server: subprocess.Popen) -> None:
+    deadline = time.monotonic() + _START_WITHIN
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            error = server.stderr.read().decode(errors="replace") if server.stderr else ""
+            raise RuntimeError(f"pulseaudio exited with {server.returncode}: {error[-1000:]}")
+        if subprocess.run(["pactl", "info"], env=env, capture_output=True).returncode == 0:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"pulseaudio did not answer within {_START_WITHIN:g} s")
+
+
+def _pactl(env: dict[str, str], *args: str) -> None:
+    subprocess.run(["pactl", *args], env=env, check=True, capture_output=True, timeout=10)
+
+
+def play(env: dict[str, str], path: Path) -> None:
+    """Play `path` into the sink at its own pace (returns when it has been played)."""
+    subprocess.run(
+        ["paplay", f"--device={SINK}", str(path)], env=env, check=True, capture_output=True,
+        timeout=600,
+    )
