@@ -1,46 +1,83 @@
-"""Pooled WER of the eval clips per x86 instruction set CTranslate2 can dispatch here.
+"""Accuracy on every compute path CTranslate2 can take on this CPU (tests/ct2_paths.py: Intel MKL
+and oneDNN, each with every x86 instruction set from AVX up).
 
     .venv/bin/python benchmarks/eval_isa.py
 
-The bounds in tests/test_eval_clips.py come from this spread: CTranslate2's int8
-kernels round differently per instruction set. Each set runs in its own process
-(tests/eval_worker.py, CT2_FORCE_CPU_ISA) with the ctranslate2 backend, `cpu-laptop`
-(int8, beam 5). Writes benchmarks/results/eval_isa.json and eval_isa.md.
+The accuracy bounds of the suite (tests/test_eval_clips.py, tests/test_live_cli.py) sit above
+the worst path measured here. Per path, each in processes of its own (CT2_USE_MKL,
+CT2_FORCE_CPU_ISA), with the ctranslate2 backend, `cpu-laptop` (int8, beam 5), tiny.en:
+- the eval clips (tests/eval_worker.py): pooled WER and the 182 s long-form clip's;
+- the realform English telephone recording, `kvscribe FILE -f txt`: long-form WER;
+- live mode on the joined real recordings through a pipe, as the suite's test runs it
+  (`kvscribe mic --live --input - --step 4`), and the same file offline.
+Writes benchmarks/results/eval_ct2_paths.json and .md.
 """
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
 import results_file  # noqa: E402
 
-from tests.conftest import EVAL_DIR, pooled_wer, wer  # noqa: E402
+from kvscribe import audio  # noqa: E402
+from tests.conftest import EVAL_DIR, KVSCRIBE, pooled_wer, wer  # noqa: E402
+from tests.ct2_paths import Ct2Path, available, cpu_flags  # noqa: E402
 from tests.eval_worker import transcribe_in_child  # noqa: E402
-from tests.test_eval_clips import cpu_flags, instruction_sets  # noqa: E402
 
 LONG_FORM = "espeak_longform_en.wav"
+REALFORM = EVAL_DIR.parent / "realform" / "asterisk_en_ivr_dev.wav"
+JOINED_REAL = EVAL_DIR.parent / "clips_joined" / "joined_real.wav"
 
 
-def run(isa: str, clips: list[Path]) -> dict:
+def _cli(path: Ct2Path, *args: str, stdin: bytes | None = None) -> str:
+    done = subprocess.run(
+        [str(KVSCRIBE), *args],
+        input=stdin,
+        capture_output=True,
+        env=path.environment(),
+        check=True,
+        timeout=1800,
+    )
+    return done.stdout.decode()
+
+
+def _reference(clip: Path) -> str:
+    return clip.with_suffix(".txt").read_text(encoding="utf-8")
+
+
+def run(path: Ct2Path, clips: list[Path]) -> dict:
     pairs = {
         name: (ref, result["text"])
-        for name, (ref, result) in transcribe_in_child(clips, isa).items()
+        for name, (ref, result) in transcribe_in_child(clips, path).items()
     }
-    return {
-        "isa": isa,
+    samples = audio.load_audio(JOINED_REAL)
+    pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()
+    live = _cli(path, "mic", "--live", "--input", "-", "-q", "--step", "4", stdin=pcm)
+    offline = _cli(path, str(JOINED_REAL), "-q", "-f", "txt")
+    realform = _cli(path, str(REALFORM), "-q", "-f", "txt")
+    row = {
+        "path": path.name,
         "pooled_wer": round(pooled_wer(pairs.values()), 4),
         "long_form_wer": round(wer(*pairs[LONG_FORM]), 4),
+        "realform_en_wer": round(wer(_reference(REALFORM), realform), 4),
+        "joined_offline_wer": round(wer(_reference(JOINED_REAL), offline), 4),
+        "joined_live_wer": round(wer(_reference(JOINED_REAL), live), 4),
         "per_clip_wer": {name: round(wer(*pair), 4) for name, pair in sorted(pairs.items())},
+        "joined_live_text": live,
     }
+    print(row["path"], {k: v for k, v in row.items() if k.endswith("_wer") and k[0] != "p"})
+    return row
 
 
 def main() -> None:
     clips = sorted(EVAL_DIR.glob("*.wav"))
-    rows = [run(isa, clips) for isa in instruction_sets() if isa != "default"]
+    rows = [run(path, clips) for path in available(oldest="AVX")]
     meta = {
         "device": "cpu",
         "clips": len(clips),
@@ -48,17 +85,26 @@ def main() -> None:
         "profile": "cpu-laptop (int8, beam 5)",
         "model": "tiny.en",
         "avx512f": "avx512f" in cpu_flags(),
+        "live": "kvscribe mic --live --input - -q --step 4 (16-bit PCM, as fast as it is read)",
     }
     table = [
-        "# Eval-clip WER per CTranslate2 instruction set",
+        "# Accuracy per CTranslate2 compute path",
         "",
-        f"tiny.en, ctranslate2 `cpu-laptop` (int8, beam 5), {len(clips)} clips of eval/.",
+        f"tiny.en, ctranslate2 `cpu-laptop` (int8, beam 5); {len(clips)} clips of eval/clips, "
+        "the realform English telephone recording (366 s), the joined real recordings (50 s) "
+        "offline and live through a pipe (`--step 4`). WER after Whisper's English normaliser.",
         "",
-        "| CT2_FORCE_CPU_ISA | pooled WER | long-form WER |",
-        "|---|---|---|",
-        *(f"| {r['isa']} | {r['pooled_wer']:.3f} | {r['long_form_wer']:.3f} |" for r in rows),
+        "| path (library-ISA) | pooled eval WER | long-form (espeak) | realform en | "
+        "joined offline | joined live | live - offline |",
+        "|---|---|---|---|---|---|---|",
+        *(
+            f"| {r['path']} | {r['pooled_wer']:.3f} | {r['long_form_wer']:.3f} | "
+            f"{r['realform_en_wer']:.3f} | {r['joined_offline_wer']:.3f} | "
+            f"{r['joined_live_wer']:.3f} | {r['joined_live_wer'] - r['joined_offline_wer']:+.3f} |"
+            for r in rows
+        ),
     ]
-    results_file.write("eval_isa", meta, rows, "\n".join(table))
+    results_file.write("eval_ct2_paths", meta, rows, "\n".join(table))
     print("\n".join(table))
 
 

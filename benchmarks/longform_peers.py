@@ -2,7 +2,10 @@
 process as a user would start it (interpreter start, imports, model load, decode, output).
 
     .venv/bin/python benchmarks/longform_peers.py [--repeat 3] [--clips A,B] [--configs X,Y]
-        [--threads 2] [--out longform_peers]
+        [--threads 2] [--out longform_peers] [--made DIR]
+
+With --made DIR, recordings made by eval/realform/make_asterisk.py into DIR join the clips.
+Each run also counts the reference words lost in runs of five or more (`lost_in_runs`).
 
 Configurations (CONFIGS):
 - fw-sequential: benchmarks/peers/faster_whisper_cli.py --mode sequential
@@ -95,6 +98,18 @@ CLIPS = [
     Clip("asterisk_es_ivr_dev", EVAL / "realform" / "asterisk_es_ivr_dev.wav", "base", "es"),
     Clip("joined_real", EVAL / "clips_joined" / "joined_real.wav", "tiny.en", "en"),
 ]
+_MODELS = {"en": "tiny.en", "fr": "base", "es": "base"}
+
+
+def made_clips(folder: Path) -> list[Clip]:
+    """Recordings of the realform kind made outside the repository (`python
+    eval/realform/make_asterisk.py SOUNDS DOCS FOLDER holdout`): asterisk_LANG_*.wav."""
+    found = sorted(folder.glob("asterisk_*.wav"))
+    if not found:
+        sys.exit(f"no asterisk_*.wav recordings in {folder} (see eval/realform/make_asterisk.py)")
+    return [Clip(p.stem, p, _MODELS[p.stem.split("_")[1]], p.stem.split("_")[1]) for p in found]
+
+
 CONFIGS = {  # name -> (engine, extra flags)
     "fw-sequential": ("fw", ["--mode", "sequential"]),
     "fw-batched": ("fw", ["--mode", "batched", "--batch-size", "8"]),
@@ -177,7 +192,19 @@ def timed_run(config: str, clip: Clip, threads: int) -> dict:
         return run
     run["text"] = text_of(config, stdout)
     run["wer"] = wer(clip, [run["text"]])
+    run["lost_in_runs"] = lost_in_runs(reference(clip), run["text"])
     return run
+
+
+def lost_in_runs(reference_text: str, hypothesis: str, shortest: int = 5) -> int:
+    """Reference words missing in runs of `shortest` or more in a row (basic normaliser): a
+    phrase dropped whole, which a WER averages away."""
+    import jiwer
+
+    normal = _basic_normalizer()
+    alignment = jiwer.process_words(normal(reference_text), normal(hypothesis))
+    runs = (c.ref_end_idx - c.ref_start_idx for c in alignment.alignments[0] if c.type == "delete")
+    return sum(n for n in runs if n >= shortest)
 
 
 def _run_process(argv: list[str], environment: dict) -> tuple[int, str, str, float, float]:
@@ -243,7 +270,11 @@ def measure(clips: list[Clip], configs: list[str], repeat: int, threads: int) ->
 
 
 def _progress(run: dict) -> None:
-    got = f"WER {run['wer']:.3f}" if "wer" in run else f"FAILED rc {run['returncode']}"
+    got = (
+        f"WER {run['wer']:.3f}, {run['lost_in_runs']} words lost in runs of 5+"
+        if "wer" in run
+        else f"FAILED rc {run['returncode']}"
+    )
     print(f"  {run['clip']} {run['config']}: {run['seconds']:.2f} s, {got}", file=sys.stderr)
 
 
@@ -279,6 +310,14 @@ def _version(package: str) -> str:
         return "not installed"
 
 
+def _where(path: Path) -> str:
+    """A clip's path from the repository root, or where it was made outside it."""
+    try:
+        return str(path.relative_to(EVAL.parent))
+    except ValueError:
+        return f"{path} (made by eval/realform/make_asterisk.py, not in the repository)"
+
+
 def _names(text: str | None, known: list[str], what: str) -> list[str]:
     """A comma-separated subset of `known`, kept in `known`'s order."""
     if not text:
@@ -311,9 +350,13 @@ def main() -> None:
     parser.add_argument("--configs", help="comma-separated configurations (default: all)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for every engine")
     parser.add_argument("--out", default="longform_peers", help="result file stem")
+    parser.add_argument(
+        "--made", type=Path, help="also the asterisk_*.wav recordings made into this folder"
+    )
     args = parser.parse_args()
-    names = _names(args.clips, [c.name for c in CLIPS], "clips")
-    clips = [c for c in CLIPS if c.name in names]
+    known = CLIPS + (made_clips(args.made) if args.made else [])
+    names = _names(args.clips, [c.name for c in known], "clips")
+    clips = [c for c in known if c.name in names]
     configs = _names(args.configs, list(CONFIGS), "configs")
     _byte_compile()
     runs = measure(clips, configs, args.repeat, args.threads)
@@ -328,7 +371,7 @@ def main() -> None:
         "beam_size": 5,
         "clips": {
             c.name: {
-                "file": str(c.path.relative_to(EVAL.parent)),
+                "file": _where(c.path),
                 "seconds": c.seconds,
                 "model": c.model,
                 "language": c.language,

@@ -13,6 +13,7 @@ kvscribe.timed_words cuts them into segments.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
@@ -43,6 +44,9 @@ class AlignedChunk(ChunkResult):
         if not self.words:
             return None
         return round(self.words[-1].end * SAMPLE_RATE)
+
+    def word_spans(self) -> list[tuple[int, int]]:
+        return [(round(w.start * SAMPLE_RATE), round(w.end * SAMPLE_RATE)) for w in self.words]
 
 
 def on_original_clock(words: Sequence[TimedWord], chunk: Chunk) -> tuple[TimedWord, ...]:
@@ -106,15 +110,19 @@ def _sourced_segments(
     for index, chunk in enumerate(chunks):
         first_chunk.setdefault(chunk.source, index)
     next_id: dict[int, int] = dict.fromkeys(first_chunk, 0)
-    for index, chunk, result in decode_chunks(chunks, batch, decode_group):
-        source = chunk.source
-        seen(source, result)
-        text = text_of(list(result.tokens))
-        window = index - first_chunk[source]
-        segments = segments_of(chunk, window, result, text, next_id[source], fallback, with_words)
-        next_id[source] += len(segments)
-        for segment in segments:
-            yield source, segment
+    pieces = decode_chunks(chunks, batch, decode_group)
+    for index, decoded in itertools.groupby(pieces, key=lambda piece: piece[0]):
+        # A chunk's pieces (a skipped stretch decoded again among them) in time order.
+        found = []
+        for _, chunk, result in decoded:
+            seen(chunk.source, result)
+            window = index - first_chunk[chunk.source]
+            text = text_of(list(result.tokens))
+            found += segments_of(chunk, window, result, text, 0, fallback, with_words)
+        source = chunks[index].source
+        for segment in sorted(found, key=lambda segment: segment.start):
+            yield source, replace(segment, id=next_id[source])
+            next_id[source] += 1
 
 
 def segments_of(

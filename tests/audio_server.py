@@ -97,6 +97,9 @@ def _pactl(env: dict[str, str], *args: str) -> None:
 def play(env: dict[str, str], path: Path) -> None:
     """Play `path` into the sink at its own pace (returns when it has been played)."""
     subprocess.run(
-        ["paplay", f"--device={SINK}", str(path)], env=env, check=True, capture_output=True,
+        ["paplay", f"--device={SINK}", str(path)],
+        env=env,
+        check=True,
+        capture_output=True,
         timeout=600,
     )

@@ -157,6 +157,23 @@ def wer(reference: str, hypothesis: str) -> float:
     return jiwer.wer(normalize(reference), normalize(hypothesis))
 
 
+def basic_normalised(text: str) -> str:
+    """Whisper's basic normaliser, diacritics removed (the Spanish references have none)."""
+    from whisper_normalizer.basic import BasicTextNormalizer
+
+    return BasicTextNormalizer(remove_diacritics=True)(text)
+
+
+def longest_deleted_run(reference: str, hypothesis: str) -> int:
+    """The most reference words in a row that `hypothesis` lacks (basic normaliser): a phrase
+    lost whole, where a WER would only say how many words."""
+    import jiwer
+
+    alignment = jiwer.process_words(basic_normalised(reference), basic_normalised(hypothesis))
+    runs = [c.ref_end_idx - c.ref_start_idx for c in alignment.alignments[0] if c.type == "delete"]
+    return max(runs, default=0)
+
+
 def pooled_wer(pairs) -> float:
     """Corpus WER over (reference, hypothesis) pairs: errors over normalised reference words.
 

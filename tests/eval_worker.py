@@ -2,14 +2,13 @@
 
     python -m tests.eval_worker CLIP.wav ...
 
-Run as a child process so that CT2_FORCE_CPU_ISA (read when CTranslate2 loads) can
-differ between runs: tests/test_eval_clips.py runs it once per instruction set.
+Run as a child process so that CT2_USE_MKL and CT2_FORCE_CPU_ISA (read when CTranslate2
+loads) can differ between runs: tests/test_eval_clips.py runs it once per compute path.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,17 +16,17 @@ from pathlib import Path
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
 from kvscribe.backends.base import DecodeRequest
+from tests.ct2_paths import Ct2Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def transcribe_in_child(clips: list[Path], isa: str) -> dict[str, tuple[str, dict]]:
+def transcribe_in_child(clips: list[Path], path: Ct2Path) -> dict[str, tuple[str, dict]]:
     """clip name -> (reference text, result) from a child process with CTranslate2 forced to
-    instruction set `isa` ("default": its own choice, whatever CT2_FORCE_CPU_ISA says)."""
-    env = {k: v for k, v in os.environ.items() if k != "CT2_FORCE_CPU_ISA"}
+    compute path `path` (tests/ct2_paths.py)."""
+    env = path.environment()
     env["HF_HUB_OFFLINE"] = "1"  # the embedded model only: nothing reaches the network
-    if isa != "default":
-        env["CT2_FORCE_CPU_ISA"] = isa
+    isa = path.name
     proc = subprocess.run(
         [sys.executable, "-m", "tests.eval_worker", *map(str, clips)],
         capture_output=True,

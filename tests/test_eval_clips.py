@@ -1,57 +1,36 @@
-"""Every clip of eval/clips through the real backend and model, scored by WER, once per
-x86 instruction set CTranslate2 can dispatch on this CPU.
+"""Every clip of eval/clips through the real backend and model, scored by WER, once per compute
+path CTranslate2 can take on this CPU (tests/ct2_paths.py: MKL and oneDNN, each with every
+instruction set from AVX2 up).
 
-CTranslate2's int8 kernels round differently per instruction set, so the same model
-and audio give different words on different CPUs. Pooled / long-form WER measured:
-AVX-512 0.059 / 0.060 and AVX2 0.071 / 0.075 on this project's machine
-(`benchmarks/results/eval_isa.md`); AVX-512 0.057 / 0.058 and AVX2 0.082 / 0.088 on
-another AVX-512 machine (issue 12). The bounds sit above the worst of these, with room
-for thread-count jitter, and every set this CPU has is tested, so a bound tuned to one
-machine's kernels fails here before it lands.
+CTranslate2's int8 kernels round differently per path, so the same model and audio give
+different words on different CPUs: MKL is its choice on Intel, oneDNN on AMD. Pooled /
+long-form WER measured per path: `benchmarks/results/eval_ct2_paths.md` (this CPU's paths,
+written by benchmarks/eval_isa.py), and on Intel machines AVX-512 0.057-0.060 / 0.058-0.060,
+AVX2 0.064-0.082 / 0.064-0.088 (MKL; issue 12 and `benchmarks/results/eval_isa.md`). The
+bounds sit above the worst path measured, with room for thread-count jitter, and every
+path this CPU has is tested, so a bound tuned to one machine's kernels fails here first.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from tests.conftest import EVAL_DIR, pooled_wer, wer
+from tests.ct2_paths import available
 from tests.eval_worker import transcribe_in_child
 
 pytestmark = [pytest.mark.slow, pytest.mark.model, pytest.mark.eval]
 
 CLIPS = sorted(EVAL_DIR.glob("*.wav"))
 
-POOLED_WER_BOUND = 0.10  # worst measured 0.082 (AVX2, issue 12's machine)
-LONG_FORM_WER_BOUND = 0.12  # worst measured 0.088 (AVX2, issue 12's machine)
+POOLED_WER_BOUND = 0.10  # worst measured 0.082 (MKL AVX2, issue 12's machine)
+LONG_FORM_WER_BOUND = 0.12  # worst measured 0.088 (MKL AVX2, issue 12's machine)
 CLEAN_CLIP_WER_BOUND = 0.05
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (Linux); empty where /proc/cpuinfo is missing."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8")
-    except OSError:
-        return set()
-    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split()}
-
-
-def instruction_sets() -> list[str]:
-    """Every x86 set CTranslate2 can be forced to on this CPU (its own choice is the best of
-    them), and the one CT2_FORCE_CPU_ISA names; "default" where the flags are unknown."""
-    flags = cpu_flags()
-    sets = [name for name, flag in (("AVX512", "avx512f"), ("AVX2", "avx2")) if flag in flags]
-    forced = os.environ.get("CT2_FORCE_CPU_ISA")
-    if forced and forced not in sets:
-        sets.append(forced)
-    return sets or ["default"]
-
-
-@pytest.fixture(scope="module", params=instruction_sets())
+@pytest.fixture(scope="module", params=available(), ids=lambda path: path.name)
 def scored(request):
-    """clip name -> (reference, result dict) with CTranslate2 on one instruction set."""
+    """clip name -> (reference, result dict) with CTranslate2 on one compute path."""
     return transcribe_in_child(CLIPS, request.param)
 
 

@@ -118,6 +118,20 @@ def test_timed_words_hold_back_by_their_real_ends():
     assert untimed.ends == _hyp(("one two three fooour", 0.0, 4.0)).ends
 
 
+def test_a_word_timed_in_two_pieces_is_committed_as_one():
+    """Whisper's word timing splits "cold-hearted" and "Americans'" after the first piece;
+    committed text joins them as the transcript writes them, not "cold -hearted"."""
+    from kvscribe.types import Segment, Word
+
+    times = [(" rather", 0.0, 0.4), (" cold", 0.4, 0.8), ("-hearted", 0.8, 1.3), (" and", 1.3, 1.5)]
+    words = tuple(Word(a, b, w, 0.9) for w, a, b in times)
+    hypothesis = Hypothesis.from_decode(
+        [Segment(0, 0.0, 1.5, "".join(w for w, _, _ in times), words=words)]
+    )
+    assert hypothesis.words == ("rather", "cold-hearted", "and")
+    assert hypothesis.ends == (0.4, 1.3, 1.5)
+
+
 def test_words_without_enough_speech_after_them_wait():
     agreement = LocalAgreement()
     agreement.update(_hyp(("one two three four", 0.0, 4.0)), hold=0)

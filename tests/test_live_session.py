@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from kvscribe import audio
+from kvscribe.backends.base import DecodeRequest
 from kvscribe.live.capture import Capture, FileReplay
 from kvscribe.live.session import LiveSession
 from kvscribe.live.stats import LiveStats
@@ -23,6 +24,7 @@ from tests.loaded import backend as shared_backend
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 SR = audio.SAMPLE_RATE
+MAX_WER_GAP = 0.05  # one word of the 20 in JFK's phrases
 
 
 class Recorder:
@@ -80,6 +82,12 @@ def _replay(tmp_path, samples: np.ndarray, settings: StreamSettings, **options) 
     return recorder
 
 
+def _offline(samples: np.ndarray) -> str:
+    """The same stream transcribed as a file run would, by the same backend."""
+    run = shared_backend("ctranslate2", "cpu-laptop").transcribe(samples, DecodeRequest())
+    return "".join(segment.text for segment in run.segments)
+
+
 @pytest.fixture(scope="module")
 def jfk_phrases() -> list[np.ndarray]:
     """JFK's phrases: "And so my fellow Americans", "ask not" and "what your country can do
@@ -114,7 +122,11 @@ def test_a_pause_commits_what_was_heard_before_the_utterance_ends(
     ended = [at for kind, _, at in events if kind == "done"]
     assert not [at for at in ended if first_end < at <= first_end + gap]  # it did not end there
     committed = " ".join(text for text, _ in commits)
-    assert wer(f"{said} And so my fellow Americans", committed) <= 0.1
+    # Whisper reads this stream's last phrase, cut out by the voice detector, differently on
+    # different CPUs' kernels ("so am I fellow America" on oneDNN's int8, in a file run too):
+    # live mode may not read it worse than a file run of the same stream does.
+    truth = f"{said} And so my fellow Americans"
+    assert wer(truth, committed) <= wer(truth, _offline(stream)) + MAX_WER_GAP, committed
 
 
 def test_the_decode_at_a_pause_is_the_last_until_speech_resumes(tmp_path, jfk_phrases, monkeypatch):

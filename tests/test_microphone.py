@@ -1,6 +1,6 @@
-"""`kvscribe mic --live` on a real microphone: a real audio server (PulseAudio, tests/audio_server.py)
-whose default source hears what is played into it, PortAudio recording from it as from a
-laptop's, and Ctrl-C to stop, as a person would."""
+"""`kvscribe mic --live` on a real microphone: a real audio server (PulseAudio,
+tests/audio_server.py) whose default source hears what is played into it, PortAudio
+recording from it as from a laptop's, and Ctrl-C to stop, as a person would."""
 
 from __future__ import annotations
 

@@ -16,6 +16,9 @@ from kvscribe.types import Segment
 
 _SENTENCE_END = (".", "?", "!", "\u3002", "\uff1f", "\uff01")  # and CJK full stops
 _ECHO = 3  # words a new buffer may repeat from the end of the text cut off before it
+# A timed word that starts with these belongs to the one before it: Whisper's word timing
+# splits "cold-hearted" into "cold" and "-hearted", which committed text must not space.
+_ATTACHED = ("-", "'")
 
 
 def normalized(word: str) -> str:
@@ -40,7 +43,12 @@ class Hypothesis:
     def from_decode(cls, segments: list[Segment]) -> Hypothesis:
         """The words of decoded segments, with their timed ends where the backend timed them."""
         if segments and all(s.words for s in segments if s.text.strip()):
-            timed = [(w.word.strip(), w.end) for s in segments for w in s.words if w.word.strip()]
+            timed: list[tuple[str, float]] = []
+            for word in (w for s in segments for w in s.words if w.word.strip()):
+                if timed and word.word.startswith(_ATTACHED):  # "cold" "-hearted": one word
+                    timed[-1] = (timed[-1][0] + word.word.strip(), word.end)
+                else:
+                    timed.append((word.word.strip(), word.end))
             return cls(tuple(w for w, _ in timed), tuple(end for _, end in timed))
         return cls.from_segments([(s.text, s.start, s.end) for s in segments])
 
