@@ -1,7 +1,7 @@
 """Accuracy on every compute path CTranslate2 can take on this CPU (tests/ct2_paths.py: Intel MKL
 and oneDNN, each with every x86 instruction set from AVX up).
 
-    .venv/bin/python benchmarks/eval_isa.py
+    .venv/bin/python benchmarks/eval_isa.py [--oldest AVX|AVX2]
 
 The accuracy bounds of the suite (tests/test_eval_clips.py, tests/test_live_cli.py) sit above
 the worst path measured here. Per path, each in processes of its own (CT2_USE_MKL,
@@ -76,8 +76,9 @@ def run(path: Ct2Path, clips: list[Path]) -> dict:
 
 
 def main() -> None:
+    oldest = sys.argv[sys.argv.index("--oldest") + 1] if "--oldest" in sys.argv else "AVX"
     clips = sorted(EVAL_DIR.glob("*.wav"))
-    rows = [run(path, clips) for path in available(oldest="AVX")]
+    rows = [run(path, clips) for path in available(oldest=oldest)]
     meta = {
         "device": "cpu",
         "clips": len(clips),

@@ -45,9 +45,6 @@ class AlignedChunk(ChunkResult):
             return None
         return round(self.words[-1].end * SAMPLE_RATE)
 
-    def word_spans(self) -> list[tuple[int, int]]:
-        return [(round(w.start * SAMPLE_RATE), round(w.end * SAMPLE_RATE)) for w in self.words]
-
 
 def on_original_clock(words: Sequence[TimedWord], chunk: Chunk) -> tuple[TimedWord, ...]:
     """Words aligned on the chunk's clock (seconds into its decoded audio), tidied, on the

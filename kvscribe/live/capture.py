@@ -117,6 +117,14 @@ class Capture:
     def stop(self) -> None:
         self._stopped.set()
 
+    def close(self, within: float = 2.0) -> None:
+        """Stop, and wait up to `within` seconds for the source to let go of its device: a
+        microphone's stream must be closed before the process exits, or PortAudio's
+        callback thread runs on into the interpreter's teardown (a double free)."""
+        self.stop()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(within)
+
     def get(self, timeout: float) -> Chunk | None:
         """The next chunk; None if none came within `timeout`. Raises EOFError at the end, or
         the source's KvscribeError."""

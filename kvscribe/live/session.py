@@ -108,7 +108,7 @@ class LiveSession:
             self._drain()
             self._end_of_audio()
         finally:
-            self.capture.stop()
+            self.capture.close()
             self.stats.dropped_seconds = self.capture.dropped_seconds
             self.stats.finish()
         return self.stats

@@ -1,0 +1,125 @@
+"""`kvscribe mic --live` on a real microphone against the `--input` replay of the same file.
+
+    .venv/bin/python benchmarks/mic_live.py [CLIP...]
+
+The microphone is a private PulseAudio server (tests/audio_server.py: a null sink whose
+monitor is the default source; `apt-get install pulseaudio pulseaudio-utils
+libasound2-plugins libportaudio2`). Per clip, whole processes one after the other (never
+concurrently: 2 cores): `kvscribe CLIP -q -f txt` offline; `kvscribe mic --live` recording
+while `paplay` plays the clip into the sink in real time, Ctrl-C 1.5 s after it ends; and
+`kvscribe mic --input CLIP` (a real-time replay of the file). WER against the clip's
+reference (Whisper's English normaliser), commit latency p50/p95 and dropped audio from
+each run's `--stats-json`. Default clips: JFK and the realform English telephone recording.
+Writes benchmarks/results/mic_live.json and .md.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import results_file  # noqa: E402
+
+from kvscribe.bench.wer import pooled_wer  # noqa: E402
+from tests import audio_server  # noqa: E402
+from tests.conftest import KVSCRIBE, SAMPLE  # noqa: E402
+
+DEFAULT_CLIPS = [SAMPLE, ROOT / "eval" / "realform" / "asterisk_en_ivr_dev.wav"]
+
+
+def _stats_of(path: Path) -> dict:
+    stats = json.loads(path.read_text())
+    keep = ("utterances", "latency_p50_seconds", "latency_p95_seconds", "dropped_audio_seconds")
+    return {key: stats[key] for key in keep} | {"source": stats["source"]}
+
+
+def from_microphone(env: dict, clip: Path, folder: Path) -> tuple[str, dict]:
+    out, stats, err = folder / "mic.txt", folder / "mic.json", folder / "mic.err"
+    with err.open("wb") as stderr:
+        mic = subprocess.Popen(
+            [str(KVSCRIBE), "mic", "--live", "-o", str(out), "--stats-json", str(stats)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        deadline = time.monotonic() + 120
+        while "listening to" not in err.read_text(errors="replace"):
+            if mic.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"kvscribe mic did not start: {err.read_text()[-2000:]}")
+            time.sleep(0.1)
+        audio_server.play(env, clip)
+        time.sleep(1.5)
+        mic.send_signal(signal.SIGINT)
+        if mic.wait(timeout=300) != 0:
+            raise SystemExit(f"kvscribe mic exited {mic.returncode}: {err.read_text()[-2000:]}")
+    return out.read_text(encoding="utf-8"), _stats_of(stats)
+
+
+def replayed(clip: Path, folder: Path) -> tuple[str, dict]:
+    stats = folder / "replay.json"
+    done = subprocess.run(
+        [str(KVSCRIBE), "mic", "--input", str(clip), "-q", "--stats-json", str(stats)],
+        capture_output=True,
+        check=True,
+        timeout=1800,
+    )
+    return done.stdout.decode(), _stats_of(stats)
+
+
+def _measure(env: dict, clip: Path, folder: Path) -> dict:
+    reference = clip.with_suffix(".txt").read_text(encoding="utf-8")
+    offline = subprocess.run(
+        [str(KVSCRIBE), str(clip), "-q", "-f", "txt"], capture_output=True, check=True, text=True
+    ).stdout
+    row = {"clip": clip.name, "wer_offline": pooled_wer([(reference, offline)])}
+    for name, (text, stats) in (
+        ("mic", from_microphone(env, clip, folder)),
+        ("replay", replayed(clip, folder)),
+    ):
+        row[name] = stats | {"wer": pooled_wer([(reference, text)]), "text": text}
+        print(clip.name, name, {k: v for k, v in row[name].items() if k != "text"})
+    return row
+
+
+def main() -> None:
+    clips = [Path(arg) for arg in sys.argv[1:]] or DEFAULT_CLIPS
+    problem = audio_server.missing()
+    if problem:
+        raise SystemExit(problem)
+    with tempfile.TemporaryDirectory() as work:
+        folder = Path(work)
+        with audio_server.running(folder / "pulse") as env:
+            rows = [_measure(env, clip, folder) for clip in clips]
+    table = [
+        "# Live mode from a real microphone against the replay of the same file",
+        "",
+        "tiny.en, ctranslate2 `cpu-laptop` (int8, beam 5), live defaults; the microphone is a "
+        "PulseAudio null sink's monitor, the clip played into it in real time by paplay.",
+        "",
+        "| clip | WER offline | WER microphone | WER replay | latency p50 / p95 microphone (s) "
+        "| latency p50 / p95 replay (s) | dropped microphone (s) |",
+        "|---|---|---|---|---|---|---|",
+        *(
+            f"| {r['clip']} | {r['wer_offline']:.3f} | {r['mic']['wer']:.3f} | "
+            f"{r['replay']['wer']:.3f} | {r['mic']['latency_p50_seconds']:.2f} / "
+            f"{r['mic']['latency_p95_seconds']:.2f} | {r['replay']['latency_p50_seconds']:.2f} / "
+            f"{r['replay']['latency_p95_seconds']:.2f} | {r['mic']['dropped_audio_seconds']:.2f} |"
+            for r in rows
+        ),
+    ]
+    meta = {"device": "cpu", "model": "tiny.en", "backend": "ctranslate2", "profile": "auto"}
+    results_file.write("mic_live", meta, rows, "\n".join(table))
+    print("\n".join(table))
+
+
+if __name__ == "__main__":
+    main()
