@@ -174,6 +174,7 @@ def _decoded(plan: BatchSetup, result, temperature: float) -> AlignedChunk:
         result.no_speech_prob,
         temperature=temperature,
         compression_ratio=compression_ratio(text),
+        cut_short=len(tokens) >= plan.max_length - len(plan.prompt),
     )
 
 

@@ -32,6 +32,10 @@ class AlignedChunk(ChunkResult):
     temperature: float = 0.0
     compression_ratio: float = 0.0
     words: tuple[TimedWord, ...] = ()  # aligned, on the original clock
+    # The decode stopped at its token bound (--max-new-tokens, or the window's), not at end
+    # of text: its words end where the bound fell, and the alignment spreads them over
+    # speech the decoder never read, so they cannot say what it skipped.
+    cut_short: bool = False
 
     def implausible(self) -> bool:
         """openai-whisper's word anomaly test over the first words (too short to be spoken,
@@ -44,6 +48,11 @@ class AlignedChunk(ChunkResult):
         if not self.words:
             return None
         return round(self.words[-1].end * SAMPLE_RATE)
+
+    def word_spans(self) -> list[tuple[int, int]]:
+        if self.cut_short:
+            return []
+        return [(round(w.start * SAMPLE_RATE), round(w.end * SAMPLE_RATE)) for w in self.words]
 
 
 def on_original_clock(words: Sequence[TimedWord], chunk: Chunk) -> tuple[TimedWord, ...]:

@@ -12,6 +12,7 @@ is never decoded, so it cannot produce text.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -81,6 +82,11 @@ class Chunk:
         spans = tuple((max(a, begin), min(b, end)) for a, b in self.spans if b > begin and a < end)
         speech_end = min(self.speech_end, end) if end < self.end else self.speech_end
         return Chunk(spans[0][0], spans[-1][1], speech_end, spans, self.source)
+
+    def decoded_within(self, begin: int, end: int) -> int:
+        """Samples of [begin, end) the decoder reads (inside the spans, before speech ends)."""
+        end = min(end, self.speech_end)
+        return sum(max(0, min(b, end) - max(a, begin)) for a, b in self.spans)
 
 
 @dataclass(frozen=True)
@@ -153,15 +159,34 @@ def unfinished(chunk: Chunk, result: ChunkResult) -> Chunk | None:
     return chunk.after(stopped)
 
 
+def uncovered(chunk: Chunk, result: ChunkResult) -> list[Chunk]:
+    """The parts of `chunk` whose speech the decoded text skipped, each to decode again: before
+    its first word, between two words, and after its last (`unfinished`).
+
+    Whisper also starts a window late: a chunk cut just before a phrase can come back
+    without it, its text starting with the next one (a 6.6 s prompt of a Spanish telephone
+    recording). Only stretches of at least MIN_UNFINISHED seconds of decoded audio count:
+    the pad around speech and a word's alignment slack are shorter."""
+    if not result.tokens:
+        return []
+    spans = result.word_spans()
+    gaps = [(chunk.start, spans[0][0])] if spans else []
+    gaps += [(a, b) for (_, a), (b, _) in itertools.pairwise(spans)]
+    enough = MIN_UNFINISHED * SAMPLE_RATE
+    parts = [chunk.between(a, b) for a, b in gaps if chunk.decoded_within(a, b) >= enough]
+    tail = unfinished(chunk, result)
+    return parts + ([tail] if tail is not None else [])
+
+
 def decode_chunks(
     chunks: list[Chunk],
     batch: int,
     decode_group: Callable[[list[Chunk]], list[ChunkResult]],
 ) -> Iterator[tuple[int, Chunk, ChunkResult]]:
     """(chunk number, chunk, result) in chunk order, `batch` chunks per decoder call; the
-    unfinished parts of a group are decoded (together, again while the decoder stops
-    early, each round on a shorter tail) before the group is yielded, each after its
-    chunk."""
+    parts of a group's chunks their decodes skipped are decoded (together, again while
+    decodes skip speech, each round on shorter parts) before the group is yielded, each
+    after its chunk."""
     for first in range(0, len(chunks), batch):
         group = chunks[first : first + batch]
         decoded = _with_tails(group, decode_group(group), decode_group)
@@ -170,18 +195,14 @@ def decode_chunks(
                 yield first + offset, chunk, result
 
 
-def _tail_of(chunk: Chunk, result: ChunkResult) -> list[Chunk]:
-    tail = unfinished(chunk, result)
-    return [] if tail is None else [tail]
-
-
 def _with_tails(group, results, decode_group) -> list[list[tuple]]:
-    """Per chunk of `group`: its (chunk, result) pieces, its unfinished tails decoded again
-    after it (again while the decoder stops early, each round on a shorter tail)."""
+    """Per chunk of `group`: its (chunk, result) pieces, the parts it skipped decoded again
+    after it (each round looks for skipped speech in the last round's decodes, on shorter
+    parts each time; kvscribe.aligned_chunks puts their segments in time order)."""
     decoded = [[(chunk, result)] for chunk, result in zip(group, results, strict=True)]
     fresh = [(i, *pair) for i, pair in enumerate(zip(group, results, strict=True))]
     for _ in range(MAX_TAIL_ROUNDS):
-        parts = [(i, part) for i, chunk, result in fresh for part in _tail_of(chunk, result)]
+        parts = [(i, part) for i, chunk, result in fresh for part in uncovered(chunk, result)]
         if not parts:
             break
         fresh = []
@@ -286,3 +307,8 @@ class ChunkResult:
         chunk's end or cannot tell (kvscribe.aligned_chunks.AlignedChunk can: its last
         aligned word)."""
         return None
+
+    def word_spans(self) -> list[tuple[int, int]]:
+        """(start, end) samples (original clock) of each decoded word; empty when the result
+        cannot tell."""
+        return []

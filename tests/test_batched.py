@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from kvscribe.chunking import (
     ChunkRules,
     join_regions,
     speech_chunks,
+    uncovered,
     unfinished,
 )
 from kvscribe.live.vad import WINDOW
@@ -27,6 +29,7 @@ from tests import loaded, media
 from tests.conftest import (
     EVAL_DIR,
     SAMPLE,
+    longest_deleted_run,
     pooled_wer,
     run_cli,
 )
@@ -108,6 +111,62 @@ def test_a_chunk_the_decoder_left_early_is_decoded_again_from_where_it_stopped()
     assert tail == Chunk(16_000 + round(21.4 * SAMPLE_RATE), chunk.end, chunk.speech_end)
     assert unfinished(chunk, decoded(26.6)) is None  # less than 1 s of speech left
     assert unfinished(chunk, decoded(5.0, tokens=())) is None  # silence: no text
+
+
+def _words_at(*spans: tuple[float, float]) -> AlignedChunk:
+    words = tuple(TimedWord(a, b, " word", 0.9, (400,)) for a, b in spans)
+    return AlignedChunk([400] * len(words), -0.2, 0.01, words=words)
+
+
+def test_speech_the_decoder_skipped_before_between_or_after_its_words_is_decoded_again():
+    """A 27 s chunk (speech to 26 s) whose words leave 3 s unheard at its start, 2 s in its
+    middle and 4 s at its end: each is decoded again, on its own part of the chunk. A gap
+    shorter than a second (a word's alignment slack) is not, nor a pause the chunk cut out
+    of its decoded audio, nor a chunk judged silent."""
+    s = SAMPLE_RATE
+    chunk = Chunk(0, 27 * s, speech_end=26 * s)
+    parts = uncovered(chunk, _words_at((3.0, 3.5), (3.9, 10.0), (12.0, 22.0)))
+    assert [(p.start, p.end) for p in parts] == [(0, 3 * s), (10 * s, 12 * s), (22 * s, 27 * s)]
+    assert uncovered(chunk, _words_at((0.5, 10.0), (10.8, 25.5))) == []
+    cut = Chunk(0, 27 * s, speech_end=26 * s, spans=((0, 10 * s), (14 * s, 27 * s)))
+    assert uncovered(cut, _words_at((0.2, 9.8), (14.3, 25.5))) == []  # the gap was the pause
+    assert uncovered(chunk, AlignedChunk([], -0.2, 0.9)) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("skipped", [slice(0, 10), slice(12, 24)], ids=["start", "middle"])
+def test_a_phrase_the_decoder_skips_in_a_chunk_is_decoded_again(monkeypatch, skipped):
+    """The real model and audio, with one fault injected where the model makes it: the
+    second chunk of the joined real clips comes back without ten or twelve of its words, at
+    its start (as Whisper returned a Spanish menu's chunk cut just before a phrase,
+    docs/long-files.md) or in its middle. The stretch the words leave uncovered is decoded
+    again, its segments take their place in time, and no run of words is lost."""
+    from kvscribe.backends import ct2_batched
+
+    clip = EVAL_DIR.parent / "clips_joined" / "joined_real.wav"
+    reference = clip.with_suffix(".txt").read_text(encoding="utf-8")
+    backend = _backend("ctranslate2")
+    whole = "".join(s.text for s in _decode(backend, load_audio(clip), batch_size=8)[0])
+    decode, calls = ct2_batched.decode_group, []
+
+    def skipping(plan, audios, group):
+        results = decode(plan, audios, group)
+        calls.append([(c.start, c.end) for c in group])
+        if len(calls) == 1 and len(results) > 1:  # the first batch: its second chunk
+            words = results[1].words
+            kept = words[: skipped.start] + words[skipped.stop :]
+            tokens = [t for w in kept for t in w.tokens]
+            results[1] = replace(results[1], tokens=tokens, words=kept)
+        return results
+
+    monkeypatch.setattr(ct2_batched, "decode_group", skipping)
+    segments, _ = _decode(backend, load_audio(clip), batch_size=8)
+    text = "".join(s.text for s in segments)
+    assert len(calls) >= 2, calls  # the skipped stretch went back to the decoder
+    assert [s.start for s in segments] == sorted(s.start for s in segments)
+    assert [s.id for s in segments] == list(range(len(segments)))
+    assert longest_deleted_run(reference, text) < 5, text
+    assert pooled_wer([(reference, text)]) <= pooled_wer([(reference, whole)]) + 0.03
 
 
 # -- backends ---------------------------------------------------------------------------

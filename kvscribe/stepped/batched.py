@@ -103,8 +103,9 @@ def _decode_with_fallback(plan, chunks, mels, prompt, stats, decode_text) -> lis
         ]
 
     kept = per_row(plan.fallback, len(chunks), attempt)
+    limit = plan.max_new(len(prompt))
     return [
-        _chunk_decode(plan, chunk, encoded[i : i + 1], kept[i], decode_text, aligned[i])
+        _chunk_decode(plan, chunk, encoded[i : i + 1], kept[i], decode_text, aligned[i], limit)
         for i, chunk in enumerate(chunks)
     ]
 
@@ -171,6 +172,7 @@ def _chunk_decode(
     kept: fallback.Attempt,
     decode_text: Callable[[list[int]], str],
     cross: CrossAttentionStore | None,
+    limit: int,
 ) -> AlignedChunk:
     """The kept attempt as chunking and the segments need it: silence has no tokens; speech
     has its words timed from the chunk's encoder output (no aligner in this install: none,
@@ -193,6 +195,7 @@ def _chunk_decode(
         temperature=kept.temperature,
         compression_ratio=kept.compression_ratio,
         words=on_original_clock(words, chunk),
+        cut_short=len(tokens) >= limit,
     )
 
 
