@@ -23,9 +23,11 @@ SR = audio.SAMPLE_RATE
 LONGFORM = EVAL_DIR / "espeak_longform_en.wav"
 JOINED_REAL = EVAL_DIR.parent / "clips_joined" / "joined_real.wav"
 MAX_WER_GAP = 0.05  # live may lose at most this much WER to offline, same backend and model
-# On the 50 s of joined read speech through a pipe, Whisper's reading of one short phrase
+# On the 50 s of joined read speech through a pipe, Whisper's reading of a short phrase
 # hangs on where its buffer ends (docs/live.md, "Decoding at a pause sooner"); a lost or
-# doubled utterance costs far more than this.
+# doubled utterance costs far more than this. Measured live - offline per CTranslate2 path
+# on an AMD EPYC: MKL AVX2 +0.045, AVX +0.054; oneDNN AVX2 +0.045, AVX +0.036
+# (benchmarks/results/eval_ct2_paths.md); +0.053 on an earlier Intel run (AVX2, AVX-512).
 MAX_PIPE_WER_GAP = 0.06
 
 
