@@ -9,7 +9,7 @@ concurrently: 2 cores): `kvscribe CLIP -q -f txt` offline; `kvscribe mic --live`
 while `paplay` plays the clip into the sink in real time, Ctrl-C 1.5 s after it ends; and
 `kvscribe mic --input CLIP` (a real-time replay of the file). WER against the clip's
 reference (Whisper's English normaliser), commit latency p50/p95 and dropped audio from
-each run's `--stats-json`. Default clips: JFK and the realform English telephone recording.
+each run's `--stats-json`. Default clips: JFK and the joined real recordings (50 s).
 Writes benchmarks/results/mic_live.json and .md.
 """
 
@@ -32,7 +32,7 @@ from kvscribe.bench.wer import pooled_wer  # noqa: E402
 from tests import audio_server  # noqa: E402
 from tests.conftest import KVSCRIBE, SAMPLE  # noqa: E402
 
-DEFAULT_CLIPS = [SAMPLE, ROOT / "eval" / "realform" / "asterisk_en_ivr_dev.wav"]
+DEFAULT_CLIPS = [SAMPLE, ROOT / "eval" / "clips_joined" / "joined_real.wav"]
 
 
 def _stats_of(path: Path) -> dict:
