@@ -75,7 +75,9 @@ def replayed(clip: Path, folder: Path) -> tuple[str, dict]:
     return done.stdout.decode(), _stats_of(stats)
 
 
-def _measure(env: dict, clip: Path, folder: Path) -> dict:
+def _measure(env: dict, clip: Path, work: Path) -> dict:
+    folder = work / clip.stem  # `-o` appends: each clip's runs write files of their own
+    folder.mkdir()
     reference = clip.with_suffix(".txt").read_text(encoding="utf-8")
     offline = subprocess.run(
         [str(KVSCRIBE), str(clip), "-q", "-f", "txt"], capture_output=True, check=True, text=True
