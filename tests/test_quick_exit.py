@@ -55,7 +55,7 @@ def test_a_failed_command_keeps_its_exit_status(tmp_path):
 def test_a_thread_still_running_gets_the_normal_exit(tmp_path):
     worker = """
     def late():
-        time.sleep(3.0)  # beyond the command's end (else this test shows nothing)
+        threading.main_thread().join()  # until the command is over, however long it takes
         sys.stderr.write("thread finished\\n")
     threading.Thread(target=late).start()
     """
