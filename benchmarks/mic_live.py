@@ -16,11 +16,9 @@ Writes benchmarks/results/mic_live.json and .md.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,26 +40,10 @@ def _stats_of(path: Path) -> dict:
 
 
 def from_microphone(env: dict, clip: Path, folder: Path) -> tuple[str, dict]:
-    out, stats, err = folder / "mic.txt", folder / "mic.json", folder / "mic.err"
-    with err.open("wb") as stderr:
-        mic = subprocess.Popen(
-            [str(KVSCRIBE), "mic", "--live", "-o", str(out), "--stats-json", str(stats)],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-        deadline = time.monotonic() + 120
-        while "listening to" not in err.read_text(errors="replace"):
-            if mic.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"kvscribe mic did not start: {err.read_text()[-2000:]}")
-            time.sleep(0.1)
-        audio_server.play(env, clip)
-        time.sleep(1.5)
-        mic.send_signal(signal.SIGINT)
-        if mic.wait(timeout=300) != 0:
-            raise SystemExit(f"kvscribe mic exited {mic.returncode}: {err.read_text()[-2000:]}")
-    return out.read_text(encoding="utf-8"), _stats_of(stats)
+    heard = audio_server.record_while_playing(env, KVSCRIBE, clip, folder)
+    if heard.code != 0:
+        raise SystemExit(f"kvscribe mic exited {heard.code}: {heard.log[-2000:]}")
+    return heard.text, _stats_of(folder / "stats.json")
 
 
 def replayed(clip: Path, folder: Path) -> tuple[str, dict]:

@@ -11,12 +11,15 @@ Debian: apt-get install pulseaudio pulseaudio-utils libasound2-plugins libportau
 from __future__ import annotations
 
 import ctypes.util
+import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 SINK = "vmic"
@@ -103,3 +106,52 @@ def play(env: dict[str, str], path: Path) -> None:
         capture_output=True,
         timeout=600,
     )
+
+
+@dataclass(frozen=True)
+class Heard:
+    """What `kvscribe mic --live` made of a clip played into the microphone."""
+
+    code: int  # its exit status after Ctrl-C
+    text: str  # what it committed (its -o file)
+    stats: dict  # its --stats-json ({} if it wrote none)
+    log: str  # its stderr
+
+
+def record_while_playing(
+    env: dict[str, str], kvscribe: Path, clip: Path, folder: Path, ready_within: float = 120.0
+) -> Heard:
+    """Start `kvscribe mic --live` on the server's default source, play `clip` into it once
+    it listens, Ctrl-C after 1.5 s of silence (the pause that ends the last utterance)."""
+    out, err, stats = folder / "mic.txt", folder / "stderr.txt", folder / "stats.json"
+    command = [str(kvscribe), "mic", "--live", "-o", str(out), "--stats-json", str(stats)]
+    with err.open("wb") as stderr:
+        mic = subprocess.Popen(
+            command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr
+        )
+        try:
+            _wait_until_listening(err, mic, ready_within)
+            play(env, clip)
+            time.sleep(1.5)
+            mic.send_signal(signal.SIGINT)
+            code = mic.wait(timeout=300)
+        finally:
+            if mic.poll() is None:
+                mic.kill()
+                mic.wait(timeout=30)
+    return Heard(
+        code,
+        out.read_text(encoding="utf-8") if out.exists() else "",
+        json.loads(stats.read_text()) if stats.exists() else {},
+        err.read_text(encoding="utf-8", errors="replace"),
+    )
+
+
+def _wait_until_listening(err: Path, mic: subprocess.Popen, within: float) -> None:
+    deadline = time.monotonic() + within
+    while "listening to" not in err.read_text(encoding="utf-8", errors="replace"):
+        if mic.poll() is not None:
+            raise RuntimeError(f"kvscribe mic exited {mic.returncode}: {err.read_text()[-2000:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"kvscribe mic did not start listening within {within:g} s")
+        time.sleep(0.1)
