@@ -27,7 +27,7 @@ import results_file  # noqa: E402
 
 from kvscribe import audio  # noqa: E402
 from tests.conftest import EVAL_DIR, KVSCRIBE, pooled_wer, wer  # noqa: E402
-from tests.ct2_paths import Ct2Path, available, cpu_flags  # noqa: E402
+from tests.ct2_paths import Ct2Path, available, cpu_flags, cpu_vendor  # noqa: E402
 from tests.eval_worker import transcribe_in_child  # noqa: E402
 
 LONG_FORM = "espeak_longform_en.wav"
@@ -75,6 +75,12 @@ def run(path: Ct2Path, clips: list[Path]) -> dict:
     return row
 
 
+def _mkl_kernels() -> str:
+    if cpu_vendor() == "GenuineIntel":
+        return "MKL's own choice (an Intel CPU)"
+    return "Intel's kernels for the forced instruction set (tests/mkl_cpu_type.c preloaded)"
+
+
 def main() -> None:
     oldest = sys.argv[sys.argv.index("--oldest") + 1] if "--oldest" in sys.argv else "AVX"
     clips = sorted(EVAL_DIR.glob("*.wav"))
@@ -86,6 +92,8 @@ def main() -> None:
         "profile": "cpu-laptop (int8, beam 5)",
         "model": "tiny.en",
         "avx512f": "avx512f" in cpu_flags(),
+        "cpu_vendor": cpu_vendor(),
+        "mkl_kernels": _mkl_kernels(),
         "live": "kvscribe mic --live --input - -q --step 4 (16-bit PCM, as fast as it is read)",
     }
     table = [
@@ -93,7 +101,8 @@ def main() -> None:
         "",
         f"tiny.en, ctranslate2 `cpu-laptop` (int8, beam 5); {len(clips)} clips of eval/clips, "
         "the realform English telephone recording (366 s), the joined real recordings (50 s) "
-        "offline and live through a pipe (`--step 4`). WER after Whisper's English normaliser.",
+        "offline and live through a pipe (`--step 4`). WER after Whisper's English normaliser. "
+        f"MKL lanes: {_mkl_kernels()}.",
         "",
         "| path (library-ISA) | pooled eval WER | long-form (espeak) | realform en | "
         "joined offline | joined live | live - offline |",

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from kvscribe import openmp
 from kvscribe.batch_worker import Report, Result, Task, Worker
 from kvscribe.options import TranscribeOptions
 from kvscribe.types import Segment
@@ -22,6 +23,7 @@ class KvscribeWorker:
         # shares the driver's disk loads the model the driver converted, not a new copy.
         os.environ.update(env)
         os.environ["OMP_NUM_THREADS"] = str(threads)
+        openmp.wait_passively()  # a Ray worker's environment is the raylet's, not the CLI's
         self.worker = Worker(options)
 
     def ready(self) -> bool:
