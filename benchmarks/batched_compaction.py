@@ -20,8 +20,8 @@ import results_file
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
-from kvscribe.backends.base import DecodeRequest
 from kvscribe.chunking import speech_chunks
+from kvscribe.contract import DecodeRequest
 from kvscribe.stepped import batched, longform
 
 LONG_FORM = corpus.CLIPS / "espeak_longform_en.wav"

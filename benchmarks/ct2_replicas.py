@@ -1,5 +1,5 @@
 """CTranslate2 on a CPU: one replica splitting each operation over N threads, against N
-single-thread replicas each taking a share of the rows (backends/ct2_replicas.py).
+single-thread replicas each taking a share of the rows (backends/ctranslate2/replicas.py).
 
     .venv/bin/python benchmarks/ct2_replicas.py [--model-dir DIR] [--repeat 3] [--out NAME]
     taskset -c 0-3 python benchmarks/ct2_replicas.py --random-model /tmp/tiny-random \\

@@ -1,5 +1,5 @@
 """The transformers backend's int8 linear layers (`--compute-type int8`) against the paths
-that could replace torch.ao's deprecated dynamic quantisation (backends/hf/weights.py).
+that could replace torch.ao's deprecated dynamic quantisation (backends/transformers/weights.py).
 
     .venv/bin/pip install torchao==0.18.0   # optional: its row reads "not installed" without
     .venv/bin/python benchmarks/int8_linear.py [--threads 2] [--out int8_linear]

@@ -31,7 +31,7 @@ from whisper_normalizer.english import EnglishTextNormalizer
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.contract import DecodeRequest
 
 CLIPS = corpus.CLIPS
 LONG_FORM = "espeak_longform"  # the long-form clip's name starts so

@@ -24,7 +24,7 @@ import results_file
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.contract import DecodeRequest
 
 LONG_FORM = corpus.CLIPS / "espeak_longform_en.wav"
 

@@ -1,5 +1,5 @@
 """One row's decoder calls on a single-thread CTranslate2 replica against the engine with
-every thread (backends/ct2_replicas.py, "One row").
+every thread (backends/ctranslate2/replicas.py, "One row").
 
     .venv/bin/python benchmarks/one_row_threads.py [--models tiny.en,base] [--repeat 3]
 
@@ -27,7 +27,7 @@ import results_file
 
 from kvscribe import models
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from kvscribe.backends.ct2_replicas import replicas
+from kvscribe.backends.ctranslate2.replicas import replicas
 from kvscribe.capacity import usable_cores
 from kvscribe.models.ct2_file import whisper_dims
 

@@ -24,8 +24,8 @@ import results_file
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
-from kvscribe.backends.base import DecodeRequest
 from kvscribe.bench.wer import pooled_wer
+from kvscribe.contract import DecodeRequest
 
 HERE = Path(__file__).resolve().parent
 CONFIGS = {  # name -> (backend, [onnx] compute type)

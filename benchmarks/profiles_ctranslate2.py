@@ -22,7 +22,7 @@ from whisper_normalizer.english import EnglishTextNormalizer
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.contract import DecodeRequest
 
 PROFILES = ("cpu-laptop", "tiny-vram", "no-loss")
 

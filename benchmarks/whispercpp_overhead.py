@@ -27,7 +27,7 @@ import results_file
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.contract import DecodeRequest
 
 KVSCRIBE = Path(sys.executable).parent / "kvscribe"
 

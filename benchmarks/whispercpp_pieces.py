@@ -1,5 +1,5 @@
 """How long a whisper-cli piece may be: its peak RSS against input length, and what a
-piece costs (kvscribe/whispercpp/pieces.py).
+piece costs (backends/whispercpp/pieces.py).
 
     .venv/bin/python benchmarks/whispercpp_pieces.py [--minutes 1,2,...] [--models tiny.en,base]
         [--end-to-end MINUTES]
@@ -36,11 +36,11 @@ import results_file
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.backends.whispercpp.pieces import PIECE_ENV, PIECE_SECONDS
+from kvscribe.backends.whispercpp.process import WhisperProcess, check_outcome, write_wav_f32
+from kvscribe.backends.whispercpp.report import parse_stderr
 from kvscribe.bench.wer import pooled_wer
-from kvscribe.whispercpp.pieces import PIECE_ENV, PIECE_SECONDS
-from kvscribe.whispercpp.process import WhisperProcess, check_outcome, write_wav_f32
-from kvscribe.whispercpp.report import parse_stderr
+from kvscribe.contract import DecodeRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIPS = corpus.CLIPS

@@ -43,10 +43,10 @@ import results_file
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.backends.whispercpp.process import WhisperProcess, check_outcome, write_wav_f32
+from kvscribe.backends.whispercpp.report import parse_stderr
 from kvscribe.bench.wer import pooled_wer
-from kvscribe.whispercpp.process import WhisperProcess, check_outcome, write_wav_f32
-from kvscribe.whispercpp.report import parse_stderr
+from kvscribe.contract import DecodeRequest
 
 LONGFORM = "espeak_longform_en.wav"
 MODES = [("beam 5 (cpu-laptop)", 5), ("greedy", 1)]

@@ -27,7 +27,7 @@ from whisper_normalizer.english import EnglishTextNormalizer
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.contract import DecodeRequest
 from kvscribe.provenance import MEASURED
 
 SETTINGS = [  # (beam_size, flash_attn, max_context)

@@ -24,7 +24,7 @@ import results_file
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.contract import DecodeRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 EVAL = corpus.CLIPS

@@ -1,5 +1,5 @@
 """A batched chunk's decode, timed by alignment, and the segments it gives: written once for
-every engine that decodes speech chunks side by side (backends/ct2_batched.py,
+every engine that decodes speech chunks side by side (backends/ctranslate2/batched.py,
 kvscribe/stepped/batched.py).
 
 Several short files can share the batches (`shared_segments`: each file a run of chunks).

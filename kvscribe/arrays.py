@@ -4,7 +4,7 @@ The cache policies (kvscribe/kvcache: sink and window trimming, Q8_0/Q4_0 storag
 per-beam or shared cross-attention copies, held-storage accounting) and the search
 (kvscribe/stepped: token rules, greedy and beam search) are written once against these
 functions, so an engine that works in numpy arrays (the ONNX Runtime graphs,
-kvscribe/onnx) gets what the torch engine has without a copy of it. Each function picks
+backends/onnx) gets what the torch engine has without a copy of it. Each function picks
 its implementation by the type of the array it is given, and does on torch exactly what
 the torch code did before; torch is imported only for torch tensors, so a numpy engine
 runs without it.

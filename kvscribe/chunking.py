@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -21,8 +21,10 @@ import numpy as np
 
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio_stream import Samples, blocks
+from kvscribe.contract import DecodeRequest, DecoderReport, Transcription
 from kvscribe.live.vad import WINDOW, SileroVad, VadSettings, VoiceDetector
 from kvscribe.timemap import TimeMap
+from kvscribe.types import Segment
 
 if TYPE_CHECKING:
     from kvscribe.decoding import VadFilter
@@ -312,3 +314,31 @@ class ChunkResult:
         """(start, end) samples (original clock) of each decoded word; empty when the result
         cannot tell."""
         return []
+
+
+def shared_by_language(
+    audios: Sequence[Samples],
+    request: DecodeRequest,
+    language_of: Callable[[Samples, list, DecodeRequest], tuple[str, float | None]],
+    decode: Callable[[str, list[list]], list[tuple[list[Segment], DecoderReport]]],
+) -> list[Transcription]:
+    """transcribe_together's frame, for every engine: each input's speech chunks (`source`:
+    its number) and language (`language_of(audio, chunks, request)`); then, language by
+    language, `decode(language, runs)` decodes those inputs' runs of chunks side by side
+    and gives each its (segments, report)."""
+    rules = batched_rules(request.vad)
+    chunked = [
+        [replace(chunk, source=number) for chunk in speech_chunks(audio, rules)]
+        for number, audio in enumerate(audios)
+    ]
+    languages = [
+        language_of(audio, chunks, request) for audio, chunks in zip(audios, chunked, strict=True)
+    ]
+    runs: dict[int, Transcription] = {}
+    for language in dict.fromkeys(language for language, _ in languages):
+        members = [n for n, (lang, _) in enumerate(languages) if lang == language]
+        decoded = decode(language, [chunked[n] for n in members])
+        for number, (segments, report) in zip(members, decoded, strict=True):
+            probability = languages[number][1]
+            runs[number] = Transcription(language, probability, iter(segments), report)
+    return [runs[number] for number in range(len(audios))]

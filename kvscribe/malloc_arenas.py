@@ -3,7 +3,7 @@
 glibc gives a thread that allocates while another holds the main arena an arena of its
 own, up to eight per core, and memory freed into an arena stays there for that arena's
 later allocations. The ctranslate2 backend runs its engine and its single-thread replicas
-on threads of their own (backends/ct2_replicas.py), so each grew its own arena. With two
+on threads of their own (backends/ctranslate2/replicas.py), so each grew its own arena. With two
 arenas, whole `kvscribe` processes on the telephone recording peaked lower at the same
 speed (benchmarks/results/malloc_arenas.md, docs/backends.md#ctranslate2).
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+from kvscribe.contract import TASKS
 from kvscribe.errors import UsageError
 from kvscribe.kvcache.spec import parse_cross, validate_policy
 from kvscribe.writers import FORMATS
-
-TASKS = ("transcribe", "translate")
 
 
 def parse_clips(text: str) -> tuple[tuple[float, float | None], ...]:

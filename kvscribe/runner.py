@@ -13,7 +13,8 @@ from kvscribe import audio, hardware, models, registry
 from kvscribe import profile as profiles
 from kvscribe import setting_rows as row
 from kvscribe.audio_stream import Samples, open_streamed
-from kvscribe.backends.base import Backend, DecodeRequest, Transcription
+from kvscribe.backends.base import Backend
+from kvscribe.contract import DecodeRequest, Transcription
 from kvscribe.devices import device_for
 from kvscribe.errors import KvscribeError, UsageError
 from kvscribe.inputs import Input

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvscribe.backends.base import DecoderReport
+from kvscribe.contract import DecoderReport
 from kvscribe.memtrace import MemoryTrace, peak_rss_bytes
 from kvscribe.provenance import ESTIMATED, MEASURED, make_provenance, weakest_provenance
 

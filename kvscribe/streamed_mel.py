@@ -59,7 +59,7 @@ class NumpyFrontEnd:
 class WhisperNumpyFrontEnd:
     """kvscribe.mel.log_mel's arithmetic (openai-whisper's: 30 s of zeros appended, a periodic
     Hann window, power, mel filters, log10) in numpy, for an engine that runs without torch
-    (kvscribe/onnx): the same features as TorchFrontEnd up to float32 rounding."""
+    (backends/onnx): the same features as TorchFrontEnd up to float32 rounding."""
 
     def __init__(self, n_mels: int):
         from kvscribe.mel import mel_filters

@@ -24,7 +24,8 @@ from kvscribe.decoding import VadFilter
 from kvscribe.timemap import TimeMap
 
 if TYPE_CHECKING:
-    from kvscribe.backends.base import Backend, DecodeRequest, Transcription
+    from kvscribe.backends.base import Backend
+    from kvscribe.contract import DecodeRequest, Transcription
 
 
 def speech_only(audio: Samples, settings: VadFilter) -> tuple[Joined, TimeMap]:
@@ -157,7 +158,7 @@ def _cuts_pauses_itself(backend: Backend, samples: Samples, request: DecodeReque
 
 def _on_kept_audio(backend: Backend, kept, time_map: TimeMap, request, note: tuple[str, str]):
     """Decode only `kept` (audio cut out of the input), times mapped back to the input."""
-    from kvscribe.backends.base import Transcription
+    from kvscribe.contract import Transcription
 
     if kept.size == 0:
         return _nothing_to_decode(request, note)
@@ -170,7 +171,7 @@ def _on_kept_audio(backend: Backend, kept, time_map: TimeMap, request, note: tup
 
 def _nothing_to_decode(request: DecodeRequest, note: tuple[str, str]) -> Transcription:
     """No text, and no engine call on empty audio."""
-    from kvscribe.backends.base import DecoderReport, Transcription
+    from kvscribe.contract import DecoderReport, Transcription
 
     report = DecoderReport(settings=dict([note]))
     return Transcription(request.language or "en", None, iter(()), report)

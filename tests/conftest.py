@@ -92,7 +92,7 @@ def onnx_export():
     module fixtures resolve models (as whisper_cli builds there): found, or exported once
     (seconds). Skipped without the onnx extra."""
     pytest.importorskip("onnx", reason="no onnx extra: pip install 'kvscribe[onnx]'")
-    from kvscribe.onnx import export
+    from kvscribe.backends.onnx import export
 
     with pytest.MonkeyPatch.context() as users:
         for name, value in USER_DIRS.items():
@@ -108,7 +108,7 @@ def whisper_cli() -> Path:
     """The real whisper-cli every whispercpp test runs: found, or built into the user cache
     (kvscribe setup whisper-cpp, ~3 min cold) the first time a selected test needs it, and
     exported so CLI children use the same binary despite the isolated cache."""
-    from kvscribe.whispercpp import binary
+    from kvscribe.backends.whispercpp import binary
 
     with pytest.MonkeyPatch.context() as users:  # the user's cache, not a test's own
         for name, value in USER_DIRS.items():
@@ -122,8 +122,8 @@ def whisper_cli() -> Path:
 
 
 def _find_or_build_whisper_cli() -> Path:
+    from kvscribe.backends.whispercpp import binary, build
     from kvscribe.errors import KvscribeError
-    from kvscribe.whispercpp import binary, build
 
     found = binary.patched()  # the suite tests kvscribe's patched build (KV cache types)
     if found is not None:

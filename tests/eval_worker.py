@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kvscribe import models, profile, registry
 from kvscribe.audio import load_audio
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.contract import DecodeRequest
 from tests.ct2_paths import Ct2Path
 
 ROOT = Path(__file__).resolve().parent.parent

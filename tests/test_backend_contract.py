@@ -10,7 +10,8 @@ import pytest
 
 from kvscribe import registry
 from kvscribe.audio import load_audio
-from kvscribe.backends.base import Backend, DecodeRequest, DecoderReport
+from kvscribe.backends.base import Backend
+from kvscribe.contract import DecodeRequest, DecoderReport
 from kvscribe.types import Segment
 from tests.conftest import SAMPLE, SAMPLE_TEXT, wer
 from tests.loaded import backend as shared_backend

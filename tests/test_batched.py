@@ -13,7 +13,6 @@ import pytest
 
 from kvscribe.aligned_chunks import AlignedChunk
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from kvscribe.backends.base import DecodeRequest
 from kvscribe.capacity import usable_cores
 from kvscribe.chunking import (
     Chunk,
@@ -23,6 +22,7 @@ from kvscribe.chunking import (
     uncovered,
     unfinished,
 )
+from kvscribe.contract import DecodeRequest
 from kvscribe.live.vad import WINDOW
 from kvscribe.timed_words import TimedWord
 from tests import loaded, media
@@ -141,7 +141,7 @@ def test_a_phrase_the_decoder_skips_in_a_chunk_is_decoded_again(monkeypatch, ski
     its start (as Whisper returned a Spanish menu's chunk cut just before a phrase,
     docs/long-files.md) or in its middle. The stretch the words leave uncovered is decoded
     again, its segments take their place in time, and no run of words is lost."""
-    from kvscribe.backends import ct2_batched
+    from kvscribe.backends.ctranslate2 import batched as ct2_batched
 
     clip = EVAL_DIR.parent / "clips_joined" / "joined_real.wav"
     reference = clip.with_suffix(".txt").read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Decoder calls on single-thread CTranslate2 replicas (backends/ct2_replicas.py): batched
+"""Decoder calls on single-thread CTranslate2 replicas (backends/ctranslate2/replicas.py): batched
 rows shared out, and one row's calls, give the same encoder outputs, tokens and word times
 as one replica with every thread, on real speech."""
 
@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from kvscribe.backends import ct2_batched
-from kvscribe.backends.base import DecodeRequest
-from kvscribe.backends.ct2_replicas import OneRowModel, Replicas, replicas
+from kvscribe.backends.ctranslate2 import batched as ct2_batched
+from kvscribe.backends.ctranslate2.replicas import OneRowModel, Replicas, replicas
 from kvscribe.chunking import ChunkRules, speech_chunks
+from kvscribe.contract import DecodeRequest
 from tests.conftest import EVAL_DIR
 
 pytestmark = pytest.mark.model

@@ -13,7 +13,7 @@ import pytest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.audio_stream import open_streamed
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.contract import DecodeRequest
 from kvscribe.decoding import Fallback, VadFilter
 from kvscribe.vadfilter import transcribe_speech
 from tests import loaded, media
@@ -38,7 +38,7 @@ MAX_READ = 33 * SAMPLE_RATE
 # be replayed within a process (its per-thread generators ignore a later
 # set_random_seed; measured: two array runs at 0.5 differ), and the retry logic is the
 # same at any temperature; sampled retries read the same encoder output, as a file and its
-# array go through the same feature code (backends/ct2_stream.py).
+# array go through the same feature code (backends/ctranslate2/stream.py).
 RETRYING = Fallback(temperatures=(0.0, 0.0), compression_ratio_threshold=1.2)
 
 
@@ -151,7 +151,7 @@ def test_block_fed_vad_equals_faster_whispers():
     faster-whisper zeroes (size % 512 > 448)."""
     from faster_whisper.vad import VadOptions, get_speech_timestamps, get_vad_model
 
-    from kvscribe.backends import ct2_vad
+    from kvscribe.backends.ctranslate2 import vad as ct2_vad
 
     speech = load_audio(LONG_FORM)
     audio = np.concatenate([speech, np.zeros(5 * SAMPLE_RATE, np.float32), speech])

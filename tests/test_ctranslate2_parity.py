@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.contract import DecodeRequest
 from kvscribe.decoding import Fallback, VadFilter
 from kvscribe.vadfilter import KEPT_SILENCE, transcribe_speech, without_digital_silence
 from tests.conftest import EVAL_DIR, SAMPLE

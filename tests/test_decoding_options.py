@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kvscribe.backends.base import DecodeRequest, not_honoured
+from kvscribe.contract import DecodeRequest, not_honoured
 from kvscribe.errors import ExitCode, UsageError
 from kvscribe.option_values import parse_clips, suppressed_ids
 from tests.conftest import ROOT, SAMPLE, SAMPLE_TEXT, run_cli
@@ -74,8 +74,8 @@ def test_whisper_cpp_words_its_fallback_rule_as_every_backend():
     """One "temperature fallback" row in every backend's stats (Fallback.describe); whisper.cpp's
     names the entropy test it runs instead of the compression ratio, and the temperatures it
     steps through, with its flags in a row of their own."""
+    from kvscribe.backends.whispercpp.flags import fallback_flags
     from kvscribe.decoding import Fallback
-    from kvscribe.whispercpp.flags import fallback_flags
 
     default = fallback_flags(Fallback()).settings
     assert default["temperature fallback"] == Fallback().describe().replace(
@@ -137,8 +137,8 @@ def test_hotwords_reach_the_prompt_as_faster_whisper_builds_it():
     """Both stepped engines put the hotwords where faster-whisper's transcribe() does:
     after <|startofprev|>, before the previous text and the start sequence."""
     from kvscribe.adapters import faster_whisper as adapter
-    from kvscribe.backends import ct2_batched
-    from kvscribe.backends.ct2_replicas import Replicas
+    from kvscribe.backends.ctranslate2 import batched as ct2_batched
+    from kvscribe.backends.ctranslate2.replicas import Replicas
     from tests.loaded import backend
 
     hotwords = "Kennedy, Americans"

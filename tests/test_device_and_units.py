@@ -14,7 +14,6 @@ from rich.console import Console
 
 from kvscribe import hardware
 from kvscribe import profile as profiles
-from kvscribe.backends.base import DecoderReport
 from kvscribe.backends.whispercpp import self_cache_bytes
 from kvscribe.bench.cells import Cell
 from kvscribe.bench.figures import CellFigures
@@ -22,6 +21,7 @@ from kvscribe.bench.placement import place
 from kvscribe.bench.report import as_csv, as_markdown, rich_table
 from kvscribe.cli.live import live_stats_table
 from kvscribe.cli.render import human_bytes, stats_table
+from kvscribe.contract import DecoderReport
 from kvscribe.devices import device_for
 from kvscribe.errors import ExitCode, UsageError
 from kvscribe.live.stats import LiveStats

@@ -1,4 +1,4 @@
-"""The transformers backend's own torch Whisper (backends/hf/network.py) against
+"""The transformers backend's own torch Whisper (backends/transformers/network.py) against
 transformers' WhisperForConditionalGeneration loaded from the same files: the same
 weights, the same encoder output and the same decoder logits to the bit; a broken
 checkpoint is a one-line error; and a transformers run never imports transformers."""
@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.transformers]
 def both():
     from transformers import WhisperForConditionalGeneration
 
-    from kvscribe.backends.hf import network
+    from kvscribe.backends.transformers import network
 
     path = models.resolve("tiny.en", ("transformers",)).path
     ours = network.load(path, torch.float32, "cpu")
@@ -47,7 +47,7 @@ def test_weights_and_sizes_are_transformers_own(both):
 
 
 def test_encoder_and_decoder_logits_equal_transformers_to_the_bit(both):
-    from kvscribe.backends.hf.decoder import PolicyDecoder
+    from kvscribe.backends.transformers.decoder import PolicyDecoder
     from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
     from kvscribe.kvcache.spec import parse_cross, parse_policy
 
@@ -89,5 +89,5 @@ def test_a_transformers_run_imports_no_transformers(monkeypatch):
     result = run_cli(SAMPLE, "--backend", "transformers", "-q")
     assert result.code == 0, result.stderr
     modules = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()]
-    assert "kvscribe.backends.hf.network" in modules  # the run did load the backend
+    assert "kvscribe.backends.transformers.network" in modules  # the run did load the backend
     assert not [name for name in modules if name.split(".")[0] == "transformers"]

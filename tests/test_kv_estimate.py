@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvscribe.backends.ct2_report import not_applicable
-from kvscribe.backends.ct2_windows import WindowCounter
+from kvscribe.backends.ctranslate2.report import not_applicable
+from kvscribe.backends.ctranslate2.windows import WindowCounter
 from kvscribe.kvcache import estimate
 from kvscribe.models.ct2_file import WhisperDims
 

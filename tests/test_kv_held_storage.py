@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from kvscribe import profile  # noqa: E402
 from kvscribe.audio import load_audio  # noqa: E402
-from kvscribe.backends.base import DecodeRequest  # noqa: E402
+from kvscribe.contract import DecodeRequest  # noqa: E402
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache  # noqa: E402
 from kvscribe.kvcache.spec import parse_cross, parse_policy  # noqa: E402
 from tests import loaded  # noqa: E402

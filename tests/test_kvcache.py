@@ -307,7 +307,7 @@ def random_whisper():
     ),
 )
 def test_policy_decoder_matches_transformers_on_a_random_whisper(random_whisper, sizes, policy):
-    from kvscribe.backends.hf.decoder import PolicyDecoder
+    from kvscribe.backends.transformers.decoder import PolicyDecoder
 
     model, encoded = random_whisper
     tokens = torch.randint(

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kvscribe import audio
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.contract import DecodeRequest
 from kvscribe.live.capture import Capture, FileReplay
 from kvscribe.live.session import LiveSession
 from kvscribe.live.stats import LiveStats

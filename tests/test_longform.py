@@ -11,7 +11,7 @@ import pytest
 
 from kvscribe import chunking
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.contract import DecodeRequest
 from kvscribe.timed_words import SegmentRules, TimedWord, split_segments, tidy
 from kvscribe.vadfilter import transcribe_speech
 from tests import loaded

@@ -179,7 +179,7 @@ def test_maxrss_is_converted_to_bytes_per_platform(monkeypatch, platform, factor
 
 def test_whisper_cli_peak_rss_uses_the_shared_conversion():
     from kvscribe import memtrace
-    from kvscribe.whispercpp import process
+    from kvscribe.backends.whispercpp import process
 
     assert process.maxrss_bytes is memtrace.maxrss_bytes
 

@@ -92,7 +92,7 @@ def test_the_check_finds_a_row_written_with_a_literal():
 def test_what_a_backend_reports_is_worded_by_the_rows(backend, batch, long_form_head):
     if backend == "transformers":
         pytest.importorskip("torch")
-    from kvscribe.backends.base import DecodeRequest
+    from kvscribe.contract import DecodeRequest
 
     engine = loaded.backend(backend)
     audio = load_audio(long_form_head if batch > 1 else SAMPLE)

@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 
 from kvscribe import models, profile  # noqa: E402
 from kvscribe.audio import SAMPLE_RATE, load_audio  # noqa: E402
-from kvscribe.backends.base import DecodeRequest  # noqa: E402
+from kvscribe.contract import DecodeRequest  # noqa: E402
 from kvscribe.models.embedded import EMBEDDED  # noqa: E402
 from tests import loaded  # noqa: E402
 from tests.conftest import (  # noqa: E402
@@ -100,7 +100,7 @@ def engine_text(ref, tokens):
 def test_policy_decoder_with_a_full_cache_matches_transformers_forward():
     from transformers import WhisperForConditionalGeneration
 
-    from kvscribe.backends.hf.decoder import PolicyDecoder
+    from kvscribe.backends.transformers.decoder import PolicyDecoder
     from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
     from kvscribe.kvcache.spec import parse_cross, parse_policy
 
@@ -264,7 +264,7 @@ def test_a_ctranslate2_model_built_since_load_does_not_decide_the_threads():
 
 def test_int8_compute_type_quantises_every_linear_layer_and_transcribes():
     """`--compute-type int8` runs on torch.ao's dynamic quantisation, deprecated in torch
-    (backends/hf/weights.py says why it stays: benchmarks/results/int8_linear.md). This
+    (backends/transformers/weights.py says why it stays: benchmarks/results/int8_linear.md). This
     fails loudly the day a torch release drops or changes it."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
 

@@ -9,7 +9,7 @@ import pytest
 
 from kvscribe import hardware
 from kvscribe.audio import load_audio
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.contract import DecodeRequest
 from kvscribe.errors import UsageError
 from tests.conftest import SAMPLE, SAMPLE_TEXT, wer
 
@@ -52,7 +52,7 @@ def test_a_compute_type_it_does_not_know_is_a_one_line_usage_error(monkeypatch):
 def test_bfloat16_decodes_with_float32_logits(monkeypatch):
     import torch
 
-    from kvscribe.backends.hf.decoder import PolicyDecoder
+    from kvscribe.backends.transformers.decoder import PolicyDecoder
 
     backend = _load(monkeypatch, True)
     network_out, logits_out = [], []

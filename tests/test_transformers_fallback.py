@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.contract import DecodeRequest
 from kvscribe.decoding import Fallback
 from kvscribe.stepped import fallback
 from tests import loaded

@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 
 from kvscribe.audio import SAMPLE_RATE, load_audio  # noqa: E402
 from kvscribe.audio_stream import open_streamed  # noqa: E402
-from kvscribe.backends.base import DecodeRequest  # noqa: E402
+from kvscribe.contract import DecodeRequest  # noqa: E402
 from kvscribe.decoding import VadFilter  # noqa: E402
 from kvscribe.mel import FRAMES_PER_WINDOW, HOP, N_FFT  # noqa: E402
 from kvscribe.models.embedded import EMBEDDED  # noqa: E402

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from kvscribe import models  # noqa: E402
 from kvscribe.audio import SAMPLE_RATE, load_audio  # noqa: E402
-from kvscribe.backends.base import DecodeRequest  # noqa: E402
+from kvscribe.contract import DecodeRequest  # noqa: E402
 from kvscribe.words import (  # noqa: E402
     Durations,
     SegmentWords,
@@ -172,7 +172,7 @@ def _backend():
 def _aligned(clip: Path):
     """(segments, words per segment) from the backend's own decode, aligned by WordAligner
     on the window's encoder output (one window: the clips are under 30 s)."""
-    from kvscribe.backends.hf.alignment import WordAligner
+    from kvscribe.backends.transformers.alignment import WordAligner
     from kvscribe.mel import FRAMES_PER_WINDOW, log_mel
 
     backend = _backend()
@@ -244,7 +244,7 @@ def test_word_starts_agree_with_faster_whisper_within_a_fifth_of_a_second(clip):
 
 def test_frames_past_the_audio_are_never_chosen():
     """Half the JFK window's content: every word must end inside that half."""
-    from kvscribe.backends.hf.alignment import WordAligner
+    from kvscribe.backends.transformers.alignment import WordAligner
     from kvscribe.mel import FRAMES_PER_WINDOW, log_mel
 
     backend = _backend()
@@ -259,7 +259,7 @@ def test_frames_past_the_audio_are_never_chosen():
 
 
 def test_a_model_without_alignment_heads_is_refused_at_construction():
-    from kvscribe.backends.hf.alignment import WordAligner
+    from kvscribe.backends.transformers.alignment import WordAligner
 
     backend = _backend()
     with pytest.raises(ValueError, match="alignment heads"):
@@ -267,7 +267,7 @@ def test_a_model_without_alignment_heads_is_refused_at_construction():
 
 
 def test_the_converted_tiny_en_carries_alignment_heads():
-    from kvscribe.backends.hf.alignment import alignment_heads
+    from kvscribe.backends.transformers.alignment import alignment_heads
 
     heads = alignment_heads(models.resolve(None, ("transformers",)).path)
     layers = _backend().network.config.decoder_layers

@@ -99,7 +99,7 @@ def _package_data(root: Path) -> set[str]:
 
 def test_the_wheel_holds_every_data_file_of_the_source(wheel):
     data = _package_data(ROOT)
-    assert {"kvscribe/profiles/auto.toml", "kvscribe/whispercpp/kv-cache-types.patch"} <= data
+    assert {"kvscribe/profiles/auto.toml", "backends/whispercpp/kv-cache-types.patch"} <= data
     with zipfile.ZipFile(wheel) as archive:
         missing = data - set(archive.namelist())
     assert not missing, f"not in the wheel (pyproject.toml's package-data): {sorted(missing)}"
@@ -125,9 +125,9 @@ def test_installed_profiles_patches_and_backends_come_with_the_wheel(venv, elsew
     backends = _check([venv / "bin" / "kvscribe", "backends"], cwd=elsewhere)
     assert "ctranslate2" in backends and "whispercpp" in backends
     probe = (
-        "from kvscribe.whispercpp.patching import PATCHES, patch_texts; "
+        "from kvscribe.backends.whispercpp.patching import PATCHES, patch_texts; "
         "from importlib import resources; "
-        "print(resources.files('kvscribe.whispercpp')); "
+        "print(resources.files('kvscribe.backends.whispercpp')); "
         "print(sorted(patch_texts()) == sorted(PATCHES))"
     )
     folder, complete = _check([venv / "bin" / "python", "-c", probe], cwd=elsewhere).splitlines()

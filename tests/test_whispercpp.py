@@ -15,6 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvscribe.backends.whispercpp import binary
+from kvscribe.backends.whispercpp.process import WhisperProcess, check_outcome, write_wav_f32
+from kvscribe.backends.whispercpp.report import parse_segment_line
 from kvscribe.errors import (
     AudioDecodeError,
     BackendUnavailableError,
@@ -26,9 +29,6 @@ from kvscribe.errors import (
 from kvscribe.mel import mel_filters
 from kvscribe.models import ggml, resolve
 from kvscribe.models.embedded import EMBEDDED
-from kvscribe.whispercpp import binary
-from kvscribe.whispercpp.process import WhisperProcess, check_outcome, write_wav_f32
-from kvscribe.whispercpp.report import parse_segment_line
 from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
 from tests.processes import whisper_cli_under
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from kvscribe.whispercpp import binary, build
+from kvscribe.backends.whispercpp import binary, build
 
 pytestmark = pytest.mark.skipif(
     bool(build.missing_tools()), reason="needs cmake and a C++ compiler"

@@ -2,7 +2,7 @@
 
 Every run is the real patched whisper-cli (built by `kvscribe setup whisper-cpp`) on real
 models and audio. The cache sizes are checked against block arithmetic written out here,
-independently of kvscribe's own (kvscribe/whispercpp/kvtypes.py).
+independently of kvscribe's own (backends/whispercpp/kvtypes.py).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvscribe.backends.whispercpp import binary, patching
+from kvscribe.backends.whispercpp.kvtypes import from_policy
+from kvscribe.backends.whispercpp.process import write_wav_f32
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.models import ggml, resolve
-from kvscribe.whispercpp import binary, patching
-from kvscribe.whispercpp.kvtypes import from_policy
-from kvscribe.whispercpp.process import write_wav_f32
 from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
 
 pytestmark = [pytest.mark.whispercpp]
@@ -244,7 +244,7 @@ def test_a_changed_patch_means_a_new_build(whisper_cli, monkeypatch, tmp_path):
     assert binary.own_build_dir() != own.parent
     with pytest.raises(BackendUnavailableError, match="whisper-cli not found"):
         binary.find()
-    from kvscribe.whispercpp import build
+    from kvscribe.backends.whispercpp import build
 
     with pytest.raises(BackendUnavailableError, match="cmake"):  # it starts a build
         build.build(lambda what, fraction: None)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from kvscribe.audio import load_audio
-from kvscribe.whispercpp import patching
+from kvscribe.backends.whispercpp import patching
 from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
 from tests.media import write_wav
 

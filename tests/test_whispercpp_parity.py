@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.backends.whispercpp.fulljson import Vocabulary
+from kvscribe.backends.whispercpp.words import dtw_preset
+from kvscribe.contract import DecodeRequest
 from kvscribe.decoding import Fallback, compression_ratio
 from kvscribe.errors import UsageError
 from kvscribe.models import resolve
 from kvscribe.models.ct2_file import WhisperDims
 from kvscribe.models.embedded import EMBEDDED
-from kvscribe.whispercpp.fulljson import Vocabulary
-from kvscribe.whispercpp.words import dtw_preset
 from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, wer
 
 pytestmark = [pytest.mark.whispercpp, pytest.mark.eval]

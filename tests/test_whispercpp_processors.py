@@ -41,7 +41,7 @@ def _whispercpp_backend(**section):
 
 
 def test_processors_follow_batch_size_threads_and_length(whisper_cli, tmp_path):
-    from kvscribe.backends.base import DecodeRequest
+    from kvscribe.contract import DecodeRequest
 
     two = _whispercpp_backend(threads=2)
     assert two.processors_for(8, 182.0) == 2  # one part per thread
@@ -56,7 +56,7 @@ def test_processors_follow_batch_size_threads_and_length(whisper_cli, tmp_path):
 @pytest.mark.slow
 def test_profile_batch_size_decodes_long_audio_on_two_processors(whisper_cli, jfk_66s):
     from kvscribe.audio import load_audio
-    from kvscribe.backends.base import DecodeRequest
+    from kvscribe.contract import DecodeRequest
 
     backend = _whispercpp_backend(threads=2, batch_size=8)
     run = backend.transcribe(load_audio(jfk_66s), DecodeRequest())
@@ -78,7 +78,7 @@ def test_profile_batch_size_decodes_long_audio_on_two_processors(whisper_cli, jf
 @pytest.mark.slow
 def test_batch_size_one_and_short_audio_keep_one_processor(whisper_cli, jfk_66s):
     from kvscribe.audio import load_audio
-    from kvscribe.backends.base import DecodeRequest
+    from kvscribe.contract import DecodeRequest
 
     backend = _whispercpp_backend(threads=2, batch_size=8)
     run = backend.transcribe(load_audio(jfk_66s), DecodeRequest(batch_size=1))

@@ -15,20 +15,20 @@ import pytest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.audio_stream import PEAK_FRAME, Joined, open_streamed
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.backends.whispercpp.pieces import PIECE_ENV, quiet_point, write_pieces
+from kvscribe.backends.whispercpp.process import write_wav_f32
+from kvscribe.backends.whispercpp.report import parse_segment_line
+from kvscribe.contract import DecodeRequest
 from kvscribe.decoding import VadFilter
 from kvscribe.errors import UsageError
 from kvscribe.models import resolve
 from kvscribe.models.embedded import EMBEDDED
-from kvscribe.whispercpp.pieces import PIECE_ENV, quiet_point, write_pieces
-from kvscribe.whispercpp.process import write_wav_f32
-from kvscribe.whispercpp.report import parse_segment_line
 from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, wer
 
 pytestmark = [pytest.mark.whispercpp, pytest.mark.eval]
 
 LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"  # 182 s of read sentences with pauses
-SESSION_LOG = "kvscribe.whispercpp.session"  # logs each whisper-cli argv at debug level
+SESSION_LOG = "kvscribe.backends.whispercpp.session"  # logs each whisper-cli argv at debug level
 
 
 @functools.cache
@@ -147,7 +147,7 @@ def test_a_short_input_runs_once_as_whisper_cli_would(whisper_cli, tmp_path, cap
     assert len(_argvs(caplog)) == 1 and "pieces" not in run.report.settings
     wav = tmp_path / "jfk.wav"
     write_wav_f32(wav, load_audio(SAMPLE))
-    from kvscribe.whispercpp.process import execute
+    from kvscribe.backends.whispercpp.process import execute
 
     argv = backend.argv_for(wav, tmp_path / "direct", DecodeRequest(beam_size=5), 5)
     _, printed = execute(argv, tmp_path / "stderr.txt", None)

@@ -120,7 +120,7 @@ def warm_up_clips(cell: Cell, clips: list[Clip]) -> list[Clip]:
 def decode_request(cell: Cell):
     """The request every clip of a kvscribe cell is decoded with. The batch size is passed
     even when it is 1, so batch 1 is the sequential path whatever the profile's default."""
-    from kvscribe.backends.base import DecodeRequest
+    from kvscribe.contract import DecodeRequest
 
     return DecodeRequest(batch_size=cell.batch_size)
 
@@ -242,7 +242,7 @@ class _WhisperCli:
     """whisper-cli run directly with the whispercpp cell's argv on a WAV of the clip."""
 
     def __init__(self, cell: Cell, device: str):
-        from kvscribe.backends.base import DecodeRequest
+        from kvscribe.contract import DecodeRequest
         from kvscribe.decoding import Fallback
 
         mirror = _Kvscribe(dataclasses.replace(cell, kind="kvscribe"), device)
@@ -257,8 +257,12 @@ class _WhisperCli:
 
     def __call__(self, clip: Clip) -> ClipRun:
         from kvscribe.backends.whispercpp import self_cache_bytes
-        from kvscribe.whispercpp.process import WhisperProcess, check_outcome, write_wav_f32
-        from kvscribe.whispercpp.report import parse_segment_line, parse_stderr
+        from kvscribe.backends.whispercpp.process import (
+            WhisperProcess,
+            check_outcome,
+            write_wav_f32,
+        )
+        from kvscribe.backends.whispercpp.report import parse_segment_line, parse_stderr
 
         wav = self.work / f"{abs(hash(clip.name))}.wav"
         if not wav.exists():

@@ -31,7 +31,7 @@ def whisper_cpp(
     """
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from kvscribe.whispercpp import binary, build
+    from kvscribe.backends.whispercpp import binary, build
 
     console = stderr_console()
     setup_logging(debug)
@@ -99,7 +99,7 @@ def onnx(
     """
     import time
 
-    from kvscribe.onnx import export
+    from kvscribe.backends.onnx import export
 
     console = stderr_console()
     setup_logging(debug)

@@ -7,7 +7,7 @@ absolute: `get_seq_length()` is the number of tokens *seen*, not stored.
 `KVLayer` stores keys and values (shape [batch, heads, tokens, head_dim]), torch tensors or
 numpy arrays (kvscribe.arrays): `update` for an engine whose attention reads the
 cache itself, `past` and `add` for one that takes the past as input and returns the new
-tokens' K/V (the ONNX step graph, kvscribe/onnx).
+tokens' K/V (the ONNX step graph, backends/onnx).
 `HalfLayer` stores the layer's normalised inputs instead (one d_model vector per
 token, half of K+V) and recomputes K and V from them at every step; it counts the
 multiply-adds that costs.
@@ -147,7 +147,7 @@ class HalfLayer(KVLayer):
         raise TypeError("a half layer recomputes K/V from its inputs: call update_from_inputs()")
 
     def past(self):
-        raise TypeError("a half layer keeps inputs, not K/V (kvscribe/onnx/engine.py: n/a)")
+        raise TypeError("a half layer keeps inputs, not K/V (backends/onnx/engine.py: n/a)")
 
     add = update
 

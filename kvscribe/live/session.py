@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.backends.base import Backend, DecodeRequest
+from kvscribe.backends.base import Backend
+from kvscribe.contract import DecodeRequest
 from kvscribe.live.agreement import Hypothesis, LocalAgreement
 from kvscribe.live.capture import Capture, Chunk
 from kvscribe.live.stats import LiveStats

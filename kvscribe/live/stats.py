@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvscribe.backends.base import DecoderReport
+from kvscribe.contract import DecoderReport
 from kvscribe.memtrace import MAX_SAMPLES as _MAX_SAMPLES
 from kvscribe.memtrace import current_rss_bytes, peak_rss_bytes
 from kvscribe.stats import KvTally

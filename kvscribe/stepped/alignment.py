@@ -9,8 +9,8 @@ kvscribe.words, as every backend's are.
 
 The engine enters through one callable, `attend` (see Attend): the teacher-forced pass,
 returning numpy logits and the alignment heads' scores. Everything after it is here, in
-numpy, so the transformers backend (backends/hf/alignment.py) and the onnx backend
-(kvscribe/onnx/alignment.py) time words with the same code. No torch import.
+numpy, so the transformers backend (backends/transformers/alignment.py) and the onnx backend
+(backends/onnx/alignment.py) time words with the same code. No torch import.
 """
 
 from __future__ import annotations

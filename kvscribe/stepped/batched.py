@@ -17,7 +17,7 @@ with copies of its own moves the kept ones to its front: held until the batch en
 What the engine's `plan.encode` returns for a batch of chunks is only counted with
 `len()`, sliced (`encoded[i:i + 1]`), indexed with a list of chunks, and handed to
 `plan.fill_cross` and the aligner: a torch tensor [chunks, frames, d] or the onnx
-engine's kvscribe.onnx.engine.EncodedChunks.
+engine's kvscribe.backends.onnx.engine.EncodedChunks.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvscribe import setting_rows as row
-from kvscribe.backends.base import DecodeRequest
+from kvscribe.contract import DecodeRequest
 
 
 def conditioned(request: DecodeRequest | None, settings: dict[str, Any]) -> bool:

@@ -1,1 +1,1 @@
-"""The ONNX export, engine and backend (kvscribe/onnx, backends/onnx.py)."""
+"""The ONNX export, engine and backend (backends/onnx/)."""

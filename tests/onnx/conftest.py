@@ -28,7 +28,7 @@ def cache(tmp_path_factory) -> Path:
 def exported(cache):
     """`kvscribe setup onnx` (its default: float32 graphs and int8 copies) run for real into
     the run's own cache."""
-    from kvscribe.onnx.export import OnnxExport
+    from kvscribe.backends.onnx.export import OnnxExport
 
     with pytest.MonkeyPatch.context() as env:
         env.setenv("KVSCRIBE_CACHE_DIR", str(cache))

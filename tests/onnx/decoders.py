@@ -65,7 +65,7 @@ def torch_greedy(backend, plan, window, specs=None, cross_spec=None) -> list[int
 
 def torch_logits(backend, window, prompt, tokens, policy: str) -> list[np.ndarray]:
     """Each step's logits from the backend's PolicyDecoder under `policy`, fed `tokens`."""
-    from kvscribe.backends.hf.decoder import PolicyDecoder
+    from kvscribe.backends.transformers.decoder import PolicyDecoder
     from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
     from kvscribe.kvcache.spec import parse_cross, parse_policy
 

@@ -58,7 +58,7 @@ def test_the_onnx_backend_batches_long_form_chunks(exported, reference, long_for
     """61.5 s at --batch-size 8: the speech chunks decode together (no previous text), the
     segments are in time order inside the audio, and the text is the transformers
     backend's batched text within a few words."""
-    from kvscribe.backends.base import DecodeRequest
+    from kvscribe.contract import DecodeRequest
 
     audio = load_audio(long_form_head)
     request = DecodeRequest(batch_size=8)
@@ -79,7 +79,7 @@ def test_a_kv_budget_picks_the_largest_batch_whose_measured_kv_fits(exported, lo
     """tiny-vram's kv_budget_mb on the onnx backend: a chunk's KV bytes are measured on a
     probe (bytes_per_chunk) and the batch is the budget's share of them; the decode then
     holds no more than the budget."""
-    from kvscribe.backends.base import DecodeRequest
+    from kvscribe.contract import DecodeRequest
     from kvscribe.stepped.batched import bytes_per_chunk
 
     backend = onnx_backend(exported, "tiny-vram", "int8")
@@ -108,7 +108,7 @@ def test_short_inputs_share_batches_and_read_as_they_do_alone(exported):
     """Three short clips decoded side by side (transcribe_together, as a batch folder's
     parcel is): each reads as it does in a batch of its own, close to its reference, and
     the batch's timings are reported once."""
-    from kvscribe.backends.base import DecodeRequest
+    from kvscribe.contract import DecodeRequest
     from tests.conftest import EVAL_DIR, SAMPLE
 
     clips = [SAMPLE, EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav"]

@@ -1,5 +1,5 @@
-"""The ONNX engine (kvscribe/onnx/engine.py: kvscribe's own cache between steps, on numpy
-arrays), the stepped core driving it, and the onnx backend (backends/onnx.py) through the
+"""The ONNX engine (backends/onnx/engine.py: kvscribe's own cache between steps, on numpy
+arrays), the stepped core driving it, and the onnx backend (backends/onnx/__init__.py) through the
 CLI, against the transformers backend's torch decoder."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tests.onnx import decoders  # noqa: E402
 
 pytestmark = [pytest.mark.onnx, pytest.mark.model, pytest.mark.slow]
 
-# -- the engine: kvscribe's own cache between steps (kvscribe/onnx/engine.py) --------------
+# -- the engine: kvscribe's own cache between steps (backends/onnx/engine.py) --------------
 
 PROFILES = ["tiny-vram", "cpu-laptop", "no-loss", "gpu"]
 
@@ -40,8 +40,8 @@ def test_the_engine_under_each_policy_decodes_torchs_tokens_holding_what_it_repo
     tokens of the torch decoder under the same policy, and at every step the bytes the
     cache reports are the bytes an independent walk of it finds."""
     from kvscribe import profile
+    from kvscribe.backends.onnx.engine import OnnxEngine, applicable_specs
     from kvscribe.kvcache.spec import parse_cross, parse_policy
-    from kvscribe.onnx.engine import OnnxEngine, applicable_specs
 
     backend, plan = reference
     chosen = profile.load(policy) if policy in PROFILES else None
@@ -72,8 +72,8 @@ def test_an_engine_run_imports_no_torch(exported, tmp_path):
         "import numpy as np\n"
         "from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache\n"
         "from kvscribe.kvcache.spec import parse_cross, parse_policy\n"
-        "from kvscribe.onnx.engine import OnnxEngine\n"
-        "from kvscribe.onnx.export import OnnxExport\n"
+        "from kvscribe.backends.onnx.engine import OnnxEngine\n"
+        "from kvscribe.backends.onnx.export import OnnxExport\n"
         "path = Path(sys.argv[1])\n"
         "engine = OnnxEngine(OnnxExport(path, json.loads((path / 'manifest.json').read_text())),"
         " threads=1)\n"
@@ -96,7 +96,7 @@ def test_the_word_aligners_import_no_torch():
     brings torch in (the onnx backend's word timestamps run without it)."""
     code = (
         "import sys\n"
-        "import kvscribe.stepped.alignment, kvscribe.onnx.alignment\n"
+        "import kvscribe.stepped.alignment, kvscribe.backends.onnx.alignment\n"
         "print('torch' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -108,10 +108,10 @@ def test_the_onnx_word_aligner_times_jfk_as_the_transformers_one(exported, refer
     """The core aligner (kvscribe/stepped/alignment.py) on the ONNX engine's step and on the
     transformers network's PolicyDecoder, given JFK's greedy tokens: the same words, each
     start and end within one encoder frame."""
-    from kvscribe.backends.hf.alignment import WordAligner
+    from kvscribe.backends.onnx.alignment import onnx_word_aligner
+    from kvscribe.backends.onnx.engine import OnnxEngine
+    from kvscribe.backends.transformers.alignment import WordAligner
     from kvscribe.mel import HOP
-    from kvscribe.onnx.alignment import onnx_word_aligner
-    from kvscribe.onnx.engine import OnnxEngine
 
     backend, plan = reference
     tokens = decoders.torch_greedy(backend, plan, window)
@@ -136,8 +136,8 @@ def test_language_detection_reads_the_engine_as_it_reads_torch(exported, referen
     """kvscribe.stepped.language on the ONNX engine and on the transformers network, JFK's
     window: the same language token wins with the same probability (an English-only model
     still scores every language token, so the arithmetic is compared in full)."""
+    from kvscribe.backends.onnx.engine import OnnxEngine
     from kvscribe.kvcache.spec import CrossSpec, LayerSpec
-    from kvscribe.onnx.engine import OnnxEngine
     from kvscribe.stepped.language import detect_language
 
     backend, plan = reference
@@ -163,10 +163,10 @@ def test_the_core_search_drives_the_engine_to_torchs_tokens(exported, reference,
     the ONNX engine as its decoder and numpy masks: the tokens and summed log-probability
     torch's decoder gives, under tiny-vram's policies (4 sinks + 128 newest in Q8_0; one
     shared Q8_0 cross copy for the beams)."""
-    from kvscribe.backends.base import DecodeRequest
+    from kvscribe.backends.onnx.engine import OnnxEngine
+    from kvscribe.contract import DecodeRequest
     from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
     from kvscribe.kvcache.spec import parse_cross, parse_policy
-    from kvscribe.onnx.engine import OnnxEngine
     from kvscribe.stepped.rules import TokenRules
     from kvscribe.stepped.search import SearchSetup, search
 
@@ -198,9 +198,9 @@ def test_temperature_draws_drive_the_engine_with_numpy_generators(exported, refe
     """The fallback's sampling (kvscribe.stepped.search.sample) on the ONNX engine: numpy
     generators seeded as the fallback seeds them, so the same window draws the same text
     again, and at a low temperature it is still JFK."""
-    from kvscribe.backends.base import DecodeRequest
+    from kvscribe.backends.onnx.engine import OnnxEngine
+    from kvscribe.contract import DecodeRequest
     from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
-    from kvscribe.onnx.engine import OnnxEngine
     from kvscribe.stepped import fallback
     from kvscribe.stepped.rules import TokenRules
     from kvscribe.stepped.search import SearchSetup, sample
@@ -230,7 +230,7 @@ def test_temperature_draws_drive_the_engine_with_numpy_generators(exported, refe
     assert texts[0] == texts[1] and wer(SAMPLE_TEXT, texts[0]) <= 0.2, texts
 
 
-# -- the onnx backend (backends/onnx.py): `kvscribe FILE --backend onnx` --------------------
+# -- the onnx backend (backends/onnx/__init__.py): `kvscribe FILE --backend onnx` ------------
 
 
 def _onnx_cli(cache: Path, *args):
@@ -263,7 +263,7 @@ def test_the_onnx_backend_decodes_long_form_windows_in_sequence(
 ):
     """61.5 s: three 30 s windows with previous-text prompts and seeking, the stepped core's
     long-form path on the ONNX engine; the transformers backend's words, within a few."""
-    from kvscribe.backends.base import DecodeRequest
+    from kvscribe.contract import DecodeRequest
 
     backend = onnx_backend(exported, "cpu-laptop")
     audio = load_audio(long_form_head)

@@ -1,7 +1,7 @@
-"""`kvscribe setup onnx` (kvscribe/onnx): the embedded tiny.en exported for real into a
+"""`kvscribe setup onnx` (backends/onnx): the embedded tiny.en exported for real into a
 temporary cache, then run with onnxruntime (CPU) and numpy alone, the K/V cache kept in
 numpy lists the test grows and trims itself, against the transformers backend's torch
-modules (backends/hf): the same cross-attention K/V, the same greedy tokens and per-step
+modules (backends/transformers): the same cross-attention K/V, the same greedy tokens and per-step
 logits, the same logits under a sliding window with positions counting on, beams folded into
 the queries of one cross-attention copy per chunk, and an int8 export that still transcribes.
 
@@ -145,7 +145,7 @@ def test_the_int8_export_transcribes_jfk(sessions, reference, window):
 
 
 def test_a_missing_onnx_package_is_a_one_line_error_naming_the_extra(monkeypatch):
-    from kvscribe.onnx import export
+    from kvscribe.backends.onnx import export
 
     monkeypatch.setitem(sys.modules, "onnx", None)  # `import onnx` raises ImportError
     with pytest.raises(BackendUnavailableError) as raised:

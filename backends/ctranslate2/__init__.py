@@ -1,0 +1,391 @@
+"""CTranslate2 backend: faster-whisper's WhisperModel, int8 on CPU by default.
+
+Files stream: the audio is read in slices and features computed a window at a time
+(sequential: stream.py beside this file; batched: per speech chunk, batched.py), and the VAD
+filter fed in blocks (silence.py, vad.py), so memory does not grow with the file's length.
+
+CTranslate2 keeps every decoded position's K/V and one cross-attention copy per
+beam; of a cache policy it can express the compute type, the beam count and the
+previous-text prompt. Everything else in a profile's policy is reported as not
+applicable, never silently dropped. KV figures are estimates from the model's
+dimensions (the engine does not expose its cache): backends/ctranslate2/report.py.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from kvscribe import setting_rows as row
+from kvscribe.aligned_chunks import decoded_segments, shared_segments
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.audio_stream import Samples, hold_history
+from kvscribe.backends.base import Backend
+from kvscribe.backends.ctranslate2 import report as ct2_report
+from kvscribe.backends.ctranslate2 import stream as ct2_stream
+from kvscribe.backends.ctranslate2.silence import (
+    SpeechClock,
+    to_decode,
+)
+from kvscribe.backends.ctranslate2.windows import WindowCounter
+from kvscribe.chunking import MAX_SECONDS, Chunk, batched_rules, shared_by_language, speech_chunks
+from kvscribe.contract import (
+    OPTIONAL_FIELDS,
+    Capabilities,
+    DecodeRequest,
+    DecoderReport,
+    Transcription,
+)
+from kvscribe.decoding import SAMPLING_SEED, Fallback, unspoken
+from kvscribe.errors import BackendUnavailableError
+from kvscribe.mel import ENCODER_MARGIN, encoder_frames
+from kvscribe.models.ct2_file import whisper_dims
+from kvscribe.types import Segment, Word
+
+_SETTINGS = {
+    "compute_type": str,
+    "beam_size": int,
+    "condition_on_previous_text": bool,
+    "cpu_threads": int,
+    "batch_size": int,
+}
+
+
+class CTranslate2Backend(Backend):
+    name = "ctranslate2"
+    summary = "faster-whisper on CTranslate2 (int8 on CPU)"
+    capabilities = Capabilities(
+        model_formats=("ctranslate2",),
+        devices=("cpu", "cuda"),
+        kv_controls=("compute_type", "beam_size", "previous-text prompt"),
+        batched=True,
+        vad_filter=True,
+        streams_audio=True,
+        batched_cuts_pauses=True,
+        shares_batches=True,
+        honours=frozenset(OPTIONAL_FIELDS),
+    )
+
+    requires = ("ctranslate2", "faster_whisper")
+    settings_schema = _SETTINGS
+    install_hint = "pip install faster-whisper"
+
+    def load(self) -> None:
+        import ctranslate2
+        from faster_whisper import WhisperModel
+
+        self.settings = self.profile_settings(_SETTINGS)
+        if self.device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
+            raise BackendUnavailableError(
+                "no CUDA device found",
+                subject=self.name,
+                hint="use --device cpu or --profile cpu-laptop",
+            )
+        self.dims = whisper_dims(self.model.path / "model.bin")
+        # CTranslate2 samples (temperature fallback) from a generator per engine thread,
+        # seeded when the thread first samples and never again: without a seed set first,
+        # from the OS, so the same file gave other text in every process.
+        ctranslate2.set_random_seed(SAMPLING_SEED)
+        self.engine = WhisperModel(
+            str(self.model.path),
+            device=self.device,
+            compute_type=self._compute_type(),
+            cpu_threads=self._cpu_threads(),
+        )
+        self._row_replicas: Future | None = None
+        self._load_replicas()  # on a thread of its own, while the caller reads its audio
+
+    def describe_settings(self) -> dict[str, str]:
+        return {
+            row.COMPUTE_TYPE: self.engine.model.compute_type,
+            row.PREVIOUS_TEXT: "on" if self._conditioned() else "off",
+        }
+
+    def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
+        self.check_language(request, self.dims.is_multilingual, self.engine.supported_languages)
+        beams = request.beam_size or int(self.settings.get("beam_size", 5))
+        batch = self.batch_size_for(request, audio.size / SAMPLE_RATE)
+        if batch > 1:
+            return self._transcribe_batched(audio, request, beams, batch)
+        conditioned = self._conditioned(request)
+        fallback = request.fallback
+        report = self._report(beams, request)
+        report.settings[row.PREVIOUS_TEXT] = "on" if conditioned else "off"
+        clock = SpeechClock.of(audio, request.vad) if request.vad is not None else None
+        if clock is not None and clock.speech.size == 0:
+            # nothing but silence: nothing to decode, nothing to say
+            language, probability = self._language_without_audio(request)
+            return Transcription(language, probability, iter(()), report)
+        decoded = to_decode(audio, clock)
+        frames = self._encoder_frames(decoded, request, report)
+        engine = self._one_row_engine(report)
+        raw, info = ct2_stream.transcribe(
+            engine,
+            decoded,
+            frames,
+            language=request.language,
+            task=request.task,
+            beam_size=beams,
+            best_of=fallback.best_of,
+            temperature=list(fallback.temperatures or (0.0,)),
+            compression_ratio_threshold=fallback.compression_ratio_threshold,
+            log_prob_threshold=fallback.logprob_threshold,
+            no_speech_threshold=fallback.no_speech_threshold,
+            condition_on_previous_text=conditioned,
+            initial_prompt=request.prompt or None,
+            word_timestamps=request.word_timestamps,
+            vad_filter=False,  # done above (its functions, block-fed), to restore times better
+            hotwords=request.hotwords,
+            max_new_tokens=request.max_new_tokens,
+            suppress_tokens=list(request.suppress_tokens),
+            hallucination_silence_threshold=request.hallucination_silence_threshold,
+        )
+        if clock is not None:
+            raw = map(clock.restore, raw)
+        # faster-whisper says 1 for a language it was given or an English-only model's;
+        # kvscribe says "not measured", as the other backends do.
+        detected = request.language is None and self.dims.is_multilingual
+        probability = float(info.language_probability) if detected else None
+        return Transcription(
+            info.language,
+            probability,
+            self._stream(raw, report, beams, conditioned, fallback),
+            report,
+        )
+
+    def _transcribe_batched(
+        self, audio: Samples, request: DecodeRequest, beams: int, batch: int
+    ) -> Transcription:
+        from kvscribe.backends.ctranslate2 import batched as ct2_batched
+
+        self._load_replicas()  # while the file is scanned for speech
+        chunks = speech_chunks(audio, batched_rules(request.vad))
+        # A group's unfinished tails are decoded after the group: keep its span readable.
+        hold_history(audio, batch * MAX_SECONDS + MAX_SECONDS)
+        language, probability = self._language_of(audio, chunks, request)
+        replicas = self._load_replicas().result()
+        plan, tokenizer = ct2_batched.setup(self.engine, language, request, beams, batch, replicas)
+        report = self._batched_report(beams, request, batch, replicas.workers, len(chunks))
+
+        def stream() -> Iterator[Segment]:
+            windows = WindowCounter(self.dims, conditioned=False)
+            yield from decoded_segments(
+                chunks,
+                batch,
+                lambda group: ct2_batched.decode_group(plan, (audio,), group),
+                tokenizer.decode,
+                plan.fallback,
+                plan.word_timestamps,
+                seen=lambda result: windows.add_chunk(len(result.tokens)),
+            )
+            rows = min(batch, max(1, len(chunks)))
+            ct2_report.count_windows(report, self._basis(), windows, beams, rows)
+
+        return Transcription(language, probability, stream(), report)
+
+    def transcribe_together(
+        self, audios: Sequence[Samples], request: DecodeRequest
+    ) -> list[Transcription]:
+        """Short inputs (each within one window) decoded side by side, as the speech chunks
+        of a long file are: each input's chunks are one run, the runs of inputs in the same
+        language share the batches (kvscribe.aligned_chunks.shared_segments). Decoded
+        before this returns: an input's batch holds the others' chunks."""
+        from kvscribe.backends.ctranslate2 import batched as ct2_batched
+
+        self.check_language(request, self.dims.is_multilingual, self.engine.supported_languages)
+        beams = request.beam_size or int(self.settings.get("beam_size", 5))
+        batch = self.batch_size_for(request, math.inf)  # what a long file's chunks get
+        self._load_replicas()  # while the inputs are scanned for speech
+
+        def decode(language: str, runs: list[list[Chunk]]):
+            replicas = self._load_replicas().result()
+            plan, tokenizer = ct2_batched.setup(
+                self.engine, language, request, beams, batch, replicas
+            )
+            return self._shared_run(plan, tokenizer, request, audios, runs)
+
+        return shared_by_language(audios, request, self._language_of, decode)
+
+    def _shared_run(self, plan, tokenizer, request, audios, chunked: list[list[Chunk]]):
+        """(segments, report) of each input whose chunks are `chunked` (one language), the
+        inputs' runs of chunks decoded side by side."""
+        from kvscribe.backends.ctranslate2 import batched as ct2_batched
+
+        chunks = [chunk for run in chunked for chunk in run]
+        sources = [run[0].source for run in chunked if run]
+        windows = {source: WindowCounter(self.dims, conditioned=False) for source in sources}
+        segments = shared_segments(
+            chunks,
+            len(audios),
+            plan.batch,
+            lambda group: ct2_batched.decode_group(plan, audios, group),
+            tokenizer.decode,
+            plan.fallback,
+            plan.word_timestamps,
+            seen=lambda source, result: windows[source].add_chunk(len(result.tokens)),
+        )
+        rows = min(plan.batch, max(1, len(chunks)))
+        decoded = []
+        for run in chunked:
+            report = self._batched_report(
+                plan.beams, request, plan.batch, plan.replicas.workers, len(chunks)
+            )
+            report.settings[row.BATCH_SIZE] += " (short files share them)"
+            if run:
+                counted = windows[run[0].source]
+                ct2_report.count_windows(report, self._basis(), counted, plan.beams, rows)
+            decoded.append((segments[run[0].source] if run else [], report))
+        return decoded
+
+    def shares_batches(self, request: DecodeRequest) -> bool:
+        """Short files share batches where a batch's rows have several cores to go to (the
+        replicas) or a GPU. On one core a file decoded alone (one window, timestamp tokens,
+        no alignment pass) is cheaper: folders of short files took 1.17-1.34x its time
+        shared, and 0.57-0.59x shared with two cores (benchmarks/results/folder_batches.md)."""
+        has_cores = self.device != "cpu" or self._cpu_threads() > 1
+        return has_cores and super().shares_batches(request)
+
+    def honours(self, request: DecodeRequest, batched: bool) -> frozenset[str]:
+        # The hallucination test reads word times across a window's neighbours, which only
+        # faster-whisper's sequential transcribe() has; a shorter encoder window is for
+        # audio of one window, decoded alone.
+        if batched:
+            return self.capabilities.honours - {"hallucination_silence_threshold", "encoder_window"}
+        return self.capabilities.honours
+
+    @staticmethod
+    def _encoder_frames(audio: Samples, request: DecodeRequest, report) -> int | None:
+        """The encoder window's frames for `request.encoder_window` (live mode), where the
+        audio fits one window; None: Whisper's 30 s (docs/live.md, "Encoder window")."""
+        if request.encoder_window is None or audio.size > MAX_SECONDS * SAMPLE_RATE:
+            return None
+        report.settings[row.ENCODER_WINDOW] = (
+            f"audio + {ENCODER_MARGIN:g} s, at least {request.encoder_window:g} s"
+        )
+        return encoder_frames(audio.size / SAMPLE_RATE, request.encoder_window)
+
+    def _language_of(self, audio, chunks, request: DecodeRequest) -> tuple[str, float | None]:
+        """The request's language, else the one detected on the first speech chunk."""
+        if request.language is not None or not self.dims.is_multilingual or not chunks:
+            return self._language_without_audio(request)
+        from kvscribe.backends.ctranslate2.batched import chunk_features
+
+        language, probability, _ = self.engine.detect_language(
+            features=chunk_features(self.engine, audio, chunks[0])
+        )
+        return language, float(probability)
+
+    def _language_without_audio(self, request: DecodeRequest) -> tuple[str, float | None]:
+        """A given language, or English for an English-only model or when there is no speech
+        to detect a language from; never detected, so no probability (faster-whisper says 1
+        for an English-only model; the other backends and openai-whisper report none)."""
+        return request.language or "en", None
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _basis(self) -> ct2_report.ReportBasis:
+        return ct2_report.ReportBasis(
+            self.dims, self.engine.model.compute_type, self.profile.kv_self, self.profile.kv_cross
+        )
+
+    def _report(self, beams: int, request: DecodeRequest) -> DecoderReport:
+        return ct2_report.base_report(self._basis(), self.describe_settings(), beams, request)
+
+    def _batched_report(
+        self, beams: int, request: DecodeRequest, batch: int, workers: int, chunks: int
+    ) -> DecoderReport:
+        return ct2_report.batched_report(
+            self._basis(), self.describe_settings(), beams, request, batch, workers, chunks
+        )
+
+    def _one_row_engine(self, report: DecoderReport):
+        """The engine for faster-whisper's sequential transcribe: on a CPU with several
+        threads, its beam search on a single-thread replica (backends/ctranslate2/replicas.py)."""
+        engine = self._load_replicas().result().one_row_engine
+        if engine is not self.engine:
+            threads = self._cpu_threads()
+            report.settings[row.ENGINE_THREADS] = (
+                f"{threads} (beam search: 1 of {threads} single-thread replicas)"
+            )
+        return engine
+
+    def _load_replicas(self) -> Future:
+        """The model as single-thread replicas for decoder calls (backends/ctranslate2/replicas.py),
+        loaded with the engine and kept. It loads on a thread of its own while the caller
+        goes on (a second model load, about as long as the first: CTranslate2 lets go of
+        the GIL while it loads)."""
+        from kvscribe.backends.ctranslate2.replicas import replicas
+
+        if self._row_replicas is None:
+            loader = ThreadPoolExecutor(1, thread_name_prefix="kvscribe-replicas")
+            self._row_replicas = loader.submit(
+                replicas,
+                self.engine,
+                str(self.model.path),
+                self.device,
+                self.engine.model.compute_type,
+                self._cpu_threads(),
+                self.dims.n_text_state,
+            )
+            loader.shutdown(wait=False)  # the load goes on; the thread ends with it
+        return self._row_replicas
+
+    def _compute_type(self) -> str:
+        wanted = self.settings.get("compute_type", "int8" if self.device == "cpu" else "float16")
+        if self.device == "cpu" and ("float16" in wanted or wanted == "default"):
+            # No fast fp16 on CPU: pick what CTranslate2 would fall back to, minus its warning.
+            return "int8" if wanted.startswith("int8") else "float32"
+        return wanted
+
+    def _cpu_threads(self) -> int:
+        """The profile's `cpu_threads`, else CTranslate2's default of 4 capped at the cores
+        this process may use: 4 threads on 2 cores cost 5-10 % of batched decoding's time
+        (measured, benchmarks/results/batched_longform.md)."""
+        from kvscribe.capacity import usable_cores
+
+        return int(self.settings.get("cpu_threads") or min(4, usable_cores()))
+
+    def _conditioned(self, request: DecodeRequest | None = None) -> bool:
+        """The request's --condition-on-previous-text when given, else the profile's."""
+        if request is not None and request.condition_on_previous_text is not None:
+            return request.condition_on_previous_text
+        return bool(self.settings.get("condition_on_previous_text", True))
+
+    def _stream(
+        self,
+        raw: Iterator,
+        report: DecoderReport,
+        beams: int,
+        conditioned: bool,
+        fallback: Fallback,
+    ) -> Iterator[Segment]:
+        windows = WindowCounter(self.dims, conditioned)
+        kept = 0
+        for seg in raw:
+            windows.add(seg.seek, len(seg.tokens))
+            if unspoken(fallback, seg.no_speech_prob, seg.temperature, seg.text):
+                continue
+            kept += 1
+            yield Segment(
+                kept - 1,
+                float(seg.start),
+                float(seg.end),
+                seg.text,
+                tuple(seg.tokens),
+                seg.avg_logprob,
+                seg.no_speech_prob,
+                windows.count - 1,
+                seek=int(seg.seek),
+                temperature=float(seg.temperature),
+                compression_ratio=float(seg.compression_ratio),
+                words=tuple(_word(w) for w in seg.words or ()),
+            )
+        ct2_report.count_windows(report, self._basis(), windows, beams)
+
+
+# -- request fields to faster-whisper's arguments ----------------------------------------
+
+
+def _word(word) -> Word:
+    return Word(float(word.start), float(word.end), word.word, float(word.probability))

@@ -1,0 +1,238 @@
+"""Batched decoding on CTranslate2: kvscribe's speech chunks through one `generate` call per
+batch, with faster-whisper's feature extractor, prompt, suppression and temperature
+fallback rules.
+
+Each chunk is decoded without timestamp tokens (as faster-whisper's
+`BatchedInferencePipeline` does by default: with them the model skips speech between one
+timestamp and the next, and a chunk is never decoded again) and every time comes from
+cross-attention alignment of its text (CTranslate2's `align`, as faster-whisper's word
+timestamps use); kvscribe.aligned_chunks makes the segments, as for the transformers
+backend.
+
+Each chunk's samples are sliced from the input (a StreamedAudio for files: decoded as it
+is read; a file of 10 minutes or less is held as its scan decoded it) and its features
+computed alone, so nothing the size of a long file is ever held.
+On a CPU the rows of a batch are shared out over single-thread replicas of the model
+(backends/ctranslate2/replicas.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from kvscribe.adapters import faster_whisper as adapter
+from kvscribe.aligned_chunks import AlignedChunk, on_original_clock
+from kvscribe.audio_stream import Samples
+from kvscribe.backends.ctranslate2.replicas import Replicas, rows_of
+from kvscribe.chunking import Chunk
+from kvscribe.contract import DecodeRequest
+from kvscribe.decoding import Fallback, compression_ratio, per_row
+from kvscribe.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW
+from kvscribe.timed_words import TimedWord
+
+MEDIAN_FILTER_WIDTH = 7  # openai-whisper's smoothing of the alignment heads' weights
+
+
+@dataclass(frozen=True)
+class BatchSetup:
+    engine: object  # faster_whisper.WhisperModel
+    replicas: Replicas  # the engine's weights, one replica per CPU thread
+    tokenizer: object  # faster_whisper.tokenizer.Tokenizer
+    prompt: list[int]
+    suppress: list[int]
+    max_length: int  # prompt plus the tokens a chunk may decode
+    beams: int
+    batch: int
+    fallback: Fallback
+    word_timestamps: bool = False  # whether segments carry their words (always aligned)
+
+
+def setup(
+    engine, language: str, request: DecodeRequest, beams: int, batch: int, replicas: Replicas
+):
+    """The batch's prompt (the request's prompt text and hotwords, as faster-whisper's
+    transcribe() builds it without timestamps), suppressed tokens and length limit."""
+    tokenizer = adapter.tokenizer(engine, request.task, language)
+    text = request.prompt
+    previous = tokenizer.encode(" " + text.strip()) if text else []
+    prompt = adapter.prompt(engine, tokenizer, previous, request.hotwords)
+    suppress = adapter.suppressed_tokens(tokenizer, request.suppress_tokens)
+    limit = adapter.max_length(engine)
+    if request.max_new_tokens is not None:
+        limit = min(limit, len(prompt) + request.max_new_tokens)
+    plan = BatchSetup(
+        engine,
+        replicas,
+        tokenizer,
+        prompt,
+        suppress,
+        limit,
+        beams,
+        batch,
+        request.fallback,
+        request.word_timestamps,
+    )
+    return plan, tokenizer
+
+
+def chunk_features(engine, audio: Samples, chunk: Chunk) -> np.ndarray:
+    """The chunk's log-mel, padded (in the feature domain, as faster-whisper does) to 30 s."""
+    return adapter.window_features(engine, chunk.samples(audio))
+
+
+def decode_group(
+    plan: BatchSetup, audios: Sequence[Samples], group: list[Chunk]
+) -> list[AlignedChunk]:
+    """Encode and decode `group` (at most `plan.batch` chunks, each of `audios[chunk.source]`)
+    in one batch; chunks whose decode fails the fallback rule are decoded again, together,
+    at the next temperature."""
+    features = np.stack(
+        [chunk_features(plan.engine, audios[chunk.source], chunk) for chunk in group]
+    )
+    encoded = _encode(plan.replicas, features)
+    decoded = _with_fallback(plan, encoded, [chunk.seconds for chunk in group])
+    return _aligned(plan, encoded, group, decoded)
+
+
+def _encode(replicas: Replicas, features: np.ndarray):
+    """The group's encoder output. On the CPU a window at a time, the replicas taking one
+    each: the encoder's attention scratch grows with the windows encoded together (tiny,
+    8 windows: about 0.4 GB more peak RSS) while the work is the same, and a short file
+    would otherwise peak lower than a long one only because it fills fewer rows. On a GPU
+    the batch stays whole."""
+    import ctranslate2
+
+    engine = replicas.whole
+    if engine.model.device != "cpu" or len(features) == 1:
+        return adapter.encode(engine, features)
+    rows = replicas.map(
+        lambda window: np.asarray(adapter.encode(replicas.engine, window[None])), list(features)
+    )
+    return ctranslate2.StorageView.from_array(np.concatenate(rows))
+
+
+def _with_fallback(plan: BatchSetup, encoded, seconds: list[float]) -> list[AlignedChunk]:
+    """faster-whisper's generate_with_fallback, per row of a batch (`seconds`: each row's
+    audio, a guide to how long its decode runs)."""
+    rows = len(seconds)
+
+    def attempt(pending: list[int], _round: int, temperature: float) -> list[AlignedChunk]:
+        subset = encoded if len(pending) == rows else rows_of(encoded, pending)  # rare
+        return _generate(plan, subset, [seconds[row] for row in pending], temperature)
+
+    return per_row(plan.fallback, rows, attempt)
+
+
+def _generate(
+    plan: BatchSetup, encoded, weights: list[float], temperature: float
+) -> list[AlignedChunk]:
+    rows = len(weights)
+    if temperature > 0:
+        search = {
+            "beam_size": 1,
+            "num_hypotheses": plan.fallback.best_of,
+            "sampling_topk": 0,
+            "sampling_temperature": temperature,
+        }
+    else:
+        search = {"beam_size": plan.beams}
+    options = {
+        "max_length": plan.max_length,
+        "suppress_blank": True,
+        "suppress_tokens": plan.suppress,
+        "return_scores": True,
+        "return_no_speech_prob": True,
+        **search,
+    }
+    prompts = [list(plan.prompt) for _ in range(rows)]
+    sampled = temperature > 0  # on one generator, see replicas
+    if sampled or not plan.replicas.split(rows):
+        engine = plan.replicas.decoder(rows, sampled)
+        results = engine.model.generate(encoded, prompts, **options)
+    else:
+        replicas = plan.replicas
+        results = replicas.over_rows(
+            lambda share: replicas.engine.model.generate(
+                rows_of(encoded, share), [prompts[row] for row in share], **options
+            ),
+            rows,
+            weights,
+        )
+    return [_decoded(plan, result, temperature) for result in results]
+
+
+def _decoded(plan: BatchSetup, result, temperature: float) -> AlignedChunk:
+    tokens = list(result.sequences_ids[0])
+    total_logprob = result.scores[0] * len(tokens)  # scores are length-normalised
+    text = plan.tokenizer.decode(tokens).strip()
+    return AlignedChunk(
+        tokens,
+        total_logprob / (len(tokens) + 1),
+        result.no_speech_prob,
+        temperature=temperature,
+        compression_ratio=compression_ratio(text),
+        cut_short=len(tokens) >= plan.max_length - len(plan.prompt),
+    )
+
+
+# -- words ------------------------------------------------------------------------------
+
+
+def _aligned(
+    plan: BatchSetup, encoded, group: list[Chunk], decoded: list[AlignedChunk]
+) -> list[AlignedChunk]:
+    """Each spoken chunk's words, timed by cross-attention alignment in one `align` call
+    for the group, punctuation glued to its word as faster-whisper glues it."""
+    rows = [
+        row
+        for row, result in enumerate(decoded)
+        if result.tokens and not plan.fallback.is_silence(result.no_speech_prob, result.avg_logprob)
+    ]
+    if not rows:
+        return decoded
+    alignments = _alignments(
+        plan,
+        encoded if len(rows) == len(group) else rows_of(encoded, rows),
+        [decoded[row].tokens for row in rows],
+        [min(FRAMES_PER_WINDOW, round(group[row].seconds * FRAMES_PER_SECOND)) for row in rows],
+    )
+    aligned = list(decoded)
+    for row, alignment in zip(rows, alignments, strict=True):
+        adapter.merge_punctuations(alignment)
+        words = [_timed(word) for word in alignment if word["word"]]
+        aligned[row] = replace(decoded[row], words=on_original_clock(words, group[row]))
+    return aligned
+
+
+def _alignments(plan: BatchSetup, encoded, tokens: list[list[int]], frames: list[int]) -> list:
+    """CTranslate2's alignment of each row, the rows shared out over the replicas."""
+    replicas = plan.replicas
+    if not replicas.split(len(tokens)):
+        return adapter.align(
+            plan.engine, plan.tokenizer, tokens, encoded, frames, MEDIAN_FILTER_WIDTH
+        )
+
+    def align(share: list[int]) -> list:
+        return adapter.align(
+            replicas.engine,
+            plan.tokenizer,
+            [tokens[row] for row in share],
+            rows_of(encoded, share),
+            [frames[row] for row in share],
+            MEDIAN_FILTER_WIDTH,
+        )
+
+    return replicas.over_rows(align, len(tokens), [len(row) for row in tokens])  # work: tokens
+
+
+def _timed(word: dict) -> TimedWord:
+    return TimedWord(
+        float(word["start"]),
+        float(word["end"]),
+        word["word"],
+        float(word["probability"]),
+        tuple(word["tokens"]),
+    )

@@ -1,0 +1,169 @@
+"""Decoder calls over single-thread CTranslate2 replicas.
+
+On a CPU, CTranslate2 splits each operation of one call over its intra-op threads; a
+decoder step is many small operations, and the threads spend much of it waiting on each
+other. Replicas of the model with one thread each (they share one copy of the weights)
+avoid that wait:
+- Batched rows: each replica takes a share of the rows (dealt so each share holds about
+  as much work), keeping every core busy. Decoding 8 rows at beam 5 took 0.47-0.83x the
+  time of one replica with every thread, encoding 8 windows 0.62-1.01x, on 2, 4 and 8
+  cores of two Intel Xeon machines (benchmarks/results/ct2_replicas*.md).
+- One row (faster-whisper's sequential transcribe, live mode's buffers, a batch's lone
+  row): its beam search, a decoder step at a time, runs on one replica, while the
+  encoder, word alignment and language detection keep every thread (each one pass over
+  a window or a text: larger matrices, which threads do speed up). On 2 cores a row's
+  beam search took 0.33x its time on both threads (base: 0.47x), and a live-mode decode
+  of a 10 s piece 0.59x (base: 0.68x; benchmarks/results/one_row_threads.md). Measured
+  on tiny and base; a wider decoder (small and up: larger matrices, which threads may
+  well speed up) keeps the whole engine for a row.
+The tokens are the same: a row's decode does not depend on the rows beside it or on the
+thread count (tests/test_ct2_replicas.py).
+
+The replicas are a second load of the model beside the backend's one-replica engine
+(tiny.en int8: about 80 MB to load, 100-190 MB more RSS in use), loaded with it, on a
+thread of its own while the first file is read (backends/ctranslate2/__init__.py). That engine
+keeps the encoder of one window and the calls that draw samples (temperature
+fallback): CTranslate2 seeds a sampling generator per worker thread, and which replica
+takes a call is a race, so sampled text would change from run to run. With one thread
+(`--threads 1`) there are no replicas: the engine is already single-threaded, and no
+second load is held.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+# Widest decoder (n_text_state) whose one-row calls were measured faster on a replica:
+# base's. tiny's is 384; small's 768 was not measured.
+ONE_ROW_WIDTH = 512
+
+
+@dataclass(frozen=True)
+class Replicas:
+    """`engine`: a faster_whisper.WhisperModel whose model runs as `workers` single-thread
+    replicas; `whole`: the same weights as one replica with every thread, for a window's
+    encoder and sampled calls; `one_row`: whether a call of one row goes to a replica."""
+
+    engine: object
+    whole: object
+    workers: int
+    one_row: bool = False
+
+    def shares(self, rows: int, weights: Sequence[float] | None = None) -> list[list[int]]:
+        """`rows` dealt into at most `workers` shares, each in row order: the heaviest row
+        first, each to the lightest share so far (`weights`: each row's expected work,
+        equal when None). A replica's share decodes as long as its longest row, so a share
+        of long rows beside one of short ones would leave a core idle."""
+        parts = max(1, min(self.workers, rows))
+        weights = list(weights) if weights is not None else [1.0] * rows
+        loads, dealt = [0.0] * parts, [[] for _ in range(parts)]
+        for row in sorted(range(rows), key=lambda r: -weights[r]):
+            lightest = loads.index(min(loads))
+            dealt[lightest].append(row)
+            loads[lightest] += weights[row]
+        return [sorted(share) for share in dealt if share]
+
+    def map(self, work: Callable[[Item], Result], items: Sequence[Item]) -> list[Result]:
+        """`work` over `items` on the replicas at once, results in order (CTranslate2 lets
+        go of the GIL in its calls, and a free replica takes each)."""
+        if not self.split(len(items)):
+            return [work(item) for item in items]
+        with ThreadPoolExecutor(min(self.workers, len(items))) as pool:
+            return list(pool.map(work, items))
+
+    def split(self, rows: int) -> bool:
+        """Whether a call of `rows` rows is shared out over the replicas."""
+        return self.workers > 1 and rows > 1
+
+    def decoder(self, rows: int, sampled: bool):
+        """The engine for a beam search that is not shared out: a replica for one row,
+        else the whole engine."""
+        return self.engine if rows == 1 and not sampled and self._one_row() else self.whole
+
+    @functools.cached_property
+    def one_row_engine(self):
+        """The engine for faster-whisper's own transcribe, which decodes one row at a time:
+        its beam search on a replica, the rest on every thread (OneRowModel). Made once:
+        live mode asks for it at every decode."""
+        if not self._one_row():
+            return self.whole
+        from kvscribe.adapters import faster_whisper as adapter
+
+        return adapter.with_model(self.whole, OneRowModel(self.whole.model, self.engine.model))
+
+    def _one_row(self) -> bool:
+        return self.one_row and self.workers > 1
+
+    def over_rows(
+        self,
+        work: Callable[[list[int]], list],
+        rows: int,
+        weights: Sequence[float] | None = None,
+    ) -> list:
+        """`work(share)` (one result per row of the share) for every share at once, each
+        on a replica; the results in row order."""
+        shares = self.shares(rows, weights)
+        found: list = [None] * rows
+        for share, part in zip(shares, self.map(work, shares), strict=True):
+            for row, result in zip(share, part, strict=True):
+                found[row] = result
+        return found
+
+
+class OneRowModel:
+    """A CTranslate2 Whisper model for calls of one row, run on two loads of its weights:
+    beam search (a decoder step at a time) on `replicas` (a free single-thread replica
+    takes each); sampled search (its one generator keeps sampled text the same from run
+    to run) and everything else on `whole`: the encoder, the alignment and language
+    detection are each one pass over a window or a text, which threads do speed up."""
+
+    def __init__(self, whole, replicas):
+        self._whole, self._replicas = whole, replicas
+
+    def encode(self, *args, **kwargs):
+        return self._whole.encode(*args, **kwargs)
+
+    def generate(self, *args, **kwargs):
+        sampled = kwargs.get("sampling_topk", 1) != 1  # CTranslate2's 1: the best token
+        return (self._whole if sampled else self._replicas).generate(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._whole, name)
+
+
+def rows_of(encoded, rows: list[int]):
+    """Those rows of an encoder output (a StorageView on any device), as a new StorageView
+    in host memory."""
+    import ctranslate2
+
+    if encoded.device != "cpu":
+        encoded = encoded.to_device(ctranslate2.Device.cpu)
+    return ctranslate2.StorageView.from_array(np.ascontiguousarray(np.asarray(encoded)[rows]))
+
+
+def replicas(
+    engine, path: str, device: str, compute_type: str, threads: int, width: int
+) -> Replicas:
+    """`engine` (a WhisperModel of one replica with `threads` threads) and, on a CPU with
+    more than one thread, the same model as `threads` single-thread replicas (`width`:
+    the decoder's, which decides where one row goes)."""
+    if device != "cpu" or threads < 2:
+        return Replicas(engine, engine, 1)
+    import ctranslate2
+
+    from kvscribe.adapters import faster_whisper as adapter
+
+    model = ctranslate2.models.Whisper(
+        path, device=device, compute_type=compute_type, inter_threads=threads, intra_threads=1
+    )
+    return Replicas(adapter.with_model(engine, model), engine, threads, width <= ONE_ROW_WIDTH)

@@ -1,0 +1,102 @@
+"""What a ctranslate2 run reports: its settings, and KV figures estimated from the model's
+dimensions (CTranslate2 does not expose its cache), for the sequential and batched paths.
+
+CTranslate2 keeps every decoded position's K/V and one cross-attention copy per beam; the
+rest of a profile's cache policy is reported as not applicable, never silently dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvscribe import setting_rows as row
+from kvscribe.backends.ctranslate2.silence import describe_vad
+from kvscribe.backends.ctranslate2.windows import WindowCounter
+from kvscribe.chunking import FILE_VAD
+from kvscribe.contract import DecodeRequest, DecoderReport
+from kvscribe.kvcache import estimate
+from kvscribe.models.ct2_file import WhisperDims
+from kvscribe.provenance import ESTIMATED, make_provenance
+
+
+@dataclass(frozen=True)
+class ReportBasis:
+    """What the figures are estimated from: the model's dimensions and compute type, and the
+    profile's cache policy."""
+
+    dims: WhisperDims
+    compute_type: str
+    kv_self: str
+    kv_cross: str
+
+    @property
+    def value_bytes(self) -> int:
+        return estimate.value_bytes(self.compute_type)
+
+
+def base_report(
+    basis: ReportBasis, settings: dict[str, str], beams: int, request: DecodeRequest
+) -> DecoderReport:
+    """A report for one decode of `beams` beams: the backend's `settings` and the request's."""
+    report = DecoderReport(kv_provenance=make_provenance(ESTIMATED), settings=dict(settings))
+    report.settings[row.BEAM_SIZE] = str(beams)
+    report.settings[row.TEMPERATURE_FALLBACK] = request.fallback.describe()
+    if request.word_timestamps:
+        report.settings[row.WORD_TIMESTAMPS] = "cross-attention alignment (faster-whisper)"
+    if request.vad is not None:
+        report.settings[row.VAD_FILTER] = describe_vad(request.vad)
+    report.kv_cross_bytes = estimate.cross_attention_bytes(basis.dims, beams, basis.value_bytes)
+    report.not_applicable = not_applicable(basis.kv_self, basis.kv_cross, beams)
+    return report
+
+
+def batched_report(
+    basis: ReportBasis,
+    settings: dict[str, str],
+    beams: int,
+    request: DecodeRequest,
+    batch: int,
+    workers: int,
+    chunks: int,
+) -> DecoderReport:
+    """A report for speech chunks decoded `batch` at a time by `workers` replicas."""
+    report = base_report(basis, settings, beams, request)
+    report.batch_size = batch
+    report.settings.update({row.BATCH_SIZE: str(batch), row.PREVIOUS_TEXT: "off (batched)"})
+    if workers > 1:
+        report.settings[row.ENGINE_THREADS] = f"{workers} replicas x 1 thread (rows shared out)"
+    if request.vad is not None:
+        report.settings[row.VAD_FILTER] = "kvscribe's chunker (batched)"
+        report.not_applicable.append(
+            "vad min silence / pad: batched chunks keep the chunker's "
+            f"({FILE_VAD.min_silence:g} s / {FILE_VAD.pad:g} s)"
+        )
+    if request.condition_on_previous_text:
+        report.not_applicable.append("previous-text prompt: batched chunks decode unprompted")
+    report.kv_cross_bytes *= min(batch, max(1, chunks))
+    return report
+
+
+def count_windows(
+    report: DecoderReport, basis: ReportBasis, windows: WindowCounter, beams: int, rows: int = 1
+) -> None:
+    """The decoded tokens and windows, and the self-attention cache they took (estimated:
+    `rows` windows or chunks x `beams` at the longest one's positions; CTranslate2 keeps the
+    full cache)."""
+    windows.finish()
+    report.tokens, report.windows = windows.decoded, windows.count
+    report.kv_self_peak_bytes = estimate.self_attention_bytes(
+        basis.dims, windows.peak_positions, beams * rows, basis.value_bytes
+    )
+    report.kv_self_full_bytes = report.kv_self_peak_bytes
+
+
+def not_applicable(kv_self: str, kv_cross: str, beams: int) -> list[str]:
+    notes = []
+    if kv_self != "full":
+        notes.append(f"self-attention policy '{kv_self}': CTranslate2 keeps every position")
+    if kv_cross != "full" and beams > 1:
+        notes.append(f"cross-attention policy '{kv_cross}': CTranslate2 keeps one copy per beam")
+    elif kv_cross != "full":
+        notes.append(f"cross-attention policy '{kv_cross}': moot at beam 1 (one copy anyway)")
+    return notes

@@ -1,0 +1,74 @@
+"""faster-whisper's sequential `transcribe` over audio it never holds whole.
+
+`WhisperModel.transcribe(audio)` computes the log-mel of the entire input first (about
+50 MB a minute of audio) and then reads it only as `features.shape[-1]`,
+`features[:, a:b]` (one window) and `features[..., seek:]` (language detection).
+A `StreamedMel` answers exactly those, computing a window's frames when they are read.
+Its values equal the whole-file features up to float32 rounding (the mel projection's
+BLAS kernel, and so its summation order, depends on the slice's shape and the CPU), so
+on some machines a word can differ from faster-whisper's own run on the same array.
+kvscribe therefore computes features this one way for every input, a file read in
+slices or an array (live mode, stdin, tests): the same samples give the same transcript.
+
+How it reaches faster-whisper: `transcribe` is called on a shallow copy of the engine
+whose `feature_extractor` returns the StreamedMel for a zero-memory stand-in array of
+the input's length (`np.broadcast_to`: an ndarray with the right shape, no samples).
+ - Not `generate_segments` called directly: `transcribe` also detects the language, builds
+   the tokenizer and fills TranscriptionOptions (about 30 fields that change between
+   faster-whisper releases); calling it keeps all of that faster-whisper's own.
+ - A copy, not the shared engine's extractor swapped and put back: segments are generated
+   lazily after `transcribe` returns, and nothing else using the engine meanwhile (another
+   thread, a second transcription) can ever see the stand-in. The copy shares the loaded
+   model and tokenizer; only its attribute dict is new.
+ - The wrapper answers only for the stand-in (and faster-whisper's own arguments); any
+   other call, and every attribute, goes to the real extractor. Were a faster-whisper
+   release to read the stand-in's samples (zeros), the transcripts would no longer match
+   the array's, which tests/test_ct2_streaming.py compares.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvscribe.adapters import faster_whisper as adapter
+from kvscribe.audio_stream import Samples
+from kvscribe.streamed_mel import NumpyFrontEnd, StreamedMel
+
+_DEFAULT_PADDING = 160  # FeatureExtractor.__call__'s, which NumpyFrontEnd reproduces
+
+
+def transcribe(engine, audio: Samples, encoder_frames: int | None = None, **options):
+    """`engine.transcribe(audio, **options)` (segments, info) for any Samples, arrays
+    included, through its streamed log-mel (`vad_filter` must be off: the caller
+    filters, block-fed, before); `encoder_frames`: encode each window's first frames only
+    (adapter.with_encoder_frames)."""
+    if options.get("vad_filter"):
+        raise ValueError(
+            "streamed audio is VAD-filtered before transcribe (ctranslate2/silence.py)"
+        )
+    extractor = adapter.feature_extractor(engine)
+    mel = StreamedMel(audio, NumpyFrontEnd(extractor))
+    standin = np.broadcast_to(np.float32(0), (audio.size,))
+    view = adapter.with_feature_extractor(engine, _FeaturesFor(extractor, standin, mel))
+    if encoder_frames is not None:
+        view = adapter.with_encoder_frames(view, encoder_frames)
+    return view.transcribe(standin, **options)
+
+
+class _FeaturesFor:
+    """A FeatureExtractor that returns `mel` for `standin` and is the real one otherwise."""
+
+    def __init__(self, extractor, standin: np.ndarray, mel: StreamedMel):
+        self._extractor = extractor
+        self._standin = standin
+        self._mel = mel
+
+    def __call__(self, waveform, padding=_DEFAULT_PADDING, chunk_length=None):
+        if waveform is self._standin:
+            if padding != _DEFAULT_PADDING or chunk_length is not None:
+                raise ValueError("streamed features use faster-whisper's default framing")
+            return self._mel
+        return self._extractor(waveform, padding=padding, chunk_length=chunk_length)
+
+    def __getattr__(self, name: str):
+        return getattr(self._extractor, name)

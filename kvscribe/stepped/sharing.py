@@ -1,0 +1,58 @@
+"""Short inputs sharing batches on the engines kvscribe steps itself (transformers, onnx):
+`Backend.transcribe_together` written once for both, over
+kvscribe.stepped.batched_inputs.transcribe_shared.
+
+A backend that mixes this in provides what its batched path already has: `_plan`
+(timestamps off for chunks), `_fit_budget`, `_chunk_mel`, `_text`, `_prompt_tokens`,
+`_chunks_language`, `_batched_report` and `_check_request_language`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from kvscribe import setting_rows as row
+from kvscribe.audio_stream import Samples
+from kvscribe.chunking import shared_by_language
+from kvscribe.contract import DecodeRequest, Transcription
+
+
+class SharesSteppedBatches:
+    def transcribe_together(
+        self, audios: Sequence[Samples], request: DecodeRequest
+    ) -> list[Transcription]:
+        """Short inputs (each within one window) decoded side by side, as the speech chunks
+        of a long file are: each input's chunks are one run, the runs of inputs in the same
+        language share the batches. Decoded before this returns: an input's batch holds the
+        others' chunks."""
+        self._check_request_language(request)
+        return shared_by_language(
+            audios,
+            request,
+            self._chunks_language,
+            lambda language, runs: self._shared_run(language, request, audios, runs),
+        )
+
+    def _shared_run(self, language: str, request: DecodeRequest, audios, runs):
+        """(segments, report) of each input whose chunks are `runs` (one language)."""
+        from kvscribe.stepped import batched_inputs
+
+        beams = request.beam_size or int(self.settings.get("beam_size", 5))
+        plan = self._plan(language, request.task, beams, request, timestamps=False)
+        size, budget_note = self._fit_budget(plan, self.batch_size_for(request, math.inf))
+        reports = [self._batched_report(plan, request, size, budget_note) for _ in runs]
+        for report in reports:
+            report.settings[row.BATCH_SIZE] += " (short files share them)"
+        segments = batched_inputs.transcribe_shared(
+            plan,
+            audios,
+            runs,
+            size,
+            self._chunk_mel,
+            self._text,
+            self._prompt_tokens(request),
+            reports,
+            request.word_timestamps,
+        )
+        return list(zip(segments, reports, strict=True))

@@ -1,1 +1,0 @@
-"""whisper.cpp support: find or build whisper-cli, run it, read its figures."""
