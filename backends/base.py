@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from kvscribe.audio_stream import Samples
+from kvscribe.audio.stream import Samples
 from kvscribe.chunking import shared_by_language
 from kvscribe.contract import (
     OPTIONAL_FIELDS,
@@ -77,7 +77,7 @@ class Backend(abc.ABC):
         `audio` is a numpy array (live mode, tests) or, for files when the backend's
         capabilities say `streams_audio`, a StreamedAudio (or a Joined part of one): read
         it in slices (`audio[a:b]`, `audio.size`), never whole, so memory stays flat in the
-        file's length (kvscribe.audio_stream)."""
+        file's length (kvscribe.audio.stream)."""
 
     def transcribe_together(
         self, audios: Sequence[Samples], request: DecodeRequest

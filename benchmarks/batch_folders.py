@@ -25,8 +25,8 @@ from pathlib import Path
 import corpus
 import results_file
 
-from kvscribe import hardware
 from kvscribe import profile as profiles
+from kvscribe.machine import hardware
 
 KVSCRIBE = Path(sys.executable).parent / "kvscribe"
 BAD = {

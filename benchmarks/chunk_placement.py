@@ -26,12 +26,12 @@ from pathlib import Path
 import results_file
 
 from kvscribe import models, profile, registry
-from kvscribe.audio_stream import open_streamed
+from kvscribe.audio.stream import open_streamed
 from kvscribe.backends import ctranslate2 as ct2_backend
 from kvscribe.bench.wer import pooled_wer
 from kvscribe.chunking import ChunkRules
 from kvscribe.contract import DecodeRequest
-from kvscribe.vadfilter import transcribe_speech
+from kvscribe.pipeline import transcribe_speech
 
 EVAL = Path(__file__).resolve().parent.parent / "eval"
 # clip -> (file, model, language)

@@ -30,9 +30,9 @@ from kvscribe import models, profile, registry
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.bench.wer import pooled_wer
 from kvscribe.live.session import _TOKENS_BASE, _TOKENS_PER_SECOND
-from kvscribe.live.vad import WINDOW, SileroVad, VadSettings
 from kvscribe.options import LiveOptions
 from kvscribe.runner import decode_request
+from kvscribe.voice.silero import WINDOW, SileroVad, VadSettings
 
 EVAL = Path(__file__).resolve().parent.parent / "eval"
 REALFORM = ("asterisk_en_ivr_dev", "asterisk_en_ivr_dev_noisy")

@@ -38,10 +38,10 @@ from pathlib import Path
 import corpus
 import results_file
 
-from kvscribe import hardware
 from kvscribe import profile as profiles
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.bench.wer import pooled_wer
+from kvscribe.machine import hardware
 
 KVSCRIBE = Path(sys.executable).parent / "kvscribe"
 REALFORM = corpus.CLIPS.parent / "realform" / "asterisk_en_ivr_dev.wav"
@@ -151,8 +151,8 @@ def measure(folder: Folder, work: Path, args) -> list[dict]:
 def one_core(folder: Folder, args) -> list[dict]:
     """One worker with one thread, in this process: the files shared, then alone."""
     from kvscribe.batch import Task
-    from kvscribe.batch_worker import Worker
-    from kvscribe.executors import parcels
+    from kvscribe.batch.executors import parcels
+    from kvscribe.batch.worker import Worker
     from kvscribe.options import TranscribeOptions
 
     options = TranscribeOptions(

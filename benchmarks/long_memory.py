@@ -28,7 +28,8 @@ from pathlib import Path
 
 import results_file
 
-from kvscribe import hardware, paths
+from kvscribe import paths
+from kvscribe.machine import hardware
 
 KVSCRIBE = Path(sys.executable).parent / "kvscribe"
 CLIPS_TSV = Path(__file__).resolve().parent / "eval_clips.tsv"

@@ -136,7 +136,7 @@ CONFIGS = {  # name -> (engine, extra flags)
         ["--backend", "onnx", "--compute-type", "int8", "--batch-size", "1"],
     ),
     # kvscribe with glibc's own arena limit (8 per core) instead of the command's 2
-    # (kvscribe/malloc_arenas.py)
+    # (kvscribe/machine/malloc_arenas.py)
     "kvscribe-default-glibc-arenas": ("kvscribe", []),
     "kvscribe-batch1-glibc-arenas": ("kvscribe", ["--batch-size", "1"]),
     # the same command ending with Python's full teardown (kvscribe/cli/quick_exit.py)

@@ -53,7 +53,7 @@ def _cell(value: float | None, fmt: str) -> str:
 
 def _transformers_default() -> str:
     """The transformers backend's default compute type on this CPU (backends/transformers/)."""
-    from kvscribe import hardware
+    from kvscribe.machine import hardware
 
     return "bfloat16" if hardware.cpu_multiplies_bfloat16() else "float32"
 

@@ -28,7 +28,7 @@ import results_file
 from kvscribe import models
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.backends.ctranslate2.replicas import replicas
-from kvscribe.capacity import usable_cores
+from kvscribe.machine.capacity import usable_cores
 from kvscribe.models.ct2_file import whisper_dims
 
 REALFORM = Path(__file__).resolve().parent.parent / "eval" / "realform"

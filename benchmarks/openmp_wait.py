@@ -1,7 +1,7 @@
 """OpenMP threads spinning or asleep at a barrier: whole `kvscribe` processes, alone and two
 side by side on the same cores, with OMP_WAIT_POLICY unset (each runtime's default: spin a
 while, then sleep) and PASSIVE (sleep at once), which the `kvscribe` command now sets
-(kvscribe/openmp.py).
+(kvscribe/machine/openmp.py).
 
     .venv/bin/python benchmarks/openmp_wait.py [--repeat N]
 

@@ -18,7 +18,7 @@ import sys
 import corpus
 import results_file
 
-from kvscribe import hardware
+from kvscribe.machine import hardware
 
 REALFORM = corpus.CLIPS.parent / "realform"
 SETS = {

@@ -1,7 +1,7 @@
 """Cut long audio into <= 30 s chunks at speech pauses, for batched decoding.
 
 The speech regions come from the same silero VAD and hysteresis live mode runs
-(kvscribe.live.vad), fed the whole file. Neighbouring regions join into one chunk
+(kvscribe.voice), fed the whole file. Neighbouring regions join into one chunk
 while the chunk stays within `max_seconds` and the pause between them is short;
 a region longer than that is cut at its quietest point. A chunk is a contiguous
 span of the original audio, so a time inside it maps back by adding its start:
@@ -11,7 +11,6 @@ is never decoded, so it cannot produce text.
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -20,11 +19,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.audio_stream import Samples, blocks
+from kvscribe.audio.stream import Samples
 from kvscribe.contract import DecodeRequest, DecoderReport, Transcription
-from kvscribe.live.vad import WINDOW, SileroVad, VadSettings, VoiceDetector
-from kvscribe.timemap import TimeMap
+from kvscribe.timing.timemap import TimeMap
 from kvscribe.types import Segment
+from kvscribe.voice.regions import FILE_VAD, speech_probabilities, speech_regions
+from kvscribe.voice.silero import WINDOW, VadSettings
 
 if TYPE_CHECKING:
     from kvscribe.decoding import VadFilter
@@ -32,9 +32,6 @@ if TYPE_CHECKING:
 MAX_SECONDS = 30.0  # Whisper's window
 MIN_UNFINISHED = 1.0  # seconds of speech left after the decoder stopped worth decoding again
 MAX_TAIL_ROUNDS = 3  # a chunk is decoded at most this many times more
-# Files are not spoken to a listener waiting for an utterance to end: no joining rule
-# (min_utterance 0), a short release so regions end at real pauses, padding both sides.
-FILE_VAD = VadSettings(min_silence=0.3, min_speech=0.25, pad=0.3, min_utterance=0.0)
 
 
 @dataclass(frozen=True)
@@ -43,7 +40,7 @@ class Chunk:
     (before the padding). With `spans`, only those parts of [start, end) are decoded,
     joined end to end (the pauses between them cut out), and `time_map` takes a time in
     the joined audio back to the original clock. `source`: which of the inputs decoded
-    side by side it is from (kvscribe.aligned_chunks.shared_segments; 0 for one alone)."""
+    side by side it is from (kvscribe.timing.aligned_chunks.shared_segments; 0 for one alone)."""
 
     start: int
     end: int
@@ -125,27 +122,6 @@ def speech_chunks(audio: Samples, rules: ChunkRules = ChunkRules()) -> list[Chun
     return join_regions(regions, probabilities, rules, audio.size)
 
 
-def speech_probabilities(audio: Samples) -> np.ndarray:
-    """Silero's speech probability of every 32 ms window of `audio`, fed 30 s at a time: the
-    same values as feeding it whole (the VAD keeps its state), in memory that does not grow
-    with the file (whole, an hour would make a 260 MB batch of windows)."""
-    from kvscribe.capacity import usable_cores
-
-    # Nothing decodes while the file is scanned, so the scan may use every core.
-    vad = _scanner(min(4, usable_cores()))
-    vad.reset()
-    found = [vad.probabilities(block) for block in blocks(audio)]
-    return np.concatenate(found) if found else np.zeros(0, dtype=np.float32)
-
-
-@functools.cache
-def _scanner(threads: int) -> SileroVad:
-    """One VAD session for every file scanned (a session costs a few ms to make: a folder
-        of short files would make one per file); reset before each file. Scans in a process run
-    one at a time (the batched paths scan before they decode)."""
-    return SileroVad(threads=threads)
-
-
 def unfinished(chunk: Chunk, result: ChunkResult) -> Chunk | None:
     """The part of `chunk` after the decoder stopped, when speech goes on there.
 
@@ -200,7 +176,7 @@ def decode_chunks(
 def _with_tails(group, results, decode_group) -> list[list[tuple]]:
     """Per chunk of `group`: its (chunk, result) pieces, the parts it skipped decoded again
     after it (each round looks for skipped speech in the last round's decodes, on shorter
-    parts each time; kvscribe.aligned_chunks puts their segments in time order)."""
+    parts each time; kvscribe.timing.aligned_chunks puts their segments in time order)."""
     decoded = [[(chunk, result)] for chunk, result in zip(group, results, strict=True)]
     fresh = [(i, *pair) for i, pair in enumerate(zip(group, results, strict=True))]
     for _ in range(MAX_TAIL_ROUNDS):
@@ -213,32 +189,6 @@ def _with_tails(group, results, decode_group) -> list[list[tuple]]:
                 decoded[i].append((part, result))
                 fresh.append((i, part, result))
     return decoded
-
-
-def speech_regions(
-    probabilities: np.ndarray, settings: VadSettings, total: int
-) -> list[tuple[int, int]]:
-    """(start, end) samples of each utterance the live hysteresis finds, padded, in order."""
-    detector = VoiceDetector(None, settings)  # type: ignore[arg-type]  # fed probabilities only
-    events = detector.feed_probabilities(probabilities)
-    closing = detector.close(probabilities.size * WINDOW)
-    events += [closing] if closing is not None else []
-    regions, start = [], None
-    for event in events:
-        if event.kind == "start":
-            start = event.sample
-        elif event.kind in ("end", "discard") and start is not None:
-            if event.kind == "end":
-                regions.append((start, event.sample + WINDOW))
-            start = None
-    pad = int(settings.pad * SAMPLE_RATE)
-    padded = []
-    for begin, end in regions:
-        begin, end = max(0, begin - pad), min(total, end + pad)
-        if padded and begin < padded[-1][1]:  # padding must not overlap the previous region
-            begin = padded[-1][1]
-        padded.append((begin, end))
-    return padded
 
 
 def join_regions(
@@ -306,7 +256,7 @@ class ChunkResult:
 
     def stopped_at(self, chunk: Chunk) -> int | None:
         """The sample (original clock) where the decoded text ends; None when it ran to the
-        chunk's end or cannot tell (kvscribe.aligned_chunks.AlignedChunk can: its last
+        chunk's end or cannot tell (kvscribe.timing.aligned_chunks.AlignedChunk can: its last
         aligned word)."""
         return None
 

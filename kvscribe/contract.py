@@ -40,7 +40,7 @@ class Capabilities:
     # (`Backend.transcribe_together`): a batch folder of short files fills the batch too.
     shares_batches: bool = False
     # A folder run without --jobs on a CPU starts one single-threaded worker per core
-    # (kvscribe.capacity.default_jobs); False: one worker with every core, for an engine
+    # (kvscribe.machine.capacity.default_jobs); False: one worker with every core, for an engine
     # whose batches use the threads better than more processes do.
     worker_per_core: bool = True
     # The optional DecodeRequest fields (OPTIONAL_FIELDS) the engine honours on every path;
@@ -66,7 +66,7 @@ class DecodeRequest:
     fallback: Fallback = field(default_factory=Fallback)
     vad: VadFilter | None = None  # only reaches backends whose capabilities say vad_filter
     # --clip-timestamps: the only spans decoded, (start s, end s or None: the file's end).
-    # The runner cuts them out and maps times back (kvscribe.vadfilter); never a backend.
+    # The runner cuts them out and maps times back (kvscribe.pipeline); never a backend.
     clips: tuple[tuple[float, float | None], ...] = ()
     # Optional decoding controls (OPTIONAL_FIELDS), as faster-whisper names them; a backend
     # honours those its Capabilities.honours lists, and the runner reports the rest.
@@ -77,7 +77,7 @@ class DecodeRequest:
     # With word times: skip a silence longer than this around a likely hallucination.
     hallucination_silence_threshold: float | None = None
     # Audio of one window encoded in a window of its length + 2 s, at least this many
-    # seconds, not Whisper's whole 30 s (live mode, kvscribe.mel.encoder_frames).
+    # seconds, not Whisper's whole 30 s (live mode, kvscribe.audio.mel.encoder_frames).
     encoder_window: float | None = None
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvscribe import hardware
 from kvscribe import profile as profiles
 from kvscribe.errors import BackendUnavailableError, UsageError
+from kvscribe.machine import hardware
 
 # The first of these a backend supports is where it runs when the preferred device is not
 # one of its own (every built-in backend runs on the CPU).

@@ -19,9 +19,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from kvscribe import hardware
 from kvscribe.errors import UsageError
 from kvscribe.kvcache.spec import parse_cross, parse_policy, validate_policy
+from kvscribe.machine import hardware
 from kvscribe.paths import config_dir
 
 if sys.version_info >= (3, 11):

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+# kvscribe shows bytes in decimal units, as whisper.cpp prints them and the README counts.
+BYTES_UNIT = "MB = 10^6 bytes"
+
 MEASURED, DERIVED, ESTIMATED = "measured", "derived", "estimated"
 WEAKEST_LAST = (MEASURED, DERIVED, ESTIMATED)
 KV_FIGURES = ("self", "cross")

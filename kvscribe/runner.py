@@ -9,16 +9,17 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from kvscribe import audio, hardware, models, registry
+from kvscribe import audio, models, registry
 from kvscribe import profile as profiles
 from kvscribe import setting_rows as row
-from kvscribe.audio_stream import Samples, open_streamed
+from kvscribe.audio.stream import Samples, open_streamed
 from kvscribe.backends.base import Backend
 from kvscribe.contract import DecodeRequest, Transcription
 from kvscribe.devices import device_for
 from kvscribe.errors import KvscribeError, UsageError
 from kvscribe.inputs import Input
-from kvscribe.memtrace import HeapTrimmer, MemoryTrace
+from kvscribe.machine import hardware
+from kvscribe.machine.memtrace import HeapTrimmer, MemoryTrace
 from kvscribe.options import EngineOptions, TranscribeOptions
 from kvscribe.stats import FileStats, RunStats
 from kvscribe.types import Segment, Transcript
@@ -272,7 +273,7 @@ class Runner:
         return done
 
     def _transcribe(self, samples: Samples, request: DecodeRequest) -> Transcription:
-        from kvscribe.vadfilter import transcribe_speech
+        from kvscribe.pipeline import transcribe_speech
 
         assert self.backend is not None
         return transcribe_speech(self.backend, samples, request)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscribe.contract import DecoderReport
-from kvscribe.memtrace import MemoryTrace, peak_rss_bytes
+from kvscribe.machine.memtrace import MemoryTrace, peak_rss_bytes
 from kvscribe.provenance import ESTIMATED, MEASURED, make_provenance, weakest_provenance
 
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from kvscribe.capacity import usable_physical_cores  # os only: loads no numpy
+from kvscribe.machine.capacity import usable_physical_cores  # os only: loads no numpy
 
 
 def _share_the_cores_between_workers() -> None:
     """Under pytest-xdist (`-n auto` in pyproject.toml), each worker's share of the cores in
     OMP_NUM_THREADS before torch or CTranslate2 start their thread pools: kvscribe's thread
-    defaults read it (kvscribe/capacity.py), here and in every CLI process a test starts, so
+    defaults read it (kvscribe/machine/capacity.py), here and in every CLI process a test starts, so
     two workers run two one-thread decodes instead of two two-thread ones on the same cores."""
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
     if workers.isdigit() and "OMP_NUM_THREADS" not in os.environ:

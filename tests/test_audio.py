@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from kvscribe.audio_stream import open_streamed
+from kvscribe.audio.stream import open_streamed
 from kvscribe.errors import AudioDecodeError, ExitCode, InputNotFoundError
 from tests.conftest import SAMPLE
 

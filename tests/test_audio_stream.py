@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from kvscribe.audio_stream import READ_AHEAD, Joined, frame_peaks, open_streamed
-from kvscribe.chunking import speech_probabilities
+from kvscribe.audio.stream import READ_AHEAD, Joined, frame_peaks, open_streamed
 from kvscribe.errors import AudioDecodeError
+from kvscribe.voice.regions import speech_probabilities
 from tests.conftest import EVAL_DIR, SAMPLE
 from tests.media import write_wav
 
@@ -98,7 +98,7 @@ def test_joined_regions_read_like_their_concatenation():
 def test_peaks_and_vad_probabilities_streamed_equal_whole(six_minutes):
     whole, streamed = load_audio(six_minutes), open_streamed(six_minutes, hold_seconds=0)
     assert np.array_equal(frame_peaks(streamed), frame_peaks(whole))
-    from kvscribe.live.vad import SileroVad
+    from kvscribe.voice.silero import SileroVad
 
     fed_whole = SileroVad(threads=2).probabilities(whole[: 90 * SAMPLE_RATE])
     fed_blocks = speech_probabilities(streamed[0 : 90 * SAMPLE_RATE])
@@ -108,7 +108,7 @@ def test_peaks_and_vad_probabilities_streamed_equal_whole(six_minutes):
 @pytest.mark.parametrize("front", ["numpy", "torch"])
 @pytest.mark.parametrize("clip", [SAMPLE, LONG_FORM], ids=["jfk", "long_form"])
 def test_streamed_mel_equals_the_whole_file_features(front, clip):
-    from kvscribe.streamed_mel import NumpyFrontEnd, StreamedMel, TorchFrontEnd
+    from kvscribe.audio.streamed_mel import NumpyFrontEnd, StreamedMel, TorchFrontEnd
 
     whole_audio = load_audio(clip)
     if front == "numpy":
@@ -118,7 +118,7 @@ def test_streamed_mel_equals_the_whole_file_features(front, clip):
         whole, end = extractor(whole_audio), NumpyFrontEnd(extractor)
     else:
         torch = pytest.importorskip("torch")
-        from kvscribe.mel import log_mel
+        from kvscribe.audio.mel import log_mel
 
         whole, end = log_mel(torch.from_numpy(whole_audio), 80).numpy(), TorchFrontEnd(80)
     mel = StreamedMel(open_streamed(clip, hold_seconds=0), end)

@@ -247,7 +247,7 @@ def test_media_is_recognised_by_content(derived, tmp_path):
 
 
 def test_memory_warning_names_a_number_of_jobs_that_fits(monkeypatch):
-    from kvscribe import capacity
+    from kvscribe.machine import capacity
 
     monkeypatch.setattr(capacity, "available_memory_bytes", lambda: 2_000_000_000)
     warning = capacity.memory_warning(8, 75_000_000)
@@ -256,7 +256,7 @@ def test_memory_warning_names_a_number_of_jobs_that_fits(monkeypatch):
 
 
 def test_default_jobs_is_one_on_small_machines_and_fits_memory(monkeypatch):
-    from kvscribe import capacity
+    from kvscribe.machine import capacity
 
     monkeypatch.setattr(capacity.os, "cpu_count", lambda: 8)
     monkeypatch.setattr(capacity, "available_memory_bytes", lambda: 3_000_000_000)
@@ -273,7 +273,7 @@ def test_default_jobs_is_one_on_small_machines_and_fits_memory(monkeypatch):
 def test_physical_cores_count_smt_siblings_once_and_follow_a_worker_s_share(monkeypatch):
     """The transformers backend's default threads: torch's rule (physical cores) within
     the cores this process may use; a batch worker's OMP_NUM_THREADS share decides."""
-    from kvscribe import capacity
+    from kvscribe.machine import capacity
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     physical = capacity.usable_physical_cores()

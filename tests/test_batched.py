@@ -11,9 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from kvscribe.aligned_chunks import AlignedChunk
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from kvscribe.capacity import usable_cores
 from kvscribe.chunking import (
     Chunk,
     ChunkRules,
@@ -23,8 +21,10 @@ from kvscribe.chunking import (
     unfinished,
 )
 from kvscribe.contract import DecodeRequest
-from kvscribe.live.vad import WINDOW
-from kvscribe.timed_words import TimedWord
+from kvscribe.machine.capacity import usable_cores
+from kvscribe.timing.aligned_chunks import AlignedChunk
+from kvscribe.timing.timed_words import TimedWord
+from kvscribe.voice.silero import WINDOW
 from tests import loaded, media
 from tests.conftest import (
     EVAL_DIR,

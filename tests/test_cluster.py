@@ -260,7 +260,7 @@ def test_a_shipped_parcel_holds_short_files_and_a_long_file_goes_alone(tmp_path)
     files of 40 MB one at a time (sparse files: only their sizes matter)."""
     from collections import deque
 
-    from kvscribe.batch_worker import Task
+    from kvscribe.batch.worker import Task
     from kvscribe.cluster.executor import take_parcel
 
     def attempts(size: int, count: int) -> deque:

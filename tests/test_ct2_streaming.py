@@ -1,4 +1,4 @@
-"""The ctranslate2 backend on a streamed file (kvscribe.audio_stream.open_streamed) gives
+"""The ctranslate2 backend on a streamed file (kvscribe.audio.stream.open_streamed) gives
 the very transcript it gives for the file's whole array, on every path: sequential (words,
 digital silence skipped, temperature fallback, faster-whisper's VAD filter) and batched
 (words, fallback, VAD), while no read of the file is longer than a VAD block or a window.
@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from kvscribe.audio_stream import open_streamed
+from kvscribe.audio.stream import open_streamed
 from kvscribe.contract import DecodeRequest
 from kvscribe.decoding import Fallback, VadFilter
-from kvscribe.vadfilter import transcribe_speech
+from kvscribe.pipeline import transcribe_speech
 from tests import loaded, media
 from tests.conftest import EVAL_DIR
 
@@ -136,7 +136,7 @@ def _check_case_ran_its_path(case: str, segments, settings: dict[str, str]) -> N
 
 
 def test_digital_silence_found_from_the_scan_as_from_the_array(files):
-    from kvscribe.vadfilter import without_digital_silence
+    from kvscribe.voice.digital_silence import without_digital_silence
 
     path = files["paused"]
     _, time_map = without_digital_silence(load_audio(path))
@@ -218,7 +218,7 @@ def test_a_shorter_encoder_window_encodes_the_audio_and_2_s_at_least_the_floor()
     """`encoder_window` (kvscribe mic --encoder-window): JFK's 11 s are encoded in 14 s of
     frames (11 s + 2 s, in steps of 2 s), not 30 s, and still read right; the setting row
     says so; a file over 30 s keeps Whisper's windows."""
-    from kvscribe.mel import encoder_frames
+    from kvscribe.audio.mel import encoder_frames
     from tests.conftest import SAMPLE, SAMPLE_TEXT, wer
 
     backend = loaded.fresh("ctranslate2")

@@ -15,7 +15,8 @@ import pytest
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.contract import DecodeRequest
 from kvscribe.decoding import Fallback, VadFilter
-from kvscribe.vadfilter import KEPT_SILENCE, transcribe_speech, without_digital_silence
+from kvscribe.pipeline import transcribe_speech
+from kvscribe.voice.digital_silence import KEPT_SILENCE, without_digital_silence
 from tests.conftest import EVAL_DIR, SAMPLE
 
 pytestmark = [pytest.mark.model, pytest.mark.eval]

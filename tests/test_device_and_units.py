@@ -2,7 +2,7 @@
 every KV figure says whether it was measured, derived or estimated.
 
 CUDA decisions are reached on this CPU-only machine by telling kvscribe the machine has a
-CUDA device (kvscribe.hardware.detect); nothing here fakes a transcription."""
+CUDA device (kvscribe.machine.hardware.detect); nothing here fakes a transcription."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import json
 import pytest
 from rich.console import Console
 
-from kvscribe import hardware
 from kvscribe import profile as profiles
 from kvscribe.backends.whispercpp import self_cache_bytes
 from kvscribe.bench.cells import Cell
@@ -25,6 +24,7 @@ from kvscribe.contract import DecoderReport
 from kvscribe.devices import device_for
 from kvscribe.errors import ExitCode, UsageError
 from kvscribe.live.stats import LiveStats
+from kvscribe.machine import hardware
 from kvscribe.provenance import DERIVED, ESTIMATED, MEASURED, make_provenance, weakest_provenance
 from kvscribe.stats import FileStats, RunStats
 from tests.conftest import SAMPLE, run_cli

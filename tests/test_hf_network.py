@@ -14,8 +14,8 @@ pytest.importorskip("transformers")
 
 from kvscribe import models  # noqa: E402
 from kvscribe.audio import load_audio  # noqa: E402
+from kvscribe.audio.mel import log_mel  # noqa: E402
 from kvscribe.errors import ExitCode  # noqa: E402
-from kvscribe.mel import log_mel  # noqa: E402
 from tests.conftest import SAMPLE, run_cli  # noqa: E402
 
 pytestmark = [pytest.mark.transformers]

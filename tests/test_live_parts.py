@@ -14,7 +14,7 @@ from kvscribe import audio
 from kvscribe.errors import AudioDecodeError, InputNotFoundError
 from kvscribe.live.agreement import Hypothesis, LocalAgreement, common_prefix
 from kvscribe.live.capture import CHUNK_SECONDS, Capture, FileReplay, PcmStdin
-from kvscribe.live.vad import WINDOW, SileroVad, VadSettings, VoiceDetector, level_dbfs
+from kvscribe.voice.silero import WINDOW, SileroVad, VadSettings, VoiceDetector, level_dbfs
 from tests.conftest import SAMPLE
 
 SR = audio.SAMPLE_RATE

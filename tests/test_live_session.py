@@ -14,9 +14,9 @@ from kvscribe.live.capture import Capture, FileReplay
 from kvscribe.live.session import LiveSession
 from kvscribe.live.stats import LiveStats
 from kvscribe.live.streaming import StreamSettings
-from kvscribe.live.vad import WINDOW, SileroVad, VadSettings, VoiceDetector
 from kvscribe.options import LiveOptions
 from kvscribe.runner import decode_request
+from kvscribe.voice.silero import WINDOW, SileroVad, VadSettings, VoiceDetector
 from tests.conftest import SAMPLE, wer
 from tests.loaded import backend as shared_backend
 

@@ -12,8 +12,8 @@ import pytest
 from kvscribe import chunking
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.contract import DecodeRequest
-from kvscribe.timed_words import SegmentRules, TimedWord, split_segments, tidy
-from kvscribe.vadfilter import transcribe_speech
+from kvscribe.pipeline import transcribe_speech
+from kvscribe.timing.timed_words import SegmentRules, TimedWord, split_segments, tidy
 from tests import loaded
 from tests.conftest import EVAL_DIR, pooled_wer
 
@@ -192,7 +192,7 @@ def test_tidy_gives_a_swallowed_pause_back():
 
 
 def test_text_squeezed_past_any_speaking_rate_reads_as_made_up():
-    from kvscribe.timed_words import is_anomalous, is_squeezed
+    from kvscribe.timing.timed_words import is_anomalous, is_squeezed
 
     spoken = [TimedWord(i * 0.3, i * 0.3 + 0.3, f" w{i}", 0.9) for i in range(6)]
     squeezed = [TimedWord(22.4 + i * 0.05, 22.45 + i * 0.05, f" w{i}", 0.9) for i in range(20)]

@@ -37,7 +37,7 @@ def _visible(folder: Path) -> list[Path]:
 
 
 def test_the_faster_whisper_bound_is_the_first_release_with_the_vad_model():
-    from kvscribe.live import vad
+    from kvscribe.voice import silero as vad
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert f"faster-whisper>={vad.FIRST_RELEASE_WITH_MODEL}" in project["dependencies"]
@@ -50,7 +50,7 @@ def test_live_with_a_faster_whisper_lacking_the_vad_model_is_backend_unavailable
     in front of the installed one: `mic --live` exits 6 with one line saying what to do."""
     import faster_whisper
 
-    from kvscribe.live import vad
+    from kvscribe.voice import silero as vad
 
     old = tmp_path / "old-faster-whisper"
     shutil.copytree(Path(faster_whisper.__file__).parent, old / "faster_whisper")
@@ -171,15 +171,15 @@ def test_the_lock_is_released_when_the_run_ends(tmp_path):
     ("platform", "factor"), [("linux", 1024), ("darwin", 1), ("freebsd14", 1024)]
 )
 def test_maxrss_is_converted_to_bytes_per_platform(monkeypatch, platform, factor):
-    from kvscribe import memtrace
+    from kvscribe.machine import memtrace
 
     monkeypatch.setattr(sys, "platform", platform)
     assert memtrace.maxrss_bytes(300_000) == 300_000 * factor
 
 
 def test_whisper_cli_peak_rss_uses_the_shared_conversion():
-    from kvscribe import memtrace
     from kvscribe.backends.whispercpp import process
+    from kvscribe.machine import memtrace
 
     assert process.maxrss_bytes is memtrace.maxrss_bytes
 

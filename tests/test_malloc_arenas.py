@@ -1,4 +1,4 @@
-"""The command's processes use at most two glibc malloc arenas (kvscribe/malloc_arenas.py),
+"""The command's processes use at most two glibc malloc arenas (kvscribe/machine/malloc_arenas.py),
 unless the user set MALLOC_ARENA_MAX."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from kvscribe import malloc_arenas
+from kvscribe.machine import malloc_arenas
 
 _REPORT = "import os, kvscribe.cli; print(os.environ.get('MALLOC_ARENA_MAX'))"
 

@@ -1,11 +1,11 @@
-"""RSS sampling and heap trimming over a run (kvscribe/memtrace.py), on this process."""
+"""RSS sampling and heap trimming over a run (kvscribe/machine/memtrace.py), on this process."""
 
 from __future__ import annotations
 
 import pytest
 
-from kvscribe import memtrace
-from kvscribe.memtrace import HeapTrimmer, MemoryTrace, current_rss_bytes
+from kvscribe.machine import memtrace
+from kvscribe.machine.memtrace import HeapTrimmer, MemoryTrace, current_rss_bytes
 
 needs_glibc = pytest.mark.skipif(
     memtrace._malloc_trim() is None, reason="malloc_trim is glibc's (Linux)"

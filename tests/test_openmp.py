@@ -1,4 +1,4 @@
-"""The command's OpenMP threads wait asleep (kvscribe/openmp.py), unless the user set
+"""The command's OpenMP threads wait asleep (kvscribe/machine/openmp.py), unless the user set
 OMP_WAIT_POLICY: checked in the environment its engines and children start with."""
 
 from __future__ import annotations

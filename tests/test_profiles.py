@@ -9,8 +9,8 @@ import pytest
 
 from kvscribe import profile
 from kvscribe.errors import ExitCode, UsageError
-from kvscribe.hardware import Hardware
 from kvscribe.kvcache.spec import parse_cross, parse_policy
+from kvscribe.machine.hardware import Hardware
 from tests.conftest import SAMPLE, run_cli
 
 BUILT_IN = ("auto", "cpu-laptop", "gpu", "no-loss", "tiny-vram")

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from kvscribe.batch import Task
-from kvscribe.batch_worker import Worker
+from kvscribe.batch.executors import parcels
+from kvscribe.batch.worker import Worker
 from kvscribe.errors import ExitCode
-from kvscribe.executors import parcels
 from kvscribe.options import TranscribeOptions
 from tests.conftest import EVAL_DIR, ROOT, SAMPLE, SAMPLE_TEXT, run_cli, wer
 

@@ -44,7 +44,7 @@ def _clip(path) -> tuple[np.ndarray, str]:
 
 
 def _features(samples: np.ndarray, n_mels: int) -> np.ndarray:
-    from kvscribe.mel import log_mel
+    from kvscribe.audio.mel import log_mel
 
     return log_mel(samples, n_mels)[:, :3000].numpy()[None]
 

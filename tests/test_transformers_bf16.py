@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
-from kvscribe import hardware
 from kvscribe.audio import load_audio
 from kvscribe.contract import DecodeRequest
 from kvscribe.errors import UsageError
+from kvscribe.machine import hardware
 from tests.conftest import SAMPLE, SAMPLE_TEXT, wer
 
 pytestmark = [pytest.mark.transformers]

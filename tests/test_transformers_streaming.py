@@ -1,7 +1,7 @@
 """The transformers backend on streamed files: the same transcripts as on the whole array.
 
 Real model (the embedded tiny.en, and base where installed, for language detection), real
-files decoded by PyAV. A streamed file (kvscribe.audio_stream.open_streamed) must give
+files decoded by PyAV. A streamed file (kvscribe.audio.stream.open_streamed) must give
 segments, times, tokens and words identical to the decoded array of the same file, on the
 sequential path (its log-mel a StreamedMel, computed a window at a time) and the batched
 one (speech chunks, tails decoded again from the held history), and through the runner's
@@ -17,10 +17,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from kvscribe.audio import SAMPLE_RATE, load_audio  # noqa: E402
-from kvscribe.audio_stream import open_streamed  # noqa: E402
+from kvscribe.audio.mel import FRAMES_PER_WINDOW, HOP, N_FFT  # noqa: E402
+from kvscribe.audio.stream import open_streamed  # noqa: E402
 from kvscribe.contract import DecodeRequest  # noqa: E402
 from kvscribe.decoding import VadFilter  # noqa: E402
-from kvscribe.mel import FRAMES_PER_WINDOW, HOP, N_FFT  # noqa: E402
 from kvscribe.models.embedded import EMBEDDED  # noqa: E402
 from tests import loaded  # noqa: E402
 from tests.conftest import EVAL_DIR, SAMPLE, wer  # noqa: E402
@@ -56,7 +56,7 @@ def _segments(backend, audio, request: DecodeRequest):
 
 def _whole_file_reference(backend, audio: np.ndarray, request: DecodeRequest):
     """The sequential path as it was before streaming: the whole file's log-mel at once."""
-    from kvscribe.mel import log_mel
+    from kvscribe.audio.mel import log_mel
     from kvscribe.stepped import longform
 
     mel = log_mel(torch.from_numpy(audio), backend.network.config.num_mel_bins)
@@ -134,7 +134,7 @@ def test_batched_path_on_a_streamed_file_equals_the_array(long_form_head, profil
 def test_vad_kept_speech_of_a_streamed_file_equals_it_as_an_array(tmp_path, batch_size):
     """The runner hands a backend without its own VAD the speech joined lazily (a Joined
     of the streamed file): the transcript equals that of the same regions as an array."""
-    from kvscribe.vadfilter import speech_only
+    from kvscribe.voice.regions import speech_only
 
     path = tmp_path / "paused.wav"
     paused_clip(SHORT_CLIPS, 4.0, path)
@@ -150,7 +150,7 @@ def test_vad_kept_speech_of_a_streamed_file_equals_it_as_an_array(tmp_path, batc
 
 def _front_end_calls(monkeypatch) -> list[int]:
     """The sample count of every call of the front end from now on."""
-    from kvscribe.streamed_mel import TorchFrontEnd
+    from kvscribe.audio.streamed_mel import TorchFrontEnd
 
     real, sizes = TorchFrontEnd.log10_mel, []
 

@@ -1,4 +1,4 @@
-"""Word timestamps for the transformers backend (alignment heads + DTW) and kvscribe.words,
+"""Word timestamps for the transformers backend (alignment heads + DTW) and kvscribe.timing.words,
 on the real converted tiny.en, its real tokenizer and real audio, checked against
 faster-whisper's own word timestamps."""
 
@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from kvscribe import models  # noqa: E402
 from kvscribe.audio import SAMPLE_RATE, load_audio  # noqa: E402
 from kvscribe.contract import DecodeRequest  # noqa: E402
-from kvscribe.words import (  # noqa: E402
+from kvscribe.timing.words import (  # noqa: E402
     Durations,
     SegmentWords,
     WordTiming,
@@ -44,7 +44,7 @@ BEAMS = 5
 MEDIAN_START_TOLERANCE = 0.2  # seconds: issue 14's bound against faster-whisper's words
 
 
-# ---------------------------------------------------------------- kvscribe.words, real tokenizer
+# ------------------------------------------------------- kvscribe.timing.words, real tokenizer
 
 
 @functools.cache
@@ -172,8 +172,8 @@ def _backend():
 def _aligned(clip: Path):
     """(segments, words per segment) from the backend's own decode, aligned by WordAligner
     on the window's encoder output (one window: the clips are under 30 s)."""
+    from kvscribe.audio.mel import FRAMES_PER_WINDOW, log_mel
     from kvscribe.backends.transformers.alignment import WordAligner
-    from kvscribe.mel import FRAMES_PER_WINDOW, log_mel
 
     backend = _backend()
     audio = load_audio(clip)
@@ -244,8 +244,8 @@ def test_word_starts_agree_with_faster_whisper_within_a_fifth_of_a_second(clip):
 
 def test_frames_past_the_audio_are_never_chosen():
     """Half the JFK window's content: every word must end inside that half."""
+    from kvscribe.audio.mel import FRAMES_PER_WINDOW, log_mel
     from kvscribe.backends.transformers.alignment import WordAligner
-    from kvscribe.mel import FRAMES_PER_WINDOW, log_mel
 
     backend = _backend()
     segments, _, _ = _aligned(SAMPLE)

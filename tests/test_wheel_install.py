@@ -99,7 +99,8 @@ def _package_data(root: Path) -> set[str]:
 
 def test_the_wheel_holds_every_data_file_of_the_source(wheel):
     data = _package_data(ROOT)
-    assert {"kvscribe/profiles/auto.toml", "backends/whispercpp/kv-cache-types.patch"} <= data
+    patch = "kvscribe/backends/whispercpp/kv-cache-types.patch"
+    assert {"kvscribe/profiles/auto.toml", patch} <= data
     with zipfile.ZipFile(wheel) as archive:
         missing = data - set(archive.namelist())
     assert not missing, f"not in the wheel (pyproject.toml's package-data): {sorted(missing)}"

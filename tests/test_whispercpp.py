@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvscribe.audio.mel import mel_filters
 from kvscribe.backends.whispercpp import binary
 from kvscribe.backends.whispercpp.process import WhisperProcess, check_outcome, write_wav_f32
 from kvscribe.backends.whispercpp.report import parse_segment_line
@@ -26,7 +27,6 @@ from kvscribe.errors import (
     ModelNotFoundError,
     UsageError,
 )
-from kvscribe.mel import mel_filters
 from kvscribe.models import ggml, resolve
 from kvscribe.models.embedded import EMBEDDED
 from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer

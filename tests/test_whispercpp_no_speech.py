@@ -25,7 +25,7 @@ PATCH = "no-speech-logits-row.patch"
 SPEECH_END = 12.0  # the sample is 11.0 s; nothing may start or end after this
 NOISE_SECONDS = 45.0
 # White noise, seeded: -50 dBFS RMS, about 100 steps of 16-bit, so no 10 ms frame is
-# digital silence and kvscribe hands all of it to whisper.cpp (kvscribe/vadfilter.py cuts
+# digital silence and kvscribe hands all of it to whisper.cpp (kvscribe/pipeline.py cuts
 # only runs within a few steps of zero). Unpatched, tiny.en reads the window at 30 s as
 # " to you." or " and so on." (seeds 0-3, -45 to -55 dBFS); patched, it is skipped.
 NOISE_DBFS = -50.0

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvscribe.capacity import usable_cores
+from kvscribe.machine.capacity import usable_cores
 from kvscribe.models import resolve
 from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
 

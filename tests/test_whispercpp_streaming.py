@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from kvscribe.audio_stream import PEAK_FRAME, Joined, open_streamed
+from kvscribe.audio.stream import PEAK_FRAME, Joined, open_streamed
 from kvscribe.backends.whispercpp.pieces import PIECE_ENV, quiet_point, write_pieces
 from kvscribe.backends.whispercpp.process import write_wav_f32
 from kvscribe.backends.whispercpp.report import parse_segment_line
@@ -193,7 +193,7 @@ def test_batched_pieces_of_vad_regions_match_the_array(whisper_cli, monkeypatch,
     """Batch size 8 on 2 threads: -p 2 inside each piece of 60 s or more; the runner's VAD
     regions (a Joined of the stream vs of the array); no previous text, so no prompt. The
     long-form clip's first 125 s: over 100 s of speech, two pieces of at most 90 s."""
-    from kvscribe.vadfilter import speech_only
+    from kvscribe.voice.regions import speech_only
 
     monkeypatch.setenv(PIECE_ENV, "90")
     caplog.set_level(logging.DEBUG, logger=SESSION_LOG)

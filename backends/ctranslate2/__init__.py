@@ -18,9 +18,9 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from kvscribe import setting_rows as row
-from kvscribe.aligned_chunks import decoded_segments, shared_segments
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.audio_stream import Samples, hold_history
+from kvscribe.audio.mel import ENCODER_MARGIN, encoder_frames
+from kvscribe.audio.stream import Samples, hold_history
 from kvscribe.backends.base import Backend
 from kvscribe.backends.ctranslate2 import report as ct2_report
 from kvscribe.backends.ctranslate2 import stream as ct2_stream
@@ -39,8 +39,8 @@ from kvscribe.contract import (
 )
 from kvscribe.decoding import SAMPLING_SEED, Fallback, unspoken
 from kvscribe.errors import BackendUnavailableError
-from kvscribe.mel import ENCODER_MARGIN, encoder_frames
 from kvscribe.models.ct2_file import whisper_dims
+from kvscribe.timing.aligned_chunks import decoded_segments, shared_segments
 from kvscribe.types import Segment, Word
 
 _SETTINGS = {
@@ -189,7 +189,7 @@ class CTranslate2Backend(Backend):
     ) -> list[Transcription]:
         """Short inputs (each within one window) decoded side by side, as the speech chunks
         of a long file are: each input's chunks are one run, the runs of inputs in the same
-        language share the batches (kvscribe.aligned_chunks.shared_segments). Decoded
+        language share the batches (kvscribe.timing.aligned_chunks.shared_segments). Decoded
         before this returns: an input's batch holds the others' chunks."""
         from kvscribe.backends.ctranslate2 import batched as ct2_batched
 
@@ -342,7 +342,7 @@ class CTranslate2Backend(Backend):
         """The profile's `cpu_threads`, else CTranslate2's default of 4 capped at the cores
         this process may use: 4 threads on 2 cores cost 5-10 % of batched decoding's time
         (measured, benchmarks/results/batched_longform.md)."""
-        from kvscribe.capacity import usable_cores
+        from kvscribe.machine.capacity import usable_cores
 
         return int(self.settings.get("cpu_threads") or min(4, usable_cores()))
 

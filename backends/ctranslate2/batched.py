@@ -6,7 +6,7 @@ Each chunk is decoded without timestamp tokens (as faster-whisper's
 `BatchedInferencePipeline` does by default: with them the model skips speech between one
 timestamp and the next, and a chunk is never decoded again) and every time comes from
 cross-attention alignment of its text (CTranslate2's `align`, as faster-whisper's word
-timestamps use); kvscribe.aligned_chunks makes the segments, as for the transformers
+timestamps use); kvscribe.timing.aligned_chunks makes the segments, as for the transformers
 backend.
 
 Each chunk's samples are sliced from the input (a StreamedAudio for files: decoded as it
@@ -24,14 +24,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kvscribe.adapters import faster_whisper as adapter
-from kvscribe.aligned_chunks import AlignedChunk, on_original_clock
-from kvscribe.audio_stream import Samples
+from kvscribe.audio.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW
+from kvscribe.audio.stream import Samples
 from kvscribe.backends.ctranslate2.replicas import Replicas, rows_of
 from kvscribe.chunking import Chunk
 from kvscribe.contract import DecodeRequest
 from kvscribe.decoding import Fallback, compression_ratio, per_row
-from kvscribe.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW
-from kvscribe.timed_words import TimedWord
+from kvscribe.timing.aligned_chunks import AlignedChunk, on_original_clock
+from kvscribe.timing.timed_words import TimedWord
 
 MEDIAN_FILTER_WIDTH = 7  # openai-whisper's smoothing of the alignment heads' weights
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from kvscribe import setting_rows as row
 from kvscribe.backends.ctranslate2.silence import describe_vad
 from kvscribe.backends.ctranslate2.windows import WindowCounter
-from kvscribe.chunking import FILE_VAD
 from kvscribe.contract import DecodeRequest, DecoderReport
 from kvscribe.kvcache import estimate
 from kvscribe.models.ct2_file import WhisperDims
 from kvscribe.provenance import ESTIMATED, make_provenance
+from kvscribe.voice.regions import FILE_VAD
 
 
 @dataclass(frozen=True)

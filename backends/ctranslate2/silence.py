@@ -1,7 +1,7 @@
 """What the ctranslate2 backend does not decode: faster-whisper's VAD filter (silero fed a
 block at a time, backends/ctranslate2/vad.py; the speech joined lazily and times put back on the
 original clock). (Long runs of digital silence are cut out before any backend sees the
-audio: kvscribe/vadfilter.py; text from windows the model judges silent is dropped by
+audio: kvscribe/pipeline.py; text from windows the model judges silent is dropped by
 kvscribe.decoding.unspoken.)
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.audio_stream import Joined, Samples
+from kvscribe.audio.stream import Joined, Samples
 from kvscribe.decoding import VadFilter
 
 

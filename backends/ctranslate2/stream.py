@@ -31,8 +31,8 @@ from __future__ import annotations
 import numpy as np
 
 from kvscribe.adapters import faster_whisper as adapter
-from kvscribe.audio_stream import Samples
-from kvscribe.streamed_mel import NumpyFrontEnd, StreamedMel
+from kvscribe.audio.stream import Samples
+from kvscribe.audio.streamed_mel import NumpyFrontEnd, StreamedMel
 
 _DEFAULT_PADDING = 160  # FeatureExtractor.__call__'s, which NumpyFrontEnd reproduces
 

@@ -4,7 +4,7 @@ faster-whisper's own function takes the whole file as one array (an hour: 230 MB
 samples, padded again). This module gives the same speech timestamps, to the sample, from
 any Samples read in blocks: the probabilities come from the silero model faster-whisper ships,
 fed the windows its `SileroVADModel` would run (512 samples each, after the previous
-window's last 64) by kvscribe's own front end (kvscribe.live.vad.SileroVad, which carries
+window's last 64) by kvscribe's own front end (kvscribe.voice.silero.SileroVad, which carries
 the model's state from one block to the next), and the hysteresis below
 is `get_speech_timestamps`' loop, copied (faster-whisper 1.2, MIT; from silero-vad).
 tests/test_ct2_streaming.py checks both against faster-whisper's on real audio.
@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.audio_stream import Samples
-from kvscribe.live.vad import WINDOW, SileroVad
+from kvscribe.audio.stream import Samples
+from kvscribe.voice.silero import WINDOW, SileroVad
 
 CONTEXT = 64  # samples of the previous window each window sees first
 # Windows per session run. SileroVADModel runs 10,000 (320 s: about 45 MB of input

@@ -9,7 +9,7 @@ on numpy arrays, and the decoding is the stepped core the transformers backend r
 kvscribe/stepped/longform.py's 30 s windows with previous-text prompts, timestamp rules
 and seeking, greedy and beam search, temperature fallback; kvscribe/stepped/batched.py's
 speech chunks decoded side by side (`batch_size` over 1, on files over 30 s). Features are
-openai-whisper's log-mel in numpy (kvscribe.streamed_mel.WhisperNumpyFrontEnd), a window
+openai-whisper's log-mel in numpy (kvscribe.audio.streamed_mel.WhisperNumpyFrontEnd), a window
 or a chunk at a time.
 
 Not here: half layers (the step graph takes K/V; reported "not applicable", those layers
@@ -22,12 +22,12 @@ import json
 
 from kvscribe import setting_rows as row
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.audio_stream import Samples, hold_history
+from kvscribe.audio.mel import FRAMES_PER_WINDOW
+from kvscribe.audio.stream import Samples, hold_history
 from kvscribe.backends.base import Backend
 from kvscribe.contract import Capabilities, DecodeRequest, DecoderReport, Transcription
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
-from kvscribe.mel import FRAMES_PER_WINDOW
 from kvscribe.provenance import MEASURED, make_provenance
 from kvscribe.stepped.request import conditioned, decoding_rows
 from kvscribe.stepped.sharing import SharesSteppedBatches
@@ -141,8 +141,8 @@ class OnnxBackend(SharesSteppedBatches, Backend):
         }
 
     def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
+        from kvscribe.audio.streamed_mel import StreamedMel
         from kvscribe.stepped import longform
-        from kvscribe.streamed_mel import StreamedMel
 
         self._check_request_language(request)
         beams = request.beam_size or int(self.settings.get("beam_size", 5))
@@ -224,7 +224,7 @@ class OnnxBackend(SharesSteppedBatches, Backend):
         GPU, as on ctranslate2. On one thread sharing gained nothing: 0.95-1.09x the time of
         files decoded alone over two runs; on two, 0.95x and 1.01x, with fewer errors
         (benchmarks/results/folder_batches_onnx.md)."""
-        from kvscribe.capacity import usable_physical_cores
+        from kvscribe.machine.capacity import usable_physical_cores
 
         threads = self.settings.get("threads") or usable_physical_cores()
         return (self.device != "cpu" or threads > 1) and super().shares_batches(request)
@@ -279,13 +279,13 @@ class OnnxBackend(SharesSteppedBatches, Backend):
         return report
 
     def _front_end(self):
-        from kvscribe.streamed_mel import WhisperNumpyFrontEnd
+        from kvscribe.audio.streamed_mel import WhisperNumpyFrontEnd
 
         return WhisperNumpyFrontEnd(self.n_mels)
 
     def _chunk_mel(self, samples):
         """A speech chunk's first 30 s window of log-mel [n_mels, 3000] (numpy)."""
-        from kvscribe.streamed_mel import StreamedMel
+        from kvscribe.audio.streamed_mel import StreamedMel
 
         return StreamedMel(samples, self._front_end())[:, :FRAMES_PER_WINDOW]
 

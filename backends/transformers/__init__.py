@@ -17,14 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kvscribe import hardware
 from kvscribe import setting_rows as row
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.audio_stream import Samples, hold_history
+from kvscribe.audio.stream import Samples, hold_history
 from kvscribe.backends.base import Backend
 from kvscribe.contract import Capabilities, DecodeRequest, DecoderReport, Transcription
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
+from kvscribe.machine import hardware
 from kvscribe.provenance import MEASURED, make_provenance
 from kvscribe.stepped.sharing import SharesSteppedBatches
 
@@ -124,7 +124,7 @@ class TransformersBackend(SharesSteppedBatches, Backend):
         """The profile's `threads`, else OMP_NUM_THREADS (a batch worker's share), else the
         physical cores this process may use: torch's own default, worked out here because
         the live value may already be another engine's."""
-        from kvscribe.capacity import usable_physical_cores
+        from kvscribe.machine.capacity import usable_physical_cores
 
         return int(self.settings.get("threads") or usable_physical_cores())
 
@@ -168,7 +168,7 @@ class TransformersBackend(SharesSteppedBatches, Backend):
     def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
         import torch
 
-        from kvscribe.streamed_mel import StreamedMel, TorchFrontEnd
+        from kvscribe.audio.streamed_mel import StreamedMel, TorchFrontEnd
 
         # OpenMP's thread count is the process's: a CTranslate2 model built since (a
         # replica sets it to 1) would otherwise decide ours, for every later decode.

@@ -109,7 +109,7 @@ class TorchWhisper:
         """The first 30 s window of `samples` (one speech chunk, a numpy array)."""
         import torch
 
-        from kvscribe.mel import FRAMES_PER_WINDOW, log_mel
+        from kvscribe.audio.mel import FRAMES_PER_WINDOW, log_mel
 
         with torch.inference_mode():
             mel = log_mel(
@@ -129,8 +129,8 @@ class TorchWhisper:
         """The language of `mel`'s first window, and its probability."""
         import torch
 
+        from kvscribe.audio.mel import FRAMES_PER_WINDOW
         from kvscribe.backends.transformers.decoder import PolicyDecoder
-        from kvscribe.mel import FRAMES_PER_WINDOW
         from kvscribe.stepped.language import detect_language
 
         encoded = self.encode(mel[:, :FRAMES_PER_WINDOW])

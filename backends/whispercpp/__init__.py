@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from kvscribe import setting_rows as row
-from kvscribe.audio_stream import Samples
+from kvscribe.audio.stream import Samples
 from kvscribe.backends.base import Backend
 from kvscribe.backends.whispercpp import binary, fulljson, kvtypes, quantize
 from kvscribe.backends.whispercpp.engine_report import (
@@ -346,7 +346,7 @@ class WhisperCppBackend(Backend):
     def _threads(self) -> int:
         """The profile's `threads`, else OMP_NUM_THREADS (a batch worker's share), else the
         cores this process may use."""
-        from kvscribe.capacity import usable_cores
+        from kvscribe.machine.capacity import usable_cores
 
         if "threads" in self.settings:
             return int(self.settings["threads"])

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kvscribe.audio_stream import PEAK_FRAME, PeakEnvelope, Samples
+from kvscribe.audio.stream import PEAK_FRAME, PeakEnvelope, Samples
 from kvscribe.backends.whispercpp.process import SAMPLE_RATE, WAV_BLOCK, WavWriter
 from kvscribe.errors import UsageError
 

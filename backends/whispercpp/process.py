@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.audio_stream import Samples
+from kvscribe.audio.stream import Samples
 from kvscribe.errors import (
     AudioDecodeError,
     BackendUnavailableError,
@@ -32,7 +32,7 @@ from kvscribe.errors import (
     ModelNotFoundError,
     UsageError,
 )
-from kvscribe.memtrace import maxrss_bytes
+from kvscribe.machine.memtrace import maxrss_bytes
 
 WAV_BLOCK = 30 * SAMPLE_RATE  # samples converted and written at a time
 TIMEOUT_ENV = "KVSCRIBE_WHISPER_TIMEOUT"

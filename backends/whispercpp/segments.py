@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from kvscribe.backends.whispercpp.fulljson import JsonSegment, Vocabulary
 from kvscribe.backends.whispercpp.words import SECONDS_PER_CS, window_words
 from kvscribe.decoding import compression_ratio
+from kvscribe.timing.words import WordTiming, as_words
 from kvscribe.types import Segment, Word
-from kvscribe.words import WordTiming, as_words
 
 # A whole segment that is only a caption annotation or music notes: "[BLANK_AUDIO]",
 # "(wind blowing)", "♪♪" (or a note cut mid-character). openai-whisper suppresses the
@@ -42,7 +42,7 @@ class Window:
 class SegmentMaker:
     """kvscribe Segments from the JSON segments of one input, given a piece at a time:
     numbered from 0 across pieces, windows counted on, and words placed after the speech
-    that came before (kvscribe.words' `last_speech`), as if whisper-cli had run once."""
+    that came before (kvscribe.timing.words' `last_speech`), as if whisper-cli had run once."""
 
     def __init__(self, vocab: Vocabulary, words: bool):
         self.vocab = vocab

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvscribe.audio_stream import Samples
+from kvscribe.audio.stream import Samples
 from kvscribe.backends.whispercpp import fulljson
 from kvscribe.backends.whispercpp.engine_report import retries
 from kvscribe.backends.whispercpp.pieces import SAMPLE_RATE, Piece, write_pieces

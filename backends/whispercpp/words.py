@@ -1,4 +1,4 @@
-"""Word timestamps from whisper-cli's token times, grouped and trimmed by kvscribe.words.
+"""Word timestamps from whisper-cli's token times, grouped and trimmed by kvscribe.timing.words.
 
 With `-dtw PRESET` whisper.cpp aligns each window's text tokens to the audio by dynamic
 time warping over the model's alignment heads (openai-whisper's method). It writes the
@@ -6,7 +6,7 @@ time where the DTW path *enters* a token's row as that token's `t_dtw`; since ro
 the matrix is the decoder position that predicts token k + 1 (row 0 is
 <|notimestamps|>'s), that is the token's end in openai-whisper's terms, and a token's
 start is the end of the token before it (the first: the window's start). Read that way,
-after kvscribe.words' trims, word starts differ from faster-whisper's own (same tiny.en,
+after kvscribe.timing.words' trims, word starts differ from faster-whisper's own (same tiny.en,
 beam 5) by a median of 0.00-0.02 s on samples/jfk.wav, three librivox eval clips and the
 182 s long form, against 0.13-0.29 s from whisper.cpp's heuristic token times (`offsets`),
 which are used only when no DTW preset fits the model.
@@ -21,7 +21,7 @@ from pathlib import PurePath
 
 from kvscribe.backends.whispercpp.fulljson import JsonSegment, JsonToken, Vocabulary
 from kvscribe.models.ct2_file import WhisperDims
-from kvscribe.words import (
+from kvscribe.timing.words import (
     SegmentWords,
     WordTiming,
     clamp_at_sentence_ends,
@@ -90,7 +90,7 @@ def window_words(
     language: str,
     last_speech: float,
 ) -> tuple[list[SegmentWords], float]:
-    """One window's segments with their words, as kvscribe.words.SegmentWords (absolute
+    """One window's segments with their words, as kvscribe.timing.words.SegmentWords (absolute
     seconds; bounds moved to the words' as openai-whisper does), and where speech ended.
 
     `seek_cs` is the window's absolute start; `shift_cs` what whisper.cpp left out of the
@@ -118,7 +118,7 @@ def window_words(
 def _word_timings(
     tokens: list[JsonToken], seek_cs: int, shift_cs: int, language: str
 ) -> list[WordTiming]:
-    """Words (times from the window's start) over the window's text tokens. kvscribe.words
+    """Words (times from the window's start) over the window's text tokens. kvscribe.timing.words
     groups token ids; here the "ids" are positions in `tokens`, whose texts whisper-cli
     already joined into whole characters."""
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvscribe import hardware, registry
 from kvscribe import profile as profiles
+from kvscribe import registry
 from kvscribe.bench.cells import Cell
 from kvscribe.devices import DeviceChoice, device_for, require_cuda
 from kvscribe.errors import KvscribeError
+from kvscribe.machine import hardware
 
 DEVICES = ("auto", "cpu", "cuda")
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvscribe.bench.figures import CellFigures, batch_rows
-from kvscribe.cli.render import BYTES_UNIT
 from kvscribe.errors import BackendUnavailableError
-from kvscribe.provenance import MEASURED, weakest_kind
+from kvscribe.provenance import BYTES_UNIT, MEASURED, weakest_kind
 
 
 def pyplot():

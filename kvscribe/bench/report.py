@@ -11,8 +11,7 @@ from typing import Any
 from rich.table import Table
 
 from kvscribe.bench.figures import CellFigures, Claim, batch_rows
-from kvscribe.cli.render import BYTES_UNIT
-from kvscribe.provenance import DERIVED, ESTIMATED, MEASURED, weakest_kind
+from kvscribe.provenance import BYTES_UNIT, DERIVED, ESTIMATED, MEASURED, weakest_kind
 
 TITLE = f"kvscribe bench ({BYTES_UNIT})"
 # Each KV column's figure in kv_provenance, and how a figure that is not measured is marked.

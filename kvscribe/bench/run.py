@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from kvscribe import __version__, hardware
+from kvscribe import __version__
 from kvscribe.atomic_file import atomic_write_text
 from kvscribe.bench import cells as matrix_
 from kvscribe.bench.clips import Clip, read_manifest, shipped
@@ -22,6 +22,7 @@ from kvscribe.bench.placement import Placement, check_requested, place
 from kvscribe.bench.report import as_csv, as_json, as_markdown, batch_table, notes, rich_table
 from kvscribe.bench.worker import CellProcess
 from kvscribe.errors import ExitCode, UsageError
+from kvscribe.machine import hardware
 
 
 @dataclass(frozen=True)

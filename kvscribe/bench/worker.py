@@ -16,7 +16,7 @@ from kvscribe.bench.cells import Cell, batches
 from kvscribe.bench.clips import Clip
 from kvscribe.chunking import MAX_SECONDS
 from kvscribe.errors import KvscribeError
-from kvscribe.memtrace import peak_rss_bytes
+from kvscribe.machine.memtrace import peak_rss_bytes
 from kvscribe.provenance import MEASURED, make_provenance
 
 

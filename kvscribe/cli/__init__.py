@@ -6,7 +6,7 @@ import os
 # kvscribe/__init__.py), before anything below loads numpy.
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
-from kvscribe import malloc_arenas, openmp
+from kvscribe.machine import malloc_arenas, openmp
 
 malloc_arenas.limit()  # before any engine starts its threads
 openmp.wait_passively()  # before any engine loads its OpenMP runtime

@@ -15,7 +15,6 @@ from kvscribe.atomic_file import atomic_write_text
 from kvscribe.cli.live_parameters import PARAMETERS
 from kvscribe.cli.parameters import option_values, takes
 from kvscribe.cli.render import (
-    BYTES_UNIT,
     exit_with,
     figures_table,
     human_bytes,
@@ -26,6 +25,7 @@ from kvscribe.cli.render import (
 )
 from kvscribe.errors import ExitCode
 from kvscribe.options import LiveOptions
+from kvscribe.provenance import BYTES_UNIT
 
 
 @takes(PARAMETERS)
@@ -83,8 +83,8 @@ def _run(options: LiveOptions, console) -> int:
     from kvscribe.live.session import LiveSession
     from kvscribe.live.stats import LiveStats
     from kvscribe.live.streaming import StreamSettings
-    from kvscribe.live.vad import SileroVad, VadSettings, VoiceDetector
     from kvscribe.runner import decode_request, load_backend
+    from kvscribe.voice.silero import SileroVad, VadSettings, VoiceDetector
 
     source = _open_source(options)  # a missing file or microphone fails before the model loads
     vad = VadSettings(threshold=options.vad_threshold, min_silence=options.min_silence)

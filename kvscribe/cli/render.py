@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from kvscribe.errors import KvscribeError
-from kvscribe.provenance import MEASURED
+from kvscribe.provenance import BYTES_UNIT, MEASURED
 
 
 def stderr_console() -> Console:
@@ -49,10 +49,6 @@ def print_error(console: Console, error: KvscribeError) -> None:
         soft_wrap=True,
         highlight=False,
     )
-
-
-# kvscribe shows bytes in decimal units, as whisper.cpp prints them and the README counts.
-BYTES_UNIT = "MB = 10^6 bytes"
 
 
 def human_bytes(value: int | None) -> str:

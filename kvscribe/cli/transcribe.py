@@ -63,7 +63,7 @@ def _run_stdin(options: TranscribeOptions, auto_jobs: bool, on_cluster=None) -> 
     """`kvscribe -`: the piped audio, spooled to a file named after --output-name."""
     import dataclasses
 
-    from kvscribe.stdin import spooled
+    from kvscribe.audio.stdin import spooled
 
     with spooled(sys.stdin.buffer, options.output_name, options.input_format) as path:
         # The spool carries the name and the format now: the options describe a plain file.
@@ -96,9 +96,10 @@ def _run_batch(options: TranscribeOptions, auto_jobs: bool, on_cluster=None) -> 
     import dataclasses
     import time
 
-    from kvscribe import batch, capacity, models, registry
+    from kvscribe import batch, models, registry
     from kvscribe.cli.batch_view import BatchView
     from kvscribe.inputs import Selection, expand
+    from kvscribe.machine import capacity
 
     started = time.perf_counter()
     console = stderr_console()

@@ -11,8 +11,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kvscribe import openmp
-from kvscribe.batch_worker import Report, Result, Task, Worker
+from kvscribe.batch.worker import Report, Result, Task, Worker
+from kvscribe.machine import openmp
 from kvscribe.options import TranscribeOptions
 from kvscribe.types import Segment
 

@@ -1,14 +1,16 @@
 """Worker slots on a Ray cluster: per node, the rule `--jobs` uses on one machine
-(kvscribe.capacity), applied to the node's CPUs and memory as Ray reports them."""
+(kvscribe.machine.capacity), applied to the node's CPUs and memory as Ray reports them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvscribe.capacity import SMALL_MACHINE_BYTES, worker_bytes
 from kvscribe.errors import BackendUnavailableError
+from kvscribe.machine.capacity import SMALL_MACHINE_BYTES, worker_bytes
 
-MAX_SLOTS_PER_NODE = 4  # as kvscribe.capacity.default_jobs: more, thinner workers stop paying
+MAX_SLOTS_PER_NODE = (
+    4  # as kvscribe.machine.capacity.default_jobs: more, thinner workers stop paying
+)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Batch work on a Ray cluster (`--cluster`): one KvscribeWorker actor per worker slot
 (kvscribe.cluster.capacity), files handed to idle actors in parcels (as `--jobs` hands
 them: as many as a batch holds chunks to an actor whose short files share batches, else
-one at a time; kvscribe.executors.parcel_size), each result (the transcript and stats)
+one at a time; kvscribe.batch.executors.parcel_size), each result (the transcript and stats)
 back to the driver, which alone writes outputs and the manifest (kvscribe.batch), so a
 killed driver and a rerun behave as with `--jobs`.
 
@@ -31,12 +31,12 @@ from typing import Any
 
 from kvscribe import profile as profiles
 from kvscribe import registry
-from kvscribe.batch_worker import Result, Task, internal_error
+from kvscribe.batch.executors import TaskEvents, parcel_size
+from kvscribe.batch.worker import Result, Task, internal_error
 from kvscribe.cluster.actor import KvscribeWorker
 from kvscribe.cluster.capacity import Slot, alive_nodes, plan
 from kvscribe.cluster.connect import connect
 from kvscribe.errors import EngineError, InputNotFoundError
-from kvscribe.executors import TaskEvents, parcel_size
 from kvscribe.manifest import Fingerprint, fingerprint
 from kvscribe.options import TranscribeOptions
 

@@ -28,7 +28,7 @@ from kvscribe.live.agreement import Hypothesis, LocalAgreement
 from kvscribe.live.capture import Capture, Chunk
 from kvscribe.live.stats import LiveStats
 from kvscribe.live.streaming import LiveListener, StreamSettings
-from kvscribe.live.vad import VoiceDetector, VoiceEvent, level_dbfs
+from kvscribe.voice.silero import VoiceDetector, VoiceEvent, level_dbfs
 
 _MEMORY_EVERY = 10.0  # seconds of audio between RSS samples
 _SLACK = SAMPLE_RATE // 2  # audio kept before a possible onset, beyond the pad

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscribe.contract import DecoderReport
-from kvscribe.memtrace import MAX_SAMPLES as _MAX_SAMPLES
-from kvscribe.memtrace import current_rss_bytes, peak_rss_bytes
+from kvscribe.machine.memtrace import MAX_SAMPLES as _MAX_SAMPLES
+from kvscribe.machine.memtrace import current_rss_bytes, peak_rss_bytes
 from kvscribe.stats import KvTally
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from kvscribe.live.vad import VadSettings
+from kvscribe.voice.silero import VadSettings
 
 
 @dataclass(frozen=True)

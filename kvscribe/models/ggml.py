@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from kvscribe.audio.mel import mel_filters
 from kvscribe.errors import ModelNotFoundError
-from kvscribe.mel import mel_filters
 from kvscribe.models.ct2_file import WhisperDims, whisper_dims
 from kvscribe.models.formats import GGML_MAGIC
 from kvscribe.models.vocab import special_tokens

@@ -5,7 +5,7 @@ openai-whisper's method (whisper/timing.py): one teacher-forced decoder pass ove
 cross-attention of the heads known to follow the audio; their weights, normalised
 and smoothed, form a token x frame cost matrix; dynamic time warping through it
 gives each token the frame where it begins. Words are grouped and trimmed by
-kvscribe.words, as every backend's are.
+kvscribe.timing.words, as every backend's are.
 
 The engine enters through one callable, `attend` (see Attend): the teacher-forced pass,
 returning numpy logits and the alignment heads' scores. Everything after it is here, in
@@ -22,9 +22,8 @@ import numpy as np
 
 from kvscribe.kvcache.cache import CrossAttentionStore
 from kvscribe.models.vocab import SpecialTokens
-from kvscribe.timed_words import TimedWord
-from kvscribe.types import Word
-from kvscribe.words import (
+from kvscribe.timing.timed_words import TimedWord
+from kvscribe.timing.words import (
     SegmentWords,
     WordTiming,
     as_words,
@@ -35,6 +34,7 @@ from kvscribe.words import (
     place_in_segments,
     split_words,
 )
+from kvscribe.types import Word
 
 SECONDS_PER_FRAME = 0.01  # mel frames
 SECONDS_PER_ENCODER_FRAME = 0.02  # the encoder halves the mel frames
@@ -119,7 +119,7 @@ class WordAligner:
     ) -> list[TimedWord]:
         """The words of a chunk decoded without timestamps, in seconds from its start, each
         with its tokens and punctuation merged into its neighbour as openai-whisper merges
-        it (kvscribe.aligned_chunks tidies them and puts them on the original clock).
+        it (kvscribe.timing.aligned_chunks tidies them and puts them on the original clock).
         `cross`: the chunk's full-precision cross-attention K/V if the decode kept them
         (CrossAttentionStore.one_chunk), else the engine projects them from `encoded`."""
         sot = tuple(sot_sequence) if sot_sequence is not None else self._default_sot()

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscribe import setting_rows as row
+from kvscribe.audio.mel import FRAMES_PER_WINDOW
 from kvscribe.decoding import Fallback
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
 from kvscribe.kvcache.spec import CrossSpec, LayerSpec
-from kvscribe.mel import FRAMES_PER_WINDOW
 from kvscribe.models.vocab import SpecialTokens
 from kvscribe.stepped import fallback
 from kvscribe.stepped.search import SearchSetup, WindowResult, sample, search
@@ -55,7 +55,7 @@ class WindowPlan:
     hotwords: tuple[int, ...] = ()  # prompt tokens before any previous text (--hotwords)
     max_new_tokens: int | None = None  # --max-new-tokens: at most this many per window
     # False: decoded without timestamp tokens (<|notimestamps|> after the sot sequence), the
-    # batched chunks' way: times then come from alignment (kvscribe.aligned_chunks).
+    # batched chunks' way: times then come from alignment (kvscribe.timing.aligned_chunks).
     timestamps: bool = True
 
     def prompt_for(self, history: list[int]) -> list[int]:

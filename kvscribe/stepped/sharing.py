@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 
 from kvscribe import setting_rows as row
-from kvscribe.audio_stream import Samples
+from kvscribe.audio.stream import Samples
 from kvscribe.chunking import shared_by_language
 from kvscribe.contract import DecodeRequest, Transcription
 

@@ -88,6 +88,6 @@ def window():
     """The log-mel of JFK's first (and only) 30 s window [1, 80, 3000]."""
     import torch
 
-    from kvscribe.mel import log_mel
+    from kvscribe.audio.mel import log_mel
 
     return log_mel(torch.from_numpy(load_audio(SAMPLE)), 80)[None, :, :3000]

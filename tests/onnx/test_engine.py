@@ -108,10 +108,10 @@ def test_the_onnx_word_aligner_times_jfk_as_the_transformers_one(exported, refer
     """The core aligner (kvscribe/stepped/alignment.py) on the ONNX engine's step and on the
     transformers network's PolicyDecoder, given JFK's greedy tokens: the same words, each
     start and end within one encoder frame."""
+    from kvscribe.audio.mel import HOP
     from kvscribe.backends.onnx.alignment import onnx_word_aligner
     from kvscribe.backends.onnx.engine import OnnxEngine
     from kvscribe.backends.transformers.alignment import WordAligner
-    from kvscribe.mel import HOP
 
     backend, plan = reference
     tokens = decoders.torch_greedy(backend, plan, window)

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
+from kvscribe.audio.mel import log_mel
 from kvscribe.errors import BackendUnavailableError
-from kvscribe.mel import log_mel
 from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
 from tests.onnx.conftest import NEEDS
 

@@ -8,7 +8,7 @@ appended after it), and the floor, 8 below the file's maximum, comes from one pa
 over the file before the first window.
 
 Two front ends, the two whole-file computations kvscribe matches: faster-whisper's
-numpy FeatureExtractor (160 zeros appended) and kvscribe.mel's torch version
+numpy FeatureExtractor (160 zeros appended) and kvscribe.audio.mel's torch version
 (openai-whisper's: 30 s of zeros appended).
 """
 
@@ -18,8 +18,8 @@ from typing import Protocol
 
 import numpy as np
 
-from kvscribe.audio_stream import Samples
-from kvscribe.mel import HOP, N_FFT, SAMPLE_RATE
+from kvscribe.audio.mel import HOP, N_FFT, SAMPLE_RATE
+from kvscribe.audio.stream import Samples
 
 SCAN_FRAMES = 3000  # frames per slice of the pass that finds the maximum (30 s)
 
@@ -57,12 +57,12 @@ class NumpyFrontEnd:
 
 
 class WhisperNumpyFrontEnd:
-    """kvscribe.mel.log_mel's arithmetic (openai-whisper's: 30 s of zeros appended, a periodic
+    """kvscribe.audio.mel.log_mel's arithmetic (openai-whisper's: 30 s of zeros appended, a periodic
     Hann window, power, mel filters, log10) in numpy, for an engine that runs without torch
     (backends/onnx): the same features as TorchFrontEnd up to float32 rounding."""
 
     def __init__(self, n_mels: int):
-        from kvscribe.mel import mel_filters
+        from kvscribe.audio.mel import mel_filters
 
         self.n_mels = n_mels
         self.tail_pad = 30 * SAMPLE_RATE  # log_mel's pad_seconds
@@ -80,12 +80,12 @@ class WhisperNumpyFrontEnd:
 
 
 class TorchFrontEnd:
-    """kvscribe.mel.log_mel (openai-whisper's), on `device`."""
+    """kvscribe.audio.mel.log_mel (openai-whisper's), on `device`."""
 
     def __init__(self, n_mels: int, device: str = "cpu"):
         import torch
 
-        from kvscribe.mel import mel_filters
+        from kvscribe.audio.mel import mel_filters
 
         self.n_mels = n_mels
         self.tail_pad = 30 * SAMPLE_RATE  # log_mel's pad_seconds

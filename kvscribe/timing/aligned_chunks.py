@@ -8,7 +8,7 @@ A chunk is decoded without timestamp tokens (with them the model skips speech be
 timestamp and the next, docs/long-files.md); its words are timed by cross-attention
 alignment (CTranslate2's `align`, the transformers backend's DTW) on the chunk's own clock,
 tidied, and put back on the original clock through the chunk's time map;
-kvscribe.timed_words cuts them into segments.
+kvscribe.timing.timed_words cuts them into segments.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from kvscribe.audio import SAMPLE_RATE
+from kvscribe.audio.mel import FRAMES_PER_SECOND
 from kvscribe.chunking import Chunk, ChunkResult, decode_chunks
 from kvscribe.decoding import Fallback, unspoken
-from kvscribe.mel import FRAMES_PER_SECOND
-from kvscribe.timed_words import TimedWord, is_anomalous, is_squeezed, split_segments, tidy
+from kvscribe.timing.timed_words import TimedWord, is_anomalous, is_squeezed, split_segments, tidy
 from kvscribe.types import Segment, Word
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from kvscribe import profile as profiles
-from kvscribe.batch_worker import (
+from kvscribe.batch.worker import (
     Result,
     Task,
     Worker,

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.audio_stream import Samples, open_streamed
+from kvscribe.audio.stream import Samples, open_streamed
 from kvscribe.chunking import MAX_SECONDS
 from kvscribe.errors import EngineError, KvscribeError
+from kvscribe.machine.memtrace import peak_rss_bytes
 from kvscribe.manifest import Fingerprint, fingerprint
-from kvscribe.memtrace import peak_rss_bytes
 from kvscribe.options import TranscribeOptions
 from kvscribe.stats import FileStats, RunStats
 from kvscribe.types import Segment, Transcript
@@ -324,7 +324,7 @@ def init_process(
     options: TranscribeOptions, threads: int, progress: multiprocessing.queues.SimpleQueue
 ) -> None:
     """Runs once in each worker process: share the cores, load the model, keep the queue
-    that carries progress to the driver (kvscribe.executors.ProcessPool drains it)."""
+    that carries progress to the driver (kvscribe.batch.executors.ProcessPool drains it)."""
     global _WORKER, _PROGRESS
     os.environ["OMP_NUM_THREADS"] = str(threads)
     _PROGRESS = progress

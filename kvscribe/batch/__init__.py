@@ -1,5 +1,5 @@
 """Batch runs into an output folder: plan against the manifest, run the work through an
-executor (this process or N worker processes: kvscribe.executors; a Ray cluster:
+executor (this process or N worker processes: kvscribe.batch.executors; a Ray cluster:
 kvscribe.cluster; one loaded model per worker), write and record every result here, in the driver.
 
 Order of effects per input: outputs are written atomically (each one whole or
@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Protocol
 
 from kvscribe import profile as profiles
-from kvscribe.batch_worker import Result, Task
+from kvscribe.batch.executors import Executor, TaskEvents, local_executor
+from kvscribe.batch.worker import Result, Task
 from kvscribe.errors import ExitCode, KvscribeError
-from kvscribe.executors import Executor, TaskEvents, local_executor
 from kvscribe.inputs import Input, output_bases
 from kvscribe.manifest import STATE_DIR, Manifest, Record, fingerprint, options_key
 from kvscribe.options import TranscribeOptions, output_shaping_values
