@@ -6,8 +6,9 @@
 `snapshot` runs the `kvscribe` command (whole processes, as a user does) with each backend
 on the eval clips and one realform recording, writing JSON (segments, words, tokens) and
 `--stats-json`. `compare` wants the JSON outputs byte for byte identical and the stats
-identical apart from times and memory (keys named below); it prints each difference and
-exits 1 if there is one.
+identical apart from times and memory (keys named below); it prints each difference, writes
+benchmarks/results/same_outputs.json and .md (name the snapshot folders after the commits
+they were taken at), and exits 1 if there is a difference.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import results_file  # noqa: E402
+
 KVSCRIBE = Path(sys.executable).parent / "kvscribe"
 BACKENDS = ("ctranslate2", "transformers", "onnx", "whispercpp")
 INPUTS = (ROOT / "eval" / "clips", ROOT / "eval" / "realform" / "asterisk_en_ivr_dev.wav")
@@ -46,22 +51,52 @@ def _steady(value):
     return value
 
 
-def _differences(before: Path, after: Path) -> list[str]:
-    problems = []
-    for backend in BACKENDS:
-        old, new = before / backend, after / backend
-        names = sorted(p.relative_to(old) for p in old.rglob("*.json"))
-        if names != sorted(p.relative_to(new) for p in new.rglob("*.json")):
-            problems.append(f"{backend}: not the same output files")
-        problems += [
-            f"{backend}/{name}: outputs differ"
-            for name in names
-            if (new / name).exists() and (old / name).read_bytes() != (new / name).read_bytes()
-        ]
-        stats = [_steady(json.loads(Path(f"{f}.stats.json").read_text())) for f in (old, new)]
-        if stats[0] != stats[1]:
-            problems.append(f"{backend}: stats differ beyond times and memory")
+def _compared(before: Path, after: Path, backend: str) -> dict:
+    """One backend's outputs in the two snapshots: which differ, and whether the stats do."""
+    old, new = before / backend, after / backend
+    names = sorted(p.relative_to(old) for p in old.rglob("*.json"))
+    same_files = names == sorted(p.relative_to(new) for p in new.rglob("*.json"))
+    differing = [
+        str(name)
+        for name in names
+        if not (new / name).exists() or (old / name).read_bytes() != (new / name).read_bytes()
+    ]
+    stats = [_steady(json.loads(Path(f"{f}.stats.json").read_text())) for f in (old, new)]
+    return {
+        "backend": backend,
+        "outputs": len(names),
+        "same_files": same_files,
+        "differing": differing,
+        "stats_equal": stats[0] == stats[1],
+    }
+
+
+def _problems(row: dict) -> list[str]:
+    backend = row["backend"]
+    problems = [] if row["same_files"] else [f"{backend}: not the same output files"]
+    problems += [f"{backend}/{name}: outputs differ" for name in row["differing"]]
+    if not row["stats_equal"]:
+        problems.append(f"{backend}: stats differ beyond times and memory")
     return problems
+
+
+def _write(before: Path, after: Path, rows: list[dict]) -> None:
+    table = [
+        f"# Every backend's outputs: {before.name} against {after.name}",
+        "",
+        "`kvscribe` with each backend, `-f json --word-timestamps --jobs 1`, on every clip of "
+        "`eval/clips/` and on `eval/realform/asterisk_en_ivr_dev.wav`.",
+        "",
+        "| backend | JSON outputs | byte-identical | stats equal (apart from times, memory) |",
+        "|---|---|---|---|",
+        *(
+            f"| {r['backend']} | {r['outputs']} | {r['outputs'] - len(r['differing'])} | "
+            f"{'yes' if r['stats_equal'] else 'no'} |"
+            for r in rows
+        ),
+    ]
+    meta = {"before": before.name, "after": after.name}
+    results_file.write("same_outputs", meta, rows, "\n".join(table))
 
 
 def main() -> None:
@@ -69,7 +104,10 @@ def main() -> None:
     if verb == "snapshot":
         snapshot(Path(folders[0]))
         return
-    problems = _differences(Path(folders[0]), Path(folders[1]))
+    before, after = Path(folders[0]), Path(folders[1])
+    rows = [_compared(before, after, backend) for backend in BACKENDS]
+    _write(before, after, rows)
+    problems = [problem for row in rows for problem in _problems(row)]
     for problem in problems:
         print(problem)
     print(f"{len(problems)} difference(s) over {', '.join(BACKENDS)}")
