@@ -1,6 +1,6 @@
 """`kvscribe mic --live` on a real microphone against the `--input` replay of the same file.
 
-    .venv/bin/python benchmarks/mic_live.py [CLIP...]
+    .venv/bin/python benchmarks/mic_live.py [--out NAME] [CLIP...]
 
 The microphone is a private PulseAudio server (tests/audio_server.py: a null sink whose
 monitor is the default source; `apt-get install pulseaudio pulseaudio-utils
@@ -10,7 +10,7 @@ while `paplay` plays the clip into the sink in real time, Ctrl-C 1.5 s after it 
 `kvscribe mic --input CLIP` (a real-time replay of the file). WER against the clip's
 reference (Whisper's English normaliser), commit latency p50/p95 and dropped audio from
 each run's `--stats-json`. Default clips: JFK and the joined real recordings (50 s).
-Writes benchmarks/results/mic_live.json and .md.
+Writes benchmarks/results/NAME.json and .md (NAME: mic_live unless --out says).
 """
 
 from __future__ import annotations
@@ -75,7 +75,11 @@ def _measure(env: dict, clip: Path, work: Path) -> dict:
 
 
 def main() -> None:
-    clips = [Path(arg) for arg in sys.argv[1:]] or DEFAULT_CLIPS
+    args = sys.argv[1:]
+    name = "mic_live"
+    if args[:1] == ["--out"]:
+        name, args = args[1], args[2:]
+    clips = [Path(arg) for arg in args] or DEFAULT_CLIPS
     problem = audio_server.missing()
     if problem:
         raise SystemExit(problem)
@@ -101,7 +105,7 @@ def main() -> None:
         ),
     ]
     meta = {"device": "cpu", "model": "tiny.en", "backend": "ctranslate2", "profile": "auto"}
-    results_file.write("mic_live", meta, rows, "\n".join(table))
+    results_file.write(name, meta, rows, "\n".join(table))
     print("\n".join(table))
 
 
