@@ -135,3 +135,17 @@ def test_installed_profiles_patches_and_backends_come_with_the_wheel(venv, elsew
     assert Path(folder).is_relative_to(venv) and complete == "True"
     for patch in (ROOT / "kvscribe" / "whispercpp").glob("*.patch"):
         assert (Path(folder) / patch.name).read_bytes() == patch.read_bytes()
+
+
+def test_every_source_package_is_listed_for_the_wheel():
+    """pyproject.toml lists packages by hand (backends/ and profiles/ install inside
+    kvscribe): a package folder missing from the list works in the editable install the
+    tests use and is absent from the wheel a user installs."""
+    listed = set(SETUPTOOLS["packages"])
+    found = set()
+    for package, folder in SETUPTOOLS["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            relative = init.parent.relative_to(ROOT / folder).parts
+            found.add(".".join((package, *relative)))
+    assert "kvscribe.backends.whispercpp" in found
+    assert sorted(found - listed) == []
