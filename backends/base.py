@@ -15,11 +15,13 @@ from kvscribe.audio.stream import Samples
 from kvscribe.chunking import shared_by_language
 from kvscribe.contract import (
     OPTIONAL_FIELDS,
+    PROFILE_DEFAULTS,
     TASKS,
     Capabilities,
     DecodeRequest,
     DecoderReport,
     Transcription,
+    completed,
     not_honoured,
 )
 from kvscribe.errors import UsageError
@@ -31,6 +33,7 @@ from kvscribe.types import Segment
 # import them from here, and keep working.
 __all__ = [
     "OPTIONAL_FIELDS",
+    "PROFILE_DEFAULTS",
     "TASKS",
     "Backend",
     "Capabilities",
@@ -56,6 +59,11 @@ class Backend(abc.ABC):
         self.profile = profile
         self.device = device
 
+    def completed(self, request: DecodeRequest) -> DecodeRequest:
+        """`request` with every field it leaves to the profile (None) filled from this
+        backend's profile section (kvscribe.contract.completed), before any engine sees it."""
+        return completed(request, self.profile.settings_for(self.name))
+
     @classmethod
     def check_available(cls) -> str | None:
         """None when this backend can run here, else why not and the fix, in one line."""
@@ -70,14 +78,22 @@ class Backend(abc.ABC):
     def load(self) -> None:
         """Load the model; raise BackendUnavailableError or ModelNotFoundError."""
 
-    @abc.abstractmethod
     def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
         """Start decoding `audio` (mono 16 kHz float32); segments stream lazily.
 
         `audio` is a numpy array (live mode, tests) or, for files when the backend's
         capabilities say `streams_audio`, a StreamedAudio (or a Joined part of one): read
         it in slices (`audio[a:b]`, `audio.size`), never whole, so memory stays flat in the
-        file's length (kvscribe.audio.stream)."""
+        file's length (kvscribe.audio.stream). The engine's `decode` gets the request
+        completed from the profile; a plug-in written before `decode` existed overrides
+        this method instead, and keeps working."""
+        return self.decode(audio, self.completed(request))
+
+    def decode(self, audio: Samples, request: DecodeRequest) -> Transcription:
+        """`transcribe` for an engine: `request` is complete (no field left to the profile)."""
+        raise NotImplementedError(
+            f"the {self.name} backend implements neither decode nor transcribe"
+        )
 
     def transcribe_together(
         self, audios: Sequence[Samples], request: DecodeRequest
@@ -86,6 +102,12 @@ class Backend(abc.ABC):
         transcribed, their speech decoded side by side in shared batches, in order. The
         decoding is done when this returns (a batch mixes inputs), so an engine failure
         raises here and names no input: the batch worker then decodes them one at a time."""
+        return self.decode_together(audios, self.completed(request))
+
+    def decode_together(
+        self, audios: Sequence[Samples], request: DecodeRequest
+    ) -> list[Transcription]:
+        """`transcribe_together` for an engine: `request` is complete."""
         raise NotImplementedError(f"the {self.name} backend does not share batches")
 
     def shares_batches(self, request: DecodeRequest) -> bool:
@@ -130,19 +152,21 @@ class Backend(abc.ABC):
         return self.capabilities.honours
 
     def unhonoured(self, request: DecodeRequest, seconds: float) -> list[str]:
-        """ "not applicable" rows for what `request` asks that decoding `seconds` of audio
-        here will not do (the runner and live mode add them to the report)."""
+        """ "not applicable" rows for what `request` (as the command line gave it, before
+        `completed`) asks that decoding `seconds` of audio here will not do (the runner and
+        live mode add them to the report)."""
         batched = self.batch_size_for(request, seconds) > 1
-        return not_honoured(request, self.honours(request, batched), self.name)
+        notes = not_honoured(request, self.honours(request, batched), self.name)
+        if batched and request.condition_on_previous_text:  # asked for, not the profile's
+            notes.append("previous-text prompt: batched chunks decode unprompted")
+        return notes
 
     def batch_size_for(self, request: DecodeRequest, seconds: float) -> int:
         """Chunks to decode at once for `seconds` of audio: the request's, else the profile's
         `batch_size`; audio that fits one window has nothing to batch."""
         from kvscribe.chunking import MAX_SECONDS
 
-        wanted = request.batch_size
-        if wanted is None:
-            wanted = int(self.profile.settings_for(self.name).get("batch_size", 1))
+        wanted = self.completed(request).batch_size
         return wanted if seconds > MAX_SECONDS else 1
 
     def check_language(self, request: DecodeRequest, multilingual: bool, known: list[str]) -> None:

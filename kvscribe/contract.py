@@ -6,9 +6,12 @@ the `Backend` class and re-exports them for plug-ins written against it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from kvscribe.controls import CONTROLS
 from kvscribe.decoding import Fallback, VadFilter
 from kvscribe.provenance import ESTIMATED, make_provenance
 from kvscribe.types import Segment
@@ -76,17 +79,33 @@ class DecodeRequest:
     suppress_tokens: tuple[int, ...] = (-1,)
     # With word times: skip a silence longer than this around a likely hallucination.
     hallucination_silence_threshold: float | None = None
+    # Above 1: the tokens already decoded in a window score lower (faster-whisper's).
+    repetition_penalty: float = 1.0
     # Audio of one window encoded in a window of its length + 2 s, at least this many
     # seconds, not Whisper's whole 30 s (live mode, kvscribe.audio.mel.encoder_frames).
     encoder_window: float | None = None
 
 
+# The DecodeRequest fields a request may leave to the profile (None), and the default where
+# a backend's profile section does not set one either (Backend.completed fills them).
+PROFILE_DEFAULTS = {"beam_size": 5, "batch_size": 1, "condition_on_previous_text": True}
+
+
+def completed(request: DecodeRequest, section: Mapping[str, Any]) -> DecodeRequest:
+    """`request` with every field it leaves to the profile (None) filled from a backend's
+    profile `section`, else PROFILE_DEFAULTS: the one place a profile's decoding defaults
+    reach a request (Backend.completed, and a batch's plan before any backend is loaded)."""
+    filled = {
+        name: section.get(name, default)
+        for name, default in PROFILE_DEFAULTS.items()
+        if getattr(request, name) is None
+    }
+    return dataclasses.replace(request, **filled) if filled else request
+
+
 # The DecodeRequest fields a backend may not honour, and the flag that sets each.
 OPTIONAL_FIELDS = {
-    "hotwords": "--hotwords",
-    "max_new_tokens": "--max-new-tokens",
-    "suppress_tokens": "--suppress-tokens",
-    "hallucination_silence_threshold": "--hallucination-silence-threshold",
+    **{control.name: control.flag for control in CONTROLS},
     "encoder_window": "--encoder-window",
 }
 

@@ -28,21 +28,6 @@ def parse_clips(text: str) -> tuple[tuple[float, float | None], ...]:
     return tuple(zip(times[::2], ends, strict=True))
 
 
-def suppressed_ids(text: str) -> tuple[int, ...]:
-    """`--suppress-tokens "-1,50363"` -> (-1, 50363): token ids, -1 the model's own list."""
-    try:
-        ids = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        ids = ()
-    if not ids or any(token < -1 for token in ids):
-        raise UsageError(
-            "must be comma-separated token ids (-1: the model's own list)",
-            subject="--suppress-tokens",
-            hint=f"got {text!r}; e.g. -1 or -1,50363",
-        )
-    return ids
-
-
 def parse_formats(values: Sequence[str] | None, to_dir: bool) -> tuple[str, ...]:
     """Each -f's `txt,srt` / `all` -> one tuple of formats (`-f srt -f json` is both). With
     a folder and no -f, write every format."""
@@ -83,8 +68,3 @@ def check_kv(kv_policy: str | None, kv_cross: str | None) -> None:
 def check_threads(threads: int | None) -> None:
     if threads is not None and not 1 <= threads <= 256:
         raise UsageError("must be between 1 and 256", subject="--threads", hint=f"got {threads}")
-
-
-def in_range(flag: str, value: float, low: float, high: float) -> None:
-    if not low <= value <= high:
-        raise UsageError(f"must be between {low:g} and {high:g}", subject=flag, hint=f"got {value}")

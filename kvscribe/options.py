@@ -2,28 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any
 
+from kvscribe.controls import CONTROLS, Control, in_range
 from kvscribe.decoding import Fallback, VadFilter, temperatures_from
 from kvscribe.errors import UsageError
 from kvscribe.languages import language_code
-from kvscribe.option_values import (
-    check_decoding,
-    check_kv,
-    check_threads,
-    in_range,
-    parse_clips,
-    suppressed_ids,
-)
+from kvscribe.option_values import check_decoding, check_kv, check_threads, parse_clips
 from kvscribe.writers import WriterOptions
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 MAX_BATCH = 64
-# Whisper's 448-token text context less its longest prompt (223 previous tokens, the
-# start-of-previous and start sequences, the no-timestamps token).
-MAX_NEW_TOKENS = 220
 
 # Field metadata: a different value can change what an output file contains, so a batch
 # redoes its inputs when the value changes (kvscribe.batch derives its resume key from it).
@@ -41,10 +32,24 @@ def _shaping_added(default: Any) -> Any:
     return field(default=default, metadata={SHAPES_OUTPUT: True, KEYED_WHEN_SET: True})
 
 
+def _control_field(control: Control) -> tuple[str, Any, Any]:
+    kind = control.kind if control.default is not None else control.kind | None
+    return control.name, kind, _shaping_added(control.default)
+
+
+# The decoding controls' values, one field each, named as kvscribe.controls declares them:
+# optional decoding options (faster-whisper's / openai-whisper's names) that a backend
+# unable to honour one reports "not applicable".
+ControlValues = make_dataclass(
+    "ControlValues", [_control_field(c) for c in CONTROLS], frozen=True, kw_only=True
+)
+
+
 @dataclass(frozen=True, kw_only=True)
-class EngineOptions:
+class EngineOptions(ControlValues):  # type: ignore[misc,valid-type]
     """What `transcribe` and `mic` share: the engine, the decoding and the report.
-    Their flags are declared once, in kvscribe.cli.shared_options."""
+    Their flags are declared once, in kvscribe.cli.shared_options (the decoding controls'
+    in kvscribe.controls)."""
 
     backend: str = _shaping("ctranslate2")
     profile: str = _shaping("auto")
@@ -63,12 +68,6 @@ class EngineOptions:
     compression_ratio_threshold: float = _shaping_added(2.4)
     logprob_threshold: float = _shaping_added(-1.0)
     no_speech_threshold: float = _shaping_added(0.6)
-    # Optional decoding controls, as faster-whisper / openai-whisper name them; a backend
-    # that cannot honour one says so in the stats ("not applicable").
-    hotwords: str | None = _shaping_added(None)
-    max_new_tokens: int | None = _shaping_added(None)
-    suppress_tokens: str = _shaping_added("-1")  # comma-separated ids; -1: the model's list
-    hallucination_silence_threshold: float | None = _shaping_added(None)
     stats_json: Path | None = None
     quiet: bool = False
 
@@ -91,10 +90,7 @@ class EngineOptions:
             "task": self.task,
             "beam_size": self.beam_size,
             "fallback": self.fallback(),
-            "hotwords": self.hotwords,
-            "max_new_tokens": self.max_new_tokens,
-            "suppress_tokens": suppressed_ids(self.suppress_tokens),
-            "hallucination_silence_threshold": self.hallucination_silence_threshold,
+            **{c.name: c.to_request(getattr(self, c.name)) for c in CONTROLS},
         }
 
     def _check_engine(self) -> None:
@@ -112,22 +108,11 @@ class EngineOptions:
         check_kv(self.kv_policy, self.kv_cross)
         check_threads(self.threads)
         self._check_fallback()
-        self._check_optional()
+        self._check_controls()
 
-    def _check_optional(self) -> None:
-        if self.hotwords is not None and not self.hotwords.strip():
-            raise UsageError("is empty", subject="--hotwords", hint="give words, or leave it out")
-        if self.max_new_tokens is not None and not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
-            raise UsageError(
-                f"must be between 1 and {MAX_NEW_TOKENS} (room for the longest prompt)",
-                subject="--max-new-tokens",
-                hint=f"got {self.max_new_tokens}",
-            )
-        suppressed_ids(self.suppress_tokens)
-        if self.hallucination_silence_threshold is not None:
-            in_range(
-                "--hallucination-silence-threshold", self.hallucination_silence_threshold, 0, 30
-            )
+    def _check_controls(self) -> None:
+        for control in CONTROLS:
+            control.validate(getattr(self, control.name))
 
     def _check_fallback(self) -> None:
         in_range("--temperature", self.temperature, 0.0, 1.0)

@@ -99,16 +99,20 @@ class CTranslate2Backend(Backend):
     def describe_settings(self) -> dict[str, str]:
         return {
             row.COMPUTE_TYPE: self.engine.model.compute_type,
-            row.PREVIOUS_TEXT: "on" if self._conditioned() else "off",
+            row.PREVIOUS_TEXT: "on" if self._profile_conditions() else "off",
         }
 
-    def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
+    def _profile_conditions(self) -> bool:
+        """Whether the profile prompts each window with the text before it."""
+        return bool(self.completed(DecodeRequest()).condition_on_previous_text)
+
+    def decode(self, audio: Samples, request: DecodeRequest) -> Transcription:
         self.check_language(request, self.dims.is_multilingual, self.engine.supported_languages)
-        beams = request.beam_size or int(self.settings.get("beam_size", 5))
+        beams = request.beam_size
         batch = self.batch_size_for(request, audio.size / SAMPLE_RATE)
         if batch > 1:
             return self._transcribe_batched(audio, request, beams, batch)
-        conditioned = self._conditioned(request)
+        conditioned = request.condition_on_previous_text
         fallback = request.fallback
         report = self._report(beams, request)
         report.settings[row.PREVIOUS_TEXT] = "on" if conditioned else "off"
@@ -140,6 +144,7 @@ class CTranslate2Backend(Backend):
             max_new_tokens=request.max_new_tokens,
             suppress_tokens=list(request.suppress_tokens),
             hallucination_silence_threshold=request.hallucination_silence_threshold,
+            repetition_penalty=request.repetition_penalty,
         )
         if clock is not None:
             raw = map(clock.restore, raw)
@@ -184,7 +189,7 @@ class CTranslate2Backend(Backend):
 
         return Transcription(language, probability, stream(), report)
 
-    def transcribe_together(
+    def decode_together(
         self, audios: Sequence[Samples], request: DecodeRequest
     ) -> list[Transcription]:
         """Short inputs (each within one window) decoded side by side, as the speech chunks
@@ -194,7 +199,7 @@ class CTranslate2Backend(Backend):
         from kvscribe.backends.ctranslate2 import batched as ct2_batched
 
         self.check_language(request, self.dims.is_multilingual, self.engine.supported_languages)
-        beams = request.beam_size or int(self.settings.get("beam_size", 5))
+        beams = request.beam_size
         batch = self.batch_size_for(request, math.inf)  # what a long file's chunks get
         self._load_replicas()  # while the inputs are scanned for speech
 
@@ -345,12 +350,6 @@ class CTranslate2Backend(Backend):
         from kvscribe.machine.capacity import usable_cores
 
         return int(self.settings.get("cpu_threads") or min(4, usable_cores()))
-
-    def _conditioned(self, request: DecodeRequest | None = None) -> bool:
-        """The request's --condition-on-previous-text when given, else the profile's."""
-        if request is not None and request.condition_on_previous_text is not None:
-            return request.condition_on_previous_text
-        return bool(self.settings.get("condition_on_previous_text", True))
 
     def _stream(
         self,

@@ -19,7 +19,7 @@ On a CPU the rows of a batch are shared out over single-thread replicas of the m
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -48,6 +48,8 @@ class BatchSetup:
     batch: int
     fallback: Fallback
     word_timestamps: bool = False  # whether segments carry their words (always aligned)
+    # The request's options CTranslate2's generate() takes as they are, on every attempt.
+    generate_options: dict = field(default_factory=dict)
 
 
 def setup(
@@ -74,6 +76,7 @@ def setup(
         batch,
         request.fallback,
         request.word_timestamps,
+        {"repetition_penalty": request.repetition_penalty},
     )
     return plan, tokenizer
 
@@ -145,6 +148,7 @@ def _generate(
         "suppress_tokens": plan.suppress,
         "return_scores": True,
         "return_no_speech_prob": True,
+        **plan.generate_options,
         **search,
     }
     prompts = [list(plan.prompt) for _ in range(rows)]

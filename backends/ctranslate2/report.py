@@ -71,8 +71,6 @@ def batched_report(
             "vad min silence / pad: batched chunks keep the chunker's "
             f"({FILE_VAD.min_silence:g} s / {FILE_VAD.pad:g} s)"
         )
-    if request.condition_on_previous_text:
-        report.not_applicable.append("previous-text prompt: batched chunks decode unprompted")
     report.kv_cross_bytes *= min(batch, max(1, chunks))
     return report
 

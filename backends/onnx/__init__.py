@@ -29,7 +29,7 @@ from kvscribe.contract import Capabilities, DecodeRequest, DecoderReport, Transc
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
 from kvscribe.provenance import MEASURED, make_provenance
-from kvscribe.stepped.request import conditioned, decoding_rows
+from kvscribe.stepped.request import decoding_rows
 from kvscribe.stepped.sharing import SharesSteppedBatches
 
 _SETTINGS = {
@@ -140,12 +140,12 @@ class OnnxBackend(SharesSteppedBatches, Backend):
             row.CROSS_POLICY: self.cross_spec.describe(),
         }
 
-    def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
+    def decode(self, audio: Samples, request: DecodeRequest) -> Transcription:
         from kvscribe.audio.streamed_mel import StreamedMel
         from kvscribe.stepped import longform
 
         self._check_request_language(request)
-        beams = request.beam_size or int(self.settings.get("beam_size", 5))
+        beams = request.beam_size
         batch = self.batch_size_for(request, audio.size / SAMPLE_RATE)
         if batch > 1:
             return self._transcribe_batched(audio, request, beams, batch)
@@ -316,7 +316,7 @@ class OnnxBackend(SharesSteppedBatches, Backend):
             self_specs=self.self_specs,
             cross_spec=self.cross_spec,
             beams=beams,
-            condition=conditioned(request, self.settings),
+            condition=request.condition_on_previous_text,
             text_ctx=self.text_ctx,
             kv_bytes_per_position=2 * engine.layers * engine.heads * engine.head_dim * 4,
             fallback=request.fallback,
@@ -337,4 +337,4 @@ class OnnxBackend(SharesSteppedBatches, Backend):
             return None
 
     def _settings(self, request: DecodeRequest, beams: int) -> dict[str, str]:
-        return {**self.describe_settings(), **decoding_rows(request, self.settings, beams)}
+        return {**self.describe_settings(), **decoding_rows(request, beams)}

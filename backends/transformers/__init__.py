@@ -135,7 +135,7 @@ class TransformersBackend(SharesSteppedBatches, Backend):
             row.COMPUTE_TYPE: self.compute_type,
             row.SELF_POLICY: self.profile.kv_self,
             row.CROSS_POLICY: self.cross_spec.describe(),
-            row.PREVIOUS_TEXT: "on" if self._conditioned() else "off",
+            row.PREVIOUS_TEXT: "on" if self._profile_conditions() else "off",
         }
 
     def _compute_type(self) -> str:
@@ -155,17 +155,16 @@ class TransformersBackend(SharesSteppedBatches, Backend):
             return "float16"
         return wanted
 
-    def _conditioned(self, request: DecodeRequest | None = None) -> bool:
-        from kvscribe.stepped.request import conditioned
-
-        return conditioned(request, self.settings)
+    def _profile_conditions(self) -> bool:
+        """Whether the profile prompts each window with the text before it."""
+        return bool(self.completed(DecodeRequest()).condition_on_previous_text)
 
     def _request_settings(self, request: DecodeRequest, beams: int) -> dict[str, str]:
         from kvscribe.stepped.request import decoding_rows
 
-        return {**self.describe_settings(), **decoding_rows(request, self.settings, beams)}
+        return {**self.describe_settings(), **decoding_rows(request, beams)}
 
-    def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
+    def decode(self, audio: Samples, request: DecodeRequest) -> Transcription:
         import torch
 
         from kvscribe.audio.streamed_mel import StreamedMel, TorchFrontEnd
@@ -174,7 +173,7 @@ class TransformersBackend(SharesSteppedBatches, Backend):
         # replica sets it to 1) would otherwise decide ours, for every later decode.
         torch.set_num_threads(self.threads)
         self._check_request_language(request)
-        beams = request.beam_size or int(self.settings.get("beam_size", 5))
+        beams = request.beam_size
         batch = self.batch_size_for(request, audio.size / SAMPLE_RATE)
         if batch > 1:
             return self._transcribe_batched(audio, request, beams, batch)
@@ -218,13 +217,13 @@ class TransformersBackend(SharesSteppedBatches, Backend):
         stream = self._stream_batched(plan, audio, chunks, batch, report, request)
         return Transcription(language, probability, stream, report)
 
-    def transcribe_together(
+    def decode_together(
         self, audios: Sequence[Samples], request: DecodeRequest
     ) -> list[Transcription]:
         import torch
 
         torch.set_num_threads(self.threads)  # as transcribe() does, and for the same reason
-        return super().transcribe_together(audios, request)
+        return super().decode_together(audios, request)
 
     def _check_request_language(self, request: DecodeRequest) -> None:
         self.check_language(request, self.special.is_multilingual, list(self.special.languages))
@@ -308,5 +307,5 @@ class TransformersBackend(SharesSteppedBatches, Backend):
         word timestamps (None: the defaults, for callers that decode chunks themselves).
         `timestamps` False: batched chunks, decoded without them and every word aligned."""
         request = request or DecodeRequest(task=task)
-        condition = self._conditioned(request)
+        condition = request.condition_on_previous_text
         return self.engine.plan(language, task, beams, request, timestamps, condition)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from kvscribe import setting_rows as row
@@ -130,13 +131,21 @@ class WhisperCppBackend(Backend):
             settings[row.WEIGHTS] = f"{self.weights} ({self.model_file}, by whisper-quantize)"
         return settings
 
-    def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
+    def completed(self, request: DecodeRequest) -> DecodeRequest:
+        # Its profile section says whether windows see the text before them by max_context
+        # (-mc): 0 is off.
+        if request.condition_on_previous_text is None:
+            max_context = self.profile.settings_for(self.name).get("max_context", -1)
+            request = replace(request, condition_on_previous_text=max_context != 0)
+        return super().completed(request)
+
+    def decode(self, audio: Samples, request: DecodeRequest) -> Transcription:
         """Run whisper-cli on the audio, a piece at a time when it is long (see
         backends/whispercpp/pieces.py); each piece's segments are read from its full JSON
         (token ids, probabilities, DTW times), which whisper-cli writes when done. The first
         piece (a short input's only one) runs here, the others as the segments are read."""
         self.check_language(request, self.multilingual, list(LANGUAGES))
-        beams = request.beam_size or int(self.settings.get("beam_size", 5))
+        beams = request.beam_size
         if beams < 1:
             raise UsageError("beam size must be at least 1", subject="--beam-size")
         plan = self._plan(request, beams)

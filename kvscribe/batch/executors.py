@@ -23,6 +23,7 @@ from kvscribe.batch.worker import (
     shares_in_process,
     work_in_process,
 )
+from kvscribe.contract import DecodeRequest, completed
 from kvscribe.errors import EngineError
 from kvscribe.options import TranscribeOptions
 from kvscribe.types import Segment
@@ -55,10 +56,8 @@ def local_executor(options: TranscribeOptions, jobs: int) -> Executor:
 
 def batch_size(options: TranscribeOptions) -> int:
     """The speech chunks a worker decodes at once: --batch-size, else the profile's."""
-    if options.batch_size is not None:
-        return options.batch_size
-    profile = profiles.load(options.profile)
-    return int(profile.settings_for(options.backend).get("batch_size", 1))
+    section = profiles.load(options.profile).settings_for(options.backend)
+    return completed(DecodeRequest(batch_size=options.batch_size), section).batch_size
 
 
 def parcels(

@@ -189,11 +189,13 @@ class _FasterWhisper:
     def __init__(self, cell: Cell, device: str):
         from faster_whisper import WhisperModel
 
+        from kvscribe.contract import DecodeRequest
+
         mirror = _Kvscribe(dataclasses.replace(cell, kind="kvscribe"), device)
-        settings = mirror.backend.settings
-        self.beams = int(settings.get("beam_size", 5))
-        self.condition = bool(settings.get("condition_on_previous_text", True))
-        self.profile_batch = int(settings.get("batch_size", 8))
+        profile = mirror.backend.completed(DecodeRequest())
+        self.beams = profile.beam_size
+        self.condition = profile.condition_on_previous_text
+        self.profile_batch = profile.batch_size
         compute = mirror.backend.engine.model.compute_type
         path = str(mirror.backend.model.path)
         del mirror  # one model in memory, like the kvscribe cell
@@ -248,7 +250,7 @@ class _WhisperCli:
         mirror = _Kvscribe(dataclasses.replace(cell, kind="kvscribe"), device)
         self.backend = mirror.backend
         self.device = device  # whisper-cli runs with -ng: the CPU
-        self.beams = int(self.backend.settings.get("beam_size", 5))
+        self.beams = self.backend.completed(DecodeRequest()).beam_size
         # best_of = the beams: a fallback retry then allocates what beam search does, so the
         # derived self-cache figure (beams + 2 decoders) holds for every window.
         self.request = DecodeRequest(fallback=Fallback(best_of=self.beams))

@@ -64,46 +64,7 @@ PARAMETERS: ParameterTable = {
             help="Append committed text to this file as it is committed (one line per utterance).",
         ),
     ),
-    "backend": (
-        str,
-        shared.BACKEND.option(mic=True),
-    ),
-    "profile": (
-        str,
-        shared.PROFILE.option(mic=True),
-    ),
-    "model": (
-        str,
-        shared.MODEL.option(mic=True),
-    ),
-    "language": (
-        str,
-        shared.LANGUAGE.option(mic=True),
-    ),
-    "task": (
-        shared.Task,
-        shared.TASK.option(mic=True),
-    ),
-    "beam_size": (
-        int,
-        shared.BEAM_SIZE.option(mic=True),
-    ),
-    "device": (
-        shared.Device,
-        shared.DEVICE.option(mic=True),
-    ),
-    "kv_policy": (
-        str,
-        shared.KV_POLICY.option(mic=True),
-    ),
-    "kv_cross": (
-        str,
-        shared.KV_CROSS.option(mic=True),
-    ),
-    "threads": (
-        int,
-        shared.THREADS.option(mic=True),
-    ),
+    **shared.parameters(shared.ENGINE, mic=True),
     "prompt": (
         str,
         typer.Option(
@@ -115,46 +76,7 @@ PARAMETERS: ParameterTable = {
             "(--initial-prompt, as file runs spell it, works too).",
         ),
     ),
-    "temperature": (
-        float,
-        shared.TEMPERATURE.option(mic=True),
-    ),
-    "temperature_increment_on_fallback": (
-        float,
-        shared.TEMPERATURE_INCREMENT.option(mic=True),
-    ),
-    "best_of": (
-        int,
-        shared.BEST_OF.option(mic=True),
-    ),
-    "compression_ratio_threshold": (
-        float,
-        shared.COMPRESSION_RATIO_THRESHOLD.option(mic=True),
-    ),
-    "logprob_threshold": (
-        float,
-        shared.LOGPROB_THRESHOLD.option(mic=True),
-    ),
-    "no_speech_threshold": (
-        float,
-        shared.NO_SPEECH_THRESHOLD.option(mic=True),
-    ),
-    "hotwords": (
-        str,
-        shared.HOTWORDS.option(mic=True),
-    ),
-    "max_new_tokens": (
-        int,
-        shared.MAX_NEW_TOKENS.option(mic=True),
-    ),
-    "suppress_tokens": (
-        str,
-        shared.SUPPRESS_TOKENS.option(mic=True),
-    ),
-    "hallucination_silence_threshold": (
-        float,
-        shared.HALLUCINATION_SILENCE_THRESHOLD.option(mic=True),
-    ),
+    **shared.parameters(shared.DECODING, mic=True),
     "step": (
         float,
         typer.Option(
@@ -215,16 +137,5 @@ PARAMETERS: ParameterTable = {
             rich_help_panel=_STREAMING,
         ),
     ),
-    "stats_json": (
-        Path,
-        shared.STATS_JSON.option(mic=True),
-    ),
-    "quiet": (
-        bool,
-        shared.QUIET.option(mic=True),
-    ),
-    "debug": (
-        bool,
-        shared.DEBUG.option(mic=True),
-    ),
+    **shared.parameters(shared.REPORT, mic=True),
 }

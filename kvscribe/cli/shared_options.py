@@ -1,17 +1,23 @@
-"""The flags `kvscribe transcribe` and `kvscribe mic` share, each declared once here.
+"""The flags `kvscribe transcribe` and `kvscribe mic` share, each declared once here (the
+decoding controls once in kvscribe.controls, turned into flags here).
 
-A command's parameter table (cli.parameters) lists one as `"backend": (str, BACKEND.option())`
-(`mic` passes `mic=True`). Defaults come from kvscribe.options.EngineOptions, whose fields also
-say which options shape outputs and which request each decode is given.
+A command's parameter table (cli.parameters) takes them in three groups, `**parameters(ENGINE)`,
+`**parameters(DECODING)` and `**parameters(REPORT)` (`mic` passes `mic=True`), so a new shared
+flag reaches both commands from its declaration. Defaults come from
+kvscribe.options.EngineOptions, whose fields also say which options shape outputs and which
+request each decode is given.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any, Literal
 
 import typer
 
+from kvscribe.cli.parameters import ParameterTable
+from kvscribe.controls import CONTROLS, Control
 from kvscribe.options import EngineOptions
 
 Task = Literal["transcribe", "translate"]
@@ -29,12 +35,25 @@ class SharedOption:
     # Where `mic` has always differed (shorter help): kept so its --help reads as before.
     mic_differs: dict[str, Any] = field(default_factory=dict)
     default: Any = None  # only for a flag that fills no EngineOptions field (--debug)
+    kind: Any = str  # the parameter's type, as typer reads it
 
     def option(self, mic: bool = False) -> Any:
         """A typer.Option for one command's parameter."""
         default = _ENGINE_DEFAULTS.get(self.name, self.default)
         arguments = {"help": self.help, **self.settings, **(self.mic_differs if mic else {})}
         return typer.Option(default, *self.flags, **arguments)
+
+    @classmethod
+    def of(cls, control: Control) -> SharedOption:
+        """The flag of a decoding control (kvscribe.controls), in the decoding panel."""
+        settings: dict[str, Any] = {"rich_help_panel": DECODING_PANEL}
+        if control.show_default is not None:
+            settings["show_default"] = control.show_default
+        if control.metavar is not None:
+            settings["metavar"] = control.metavar
+        return cls(
+            control.name, (control.flag,), control.help, settings, control.mic, kind=control.kind
+        )
 
 
 def _complete_profiles(incomplete: str) -> list[str]:
@@ -78,9 +97,13 @@ LANGUAGE = SharedOption(
     {"show_default": "detect"},
     mic_differs={"help": "Spoken language code.", "show_default": "detected once"},
 )
-TASK = SharedOption("task", ("--task",), "Transcribe, or translate into English.")
+TASK = SharedOption("task", ("--task",), "Transcribe, or translate into English.", kind=Task)
 BEAM_SIZE = SharedOption(
-    "beam_size", ("--beam-size",), "Beam width (1 = greedy).", {"show_default": "profile's"}
+    "beam_size",
+    ("--beam-size",),
+    "Beam width (1 = greedy).",
+    {"show_default": "profile's"},
+    kind=int,
 )
 DEVICE = SharedOption(
     "device",
@@ -88,6 +111,7 @@ DEVICE = SharedOption(
     "Run on this device.",
     {"show_default": "profile's"},
     mic_differs={"help": "Run the model on this device."},
+    kind=Device,
 )
 KV_POLICY = SharedOption(
     "kv_policy",
@@ -110,6 +134,7 @@ THREADS = SharedOption(
     ("--threads",),
     "CPU threads the engine uses.",
     {"show_default": "profile's"},
+    kind=int,
 )
 STATS_JSON = SharedOption(
     "stats_json",
@@ -117,98 +142,79 @@ STATS_JSON = SharedOption(
     "Also write the stats report to this JSON file.",
     {"dir_okay": False},
     mic_differs={"help": "Also write the stats report to this file."},
+    kind=Path,
 )
 QUIET = SharedOption(
     "quiet",
     ("--quiet", "-q"),
     "Only the transcript and errors: no progress or stats.",
     mic_differs={"help": "Committed lines only; no stats."},
+    kind=bool,
 )
-DEBUG = SharedOption("debug", ("--debug",), "Show tracebacks and debug logs.", default=False)
+DEBUG = SharedOption(
+    "debug", ("--debug",), "Show tracebacks and debug logs.", default=False, kind=bool
+)
 
 DECODING_PANEL = "Decoding (openai-whisper's defaults)"
 _DECODING = {"rich_help_panel": DECODING_PANEL}
 TEMPERATURE = SharedOption(
-    "temperature", ("--temperature",), "Sampling temperature of the first try.", _DECODING
+    "temperature",
+    ("--temperature",),
+    "Sampling temperature of the first try.",
+    _DECODING,
+    kind=float,
 )
 TEMPERATURE_INCREMENT = SharedOption(
     "temperature_increment_on_fallback",
     ("--temperature-increment-on-fallback",),
     "Retry a failed window this much hotter, up to 1.0 (0: never retry).",
     _DECODING,
+    kind=float,
 )
 BEST_OF = SharedOption(
-    "best_of", ("--best-of",), "Samples drawn per retry above temperature 0.", _DECODING
+    "best_of",
+    ("--best-of",),
+    "Samples drawn per retry above temperature 0.",
+    _DECODING,
+    kind=int,
 )
 COMPRESSION_RATIO_THRESHOLD = SharedOption(
     "compression_ratio_threshold",
     ("--compression-ratio-threshold",),
     "A window whose text compresses better than this (repetition) is retried.",
     _DECODING,
+    kind=float,
 )
 LOGPROB_THRESHOLD = SharedOption(
     "logprob_threshold",
     ("--logprob-threshold",),
     "A window whose mean token log-probability is lower is retried.",
     _DECODING,
+    kind=float,
 )
 NO_SPEECH_THRESHOLD = SharedOption(
     "no_speech_threshold",
     ("--no-speech-threshold",),
     "A window this likely to hold no speech (and below --logprob-threshold) is skipped.",
     _DECODING,
+    kind=float,
 )
-HOTWORDS = SharedOption(
-    "hotwords",
-    ("--hotwords",),
-    "Words to favour (names, terms), given to the decoder before any previous text.",
-    {"metavar": "TEXT", **_DECODING},
-)
-MAX_NEW_TOKENS = SharedOption(
-    "max_new_tokens",
-    ("--max-new-tokens",),
-    "At most this many tokens per 30 s window.",
-    {"show_default": "224", **_DECODING},
-    mic_differs={
-        "help": "At most this many tokens per decode of the buffer.",
-        "show_default": "12 per second of buffer, and 16",
-    },
-)
-SUPPRESS_TOKENS = SharedOption(
-    "suppress_tokens",
-    ("--suppress-tokens",),
-    "Token ids never decoded, comma-separated; -1 is the model's own list of symbols.",
-    _DECODING,
-)
-HALLUCINATION_SILENCE_THRESHOLD = SharedOption(
-    "hallucination_silence_threshold",
-    ("--hallucination-silence-threshold",),
-    "With word times: skip a silence longer than this (s) around a likely hallucination.",
-    {"show_default": "off", **_DECODING},
-)
-
-SHARED = (
-    BACKEND,
-    PROFILE,
-    MODEL,
-    LANGUAGE,
-    TASK,
-    BEAM_SIZE,
-    DEVICE,
-    KV_POLICY,
-    KV_CROSS,
-    THREADS,
+# The shared flags in the three places a command's table puts them: what runs (first), how
+# it decodes (the decoding panel, the controls last), and what it reports (last).
+ENGINE = (BACKEND, PROFILE, MODEL, LANGUAGE, TASK, BEAM_SIZE, DEVICE, KV_POLICY, KV_CROSS, THREADS)
+DECODING = (
     TEMPERATURE,
     TEMPERATURE_INCREMENT,
     BEST_OF,
     COMPRESSION_RATIO_THRESHOLD,
     LOGPROB_THRESHOLD,
     NO_SPEECH_THRESHOLD,
-    HOTWORDS,
-    MAX_NEW_TOKENS,
-    SUPPRESS_TOKENS,
-    HALLUCINATION_SILENCE_THRESHOLD,
-    STATS_JSON,
-    QUIET,
-    DEBUG,
+    *(SharedOption.of(control) for control in CONTROLS),
 )
+REPORT = (STATS_JSON, QUIET, DEBUG)
+SHARED = (*ENGINE, *DECODING, *REPORT)
+
+
+def parameters(group: tuple[SharedOption, ...], mic: bool = False) -> ParameterTable:
+    """`group`'s entries of a command's parameter table (cli.parameters)."""
+    return {option.name: (option.kind, option.option(mic)) for option in group}

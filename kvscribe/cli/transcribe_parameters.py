@@ -29,26 +29,7 @@ PARAMETERS: ParameterTable = {
             help="Audio or video files, or folders of them.",
         ),
     ),
-    "backend": (
-        str,
-        shared.BACKEND.option(),
-    ),
-    "profile": (
-        str,
-        shared.PROFILE.option(),
-    ),
-    "model": (
-        str,
-        shared.MODEL.option(),
-    ),
-    "language": (
-        str,
-        shared.LANGUAGE.option(),
-    ),
-    "task": (
-        shared.Task,
-        shared.TASK.option(),
-    ),
+    **shared.parameters(shared.ENGINE),
     "output_format": (
         list[str],
         typer.Option(
@@ -70,10 +51,6 @@ PARAMETERS: ParameterTable = {
             help="Write <stem>.<format> files into this folder.",
         ),
     ),
-    "beam_size": (
-        int,
-        shared.BEAM_SIZE.option(),
-    ),
     "batch_size": (
         int,
         typer.Option(
@@ -84,18 +61,6 @@ PARAMETERS: ParameterTable = {
             "and in -o by short files sharing them; 1 = one 30 s window after another, each "
             "prompted with the text before it.",
         ),
-    ),
-    "device": (
-        shared.Device,
-        shared.DEVICE.option(),
-    ),
-    "kv_policy": (
-        str,
-        shared.KV_POLICY.option(),
-    ),
-    "kv_cross": (
-        str,
-        shared.KV_CROSS.option(),
     ),
     "compute_type": (
         str,
@@ -109,10 +74,6 @@ PARAMETERS: ParameterTable = {
             "whispercpp default, q8_0, q5_0 or q4_0 (weights quantized once by "
             "whisper-quantize).",
         ),
-    ),
-    "threads": (
-        int,
-        shared.THREADS.option(),
     ),
     "initial_prompt": (
         str,
@@ -134,46 +95,7 @@ PARAMETERS: ParameterTable = {
             rich_help_panel=_DECODING,
         ),
     ),
-    "temperature": (
-        float,
-        shared.TEMPERATURE.option(),
-    ),
-    "temperature_increment_on_fallback": (
-        float,
-        shared.TEMPERATURE_INCREMENT.option(),
-    ),
-    "best_of": (
-        int,
-        shared.BEST_OF.option(),
-    ),
-    "compression_ratio_threshold": (
-        float,
-        shared.COMPRESSION_RATIO_THRESHOLD.option(),
-    ),
-    "logprob_threshold": (
-        float,
-        shared.LOGPROB_THRESHOLD.option(),
-    ),
-    "no_speech_threshold": (
-        float,
-        shared.NO_SPEECH_THRESHOLD.option(),
-    ),
-    "hotwords": (
-        str,
-        shared.HOTWORDS.option(),
-    ),
-    "max_new_tokens": (
-        int,
-        shared.MAX_NEW_TOKENS.option(),
-    ),
-    "suppress_tokens": (
-        str,
-        shared.SUPPRESS_TOKENS.option(),
-    ),
-    "hallucination_silence_threshold": (
-        float,
-        shared.HALLUCINATION_SILENCE_THRESHOLD.option(),
-    ),
+    **shared.parameters(shared.DECODING),
     "clip_timestamps": (
         str,
         typer.Option(
@@ -343,16 +265,5 @@ PARAMETERS: ParameterTable = {
         bool,
         batch_options.SHIP_AUDIO,
     ),
-    "stats_json": (
-        Path,
-        shared.STATS_JSON.option(),
-    ),
-    "quiet": (
-        bool,
-        shared.QUIET.option(),
-    ),
-    "debug": (
-        bool,
-        shared.DEBUG.option(),
-    ),
+    **shared.parameters(shared.REPORT),
 }

@@ -19,7 +19,7 @@ from kvscribe.contract import DecodeRequest, Transcription
 
 
 class SharesSteppedBatches:
-    def transcribe_together(
+    def decode_together(
         self, audios: Sequence[Samples], request: DecodeRequest
     ) -> list[Transcription]:
         """Short inputs (each within one window) decoded side by side, as the speech chunks
@@ -38,7 +38,7 @@ class SharesSteppedBatches:
         """(segments, report) of each input whose chunks are `runs` (one language)."""
         from kvscribe.stepped import batched_inputs
 
-        beams = request.beam_size or int(self.settings.get("beam_size", 5))
+        beams = request.beam_size
         plan = self._plan(language, request.task, beams, request, timestamps=False)
         size, budget_note = self._fit_budget(plan, self.batch_size_for(request, math.inf))
         reports = [self._batched_report(plan, request, size, budget_note) for _ in runs]
