@@ -127,3 +127,9 @@ def language_code(value: str | None) -> str | None:
         return None
     key = value.strip().lower()
     return NAME_TO_CODE.get(key, key)
+
+
+def language_name(code: str) -> str:
+    """openai-whisper's name of a language code (en -> english); the code itself when it
+    has none."""
+    return next((name for name, known in NAME_TO_CODE.items() if known == code), code)

@@ -302,7 +302,7 @@ def _number(value: float | None) -> float | None:
     return float(value)
 
 
-def _word_json(w: Word) -> dict[str, Any]:
+def word_json(w: Word) -> dict[str, Any]:
     return {
         "word": w.word,
         "start": _seconds(w.start),
@@ -311,7 +311,7 @@ def _word_json(w: Word) -> dict[str, Any]:
     }
 
 
-def _segment_json(s: Segment, with_words: bool) -> dict[str, Any]:
+def segment_json(s: Segment, with_words: bool) -> dict[str, Any]:
     """openai-whisper's segment: these keys, in its order, with its types."""
     fields: dict[str, Any] = {
         "id": int(s.id),
@@ -326,7 +326,7 @@ def _segment_json(s: Segment, with_words: bool) -> dict[str, Any]:
         "no_speech_prob": _number(s.no_speech_prob),
     }
     if with_words:
-        fields["words"] = [_word_json(w) for w in s.words]
+        fields["words"] = [word_json(w) for w in s.words]
     return fields
 
 
@@ -345,7 +345,7 @@ def render_json(t: Transcript, options: WriterOptions = DEFAULT_OPTIONS) -> str:
     with_words = has_words(t)
     document = {
         "text": t.text,
-        "segments": [_segment_json(s, with_words) for s in t.segments],
+        "segments": [segment_json(s, with_words) for s in t.segments],
         "language": t.language,
         "kvscribe": _kvscribe_json(t),
     }

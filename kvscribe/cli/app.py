@@ -44,6 +44,7 @@ app = typer.Typer(
     "  kvscribe talk.wav --profile tiny-vram  pick a hardware profile\n\n"
     "  kvscribe recordings/ -o out/ -r        a folder tree; rerun to resume\n\n"
     "  kvscribe mic --live                    text as you speak (Ctrl-C to stop)\n\n"
+    "  kvscribe serve --port 8000             OpenAI's audio API for applications\n\n"
     "  kvscribe bench --baseline              measure backends, profiles, cache policies",
 )
 
@@ -64,11 +65,12 @@ def _root(
 
 
 def _register() -> None:
-    from kvscribe.cli import bench, info, live, setup, transcribe
+    from kvscribe.cli import bench, info, live, serve, setup, transcribe
     from kvscribe.cli.aliases import SnakeCaseAliases
 
     app.command("transcribe", no_args_is_help=True, cls=SnakeCaseAliases)(transcribe.transcribe)
     app.command("mic", cls=SnakeCaseAliases)(live.mic)
+    app.command("serve")(serve.serve)
     app.command("backends")(info.backends)
     app.add_typer(info.profiles_app, name="profiles")
     app.command("models")(info.models_command)

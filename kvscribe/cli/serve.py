@@ -1,0 +1,177 @@
+"""`kvscribe serve`: the OpenAI audio API over one loaded model (docs/server.md)."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from kvscribe.cli import shared_options as shared
+from kvscribe.cli.parameters import ParameterTable, option_values, takes
+from kvscribe.cli.render import exit_with, setup_logging, stderr_console
+from kvscribe.errors import BackendUnavailableError, ExitCode, UsageError
+
+_SERVER = "Server"
+_ENGINE = tuple(option for option in shared.ENGINE if option is not shared.TASK)
+
+PARAMETERS: ParameterTable = {
+    **shared.parameters(_ENGINE),
+    "host": (
+        str,
+        typer.Option(
+            "127.0.0.1",
+            "--host",
+            help="Address to listen on; any but a loopback one needs an API key.",
+            rich_help_panel=_SERVER,
+        ),
+    ),
+    "port": (
+        int,
+        typer.Option(
+            8000,
+            "--port",
+            help="Port to listen on (0: a free one, printed).",
+            rich_help_panel=_SERVER,
+        ),
+    ),
+    "api_key_file": (
+        Path,
+        typer.Option(
+            None,
+            "--api-key-file",
+            dir_okay=False,
+            help="File holding the key clients must send (Authorization: Bearer KEY); "
+            "else the KVSCRIBE_API_KEY environment variable; neither: no key (loopback only).",
+            rich_help_panel=_SERVER,
+        ),
+    ),
+    "max_body_mb": (
+        float,
+        typer.Option(
+            25.0,
+            "--max-body-mb",
+            help="Largest upload, MiB (OpenAI's: 25).",
+            rich_help_panel=_SERVER,
+        ),
+    ),
+    "max_audio_minutes": (
+        float,
+        typer.Option(
+            180.0,
+            "--max-audio-minutes",
+            help="Longest audio a request may hold (checked while it is decoded).",
+            rich_help_panel=_SERVER,
+        ),
+    ),
+    "max_queue": (
+        int,
+        typer.Option(
+            64,
+            "--max-queue",
+            help="Requests that may wait to start; more are answered 429 with Retry-After.",
+            rich_help_panel=_SERVER,
+        ),
+    ),
+    "upload_timeout": (
+        float,
+        typer.Option(
+            120.0,
+            "--upload-timeout",
+            help="Seconds an upload may take to arrive.",
+            rich_help_panel=_SERVER,
+        ),
+    ),
+    **shared.parameters(shared.DECODING),
+    **shared.parameters((shared.QUIET, shared.DEBUG)),
+}
+
+
+@takes(PARAMETERS)
+def serve(**given: Any) -> None:
+    """Serve OpenAI's audio API to applications: transcriptions, translations, models.
+
+    One model is loaded. Requests of 30 s or less share decoder batches; longer ones are
+    decoded a piece at a time, in turn. Call it with the openai client (base_url
+    http://127.0.0.1:PORT/v1) or curl. Needs pip install 'kvscribe\\[serve]'.
+    """
+    console = stderr_console()
+    setup_logging(given["debug"])
+
+    def body() -> int:
+        from kvscribe.serve.options import ServeOptions
+
+        options = ServeOptions(**option_values(given, ServeOptions))
+        return _run(options, console)
+
+    exit_with(body, console, given["debug"])
+
+
+def _run(options, console) -> int:
+    try:
+        import uvicorn
+
+        from kvscribe.serve.app import DrainingServer, Limits, Server, create_app
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"{exc.name} is not installed",
+            subject="kvscribe serve",
+            hint="pip install 'kvscribe[serve]'",
+        ) from None
+    from kvscribe.runner import decode_request, load_backend
+    from kvscribe.serve.scheduler import QueueLimits, Scheduler
+
+    key = options.api_key()
+    listener = _listen(options.host, options.port)
+    backend, stats = load_backend(options)
+    scheduler = Scheduler(backend, QueueLimits(requests=options.max_queue))
+    spool_dir = Path(tempfile.mkdtemp(prefix="kvscribe-serve-"))  # mode 0700
+    server = Server(
+        scheduler=scheduler,
+        model_names=(backend.model.name,),
+        base_request=decode_request(options),
+        increment=options.temperature_increment_on_fallback,
+        stats=stats,
+        spool_dir=spool_dir,
+        limits=Limits(
+            body_bytes=int(options.max_body_mb * 1024 * 1024),
+            audio_seconds=options.max_audio_minutes * 60,
+            upload_seconds=options.upload_timeout,
+        ),
+        api_key=key,
+    )
+    host, port = listener.getsockname()[:2]
+    print(f"kvscribe serve: listening on http://{host}:{port}", flush=True)
+    if not options.quiet:
+        console.print(
+            f"model {backend.model.name}, backend {stats.backend}, profile {stats.profile}, "
+            f"device {stats.device}; API key: {'required' if key else 'none (loopback only)'}"
+        )
+    config = uvicorn.Config(create_app(server), log_level="warning", access_log=False)
+    try:
+        DrainingServer(config, scheduler).run(sockets=[listener])
+    finally:
+        scheduler.stop()
+        shutil.rmtree(spool_dir, ignore_errors=True)
+    return ExitCode.OK
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before the model loads, so a taken port fails at once."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as exc:
+        listener.close()
+        raise UsageError(
+            f"cannot listen on {host}:{port}: {exc.strerror}",
+            subject="--port",
+            hint="pick another port, or --port 0 for a free one",
+        ) from None
+    listener.listen(128)
+    return listener

@@ -1,0 +1,86 @@
+"""The server's figures in Prometheus' text format (version 0.0.4), for GET /metrics."""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import Counter
+
+# Seconds: the latency histogram's upper bounds.
+LATENCY_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0, 120.0, 300.0, 600.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.requests: Counter[tuple[str, int]] = Counter()  # (route, status)
+        self._latency = [0] * (len(LATENCY_BUCKETS) + 1)
+        self._latency_sum = 0.0
+        self._first_delta = [0] * (len(LATENCY_BUCKETS) + 1)
+        self._first_delta_sum = 0.0
+        self.kv_held_peak_bytes = 0
+
+    def answered(self, route: str, status: int, seconds: float | None = None) -> None:
+        with self._lock:
+            self.requests[(route, status)] += 1
+            if seconds is not None and status == 200:
+                self._latency[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+                self._latency_sum += seconds
+
+    def first_delta(self, seconds: float) -> None:
+        with self._lock:
+            self._first_delta[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+            self._first_delta_sum += seconds
+
+    def held(self, kv_bytes: int) -> None:
+        with self._lock:
+            self.kv_held_peak_bytes = max(self.kv_held_peak_bytes, kv_bytes)
+
+    def text(self, queue_depth: int, running: int, rows: int, audio_seconds: float) -> str:
+        with self._lock:
+            lines = [
+                "# HELP kvscribe_requests_total Requests answered, by route and status.",
+                "# TYPE kvscribe_requests_total counter",
+                *(
+                    f'kvscribe_requests_total{{route="{route}",status="{status}"}} {count}'
+                    for (route, status), count in sorted(self.requests.items())
+                ),
+                *_gauge("kvscribe_queue_depth", "Requests waiting to start.", queue_depth),
+                *_gauge("kvscribe_requests_running", "Long requests decoded in turn.", running),
+                *_gauge("kvscribe_rows_in_flight", "Short requests in a shared batch.", rows),
+                *_gauge(
+                    "kvscribe_kv_held_peak_bytes",
+                    "Largest decoder KV cache one request held (its stats' figure).",
+                    self.kv_held_peak_bytes,
+                ),
+                "# HELP kvscribe_audio_seconds_total Audio decoded, in seconds.",
+                "# TYPE kvscribe_audio_seconds_total counter",
+                f"kvscribe_audio_seconds_total {audio_seconds:.3f}",
+                *_histogram(
+                    "kvscribe_request_seconds",
+                    "Time from a request's upload to its answer.",
+                    self._latency,
+                    self._latency_sum,
+                ),
+                *_histogram(
+                    "kvscribe_first_delta_seconds",
+                    "Time to a streamed request's first text delta.",
+                    self._first_delta,
+                    self._first_delta_sum,
+                ),
+            ]
+        return "\n".join(lines) + "\n"
+
+
+def _gauge(name: str, help_text: str, value: float) -> list[str]:
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value}"]
+
+
+def _histogram(name: str, help_text: str, counts: list[int], total: float) -> list[str]:
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+    running = 0
+    for bound, count in zip((*LATENCY_BUCKETS, "+Inf"), counts, strict=True):
+        running += count
+        lines.append(f'{name}_bucket{{le="{bound}"}} {running}')
+    lines += [f"{name}_sum {total:.3f}", f"{name}_count {running}"]
+    return lines
