@@ -19,6 +19,7 @@ WHISPER_CLI = "whisper-cli"
 # The decoding
 BEAM_SIZE = "beam size"
 BATCH_SIZE = "batch size"
+SHARED_WITH = "decoded with"  # kvscribe serve: the other requests in a shared batch
 ENCODER_WINDOW = "encoder window"
 PREVIOUS_TEXT = "previous-text prompt"
 TEMPERATURE_FALLBACK = "temperature fallback"

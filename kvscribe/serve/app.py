@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
+import signal
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from kvscribe.serve.scheduler import Decoded, Failed, Finished, Job, Scheduler, 
 from kvscribe.stats import FileStats, RunStats
 from kvscribe.types import Transcript
 
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # A client that has gone is noticed within this many seconds while its request waits.
 DISCONNECT_POLL_SECONDS = 0.25
 
@@ -151,16 +154,16 @@ async def _audio(server: Server, request: Request, task: str) -> Response:
 
 async def _upload(server: Server, request: Request, task: str) -> tuple[TranscriptionAsk, Path]:
     """The form read within the upload deadline, checked, and its file spooled."""
+    from starlette.exceptions import HTTPException
     from starlette.formparsers import MultiPartException
 
     try:
         form = await asyncio.wait_for(
             request.form(max_files=1, max_fields=MAX_FIELDS), server.limits.upload_seconds
         )
-    except MultiPartException as exc:
-        raise ApiError(
-            400, f"malformed multipart body: {exc.message}", None, "invalid_body"
-        ) from None
+    except (MultiPartException, HTTPException) as exc:  # Starlette re-raises the first so
+        detail = getattr(exc, "message", None) or getattr(exc, "detail", "")
+        raise ApiError(400, f"malformed multipart body: {detail}", None, "invalid_body") from None
     except TimeoutError:
         raise ApiError(
             408, f"the upload took over {server.limits.upload_seconds:g} s", None, "upload_timeout"
@@ -353,6 +356,20 @@ class DrainingServer(uvicorn.Server):
     def handle_exit(self, sig, frame) -> None:
         self.scheduler.begin_draining()
         super().handle_exit(sig, frame)
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        """uvicorn's, without raising the signal again once the server has stopped: the
+        command ends itself, exit 0, after removing its upload folder."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in HANDLED_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     async def shutdown(self, sockets=None) -> None:
         await asyncio.to_thread(self.scheduler.drain, self.DRAIN_SECONDS)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from kvscribe import setting_rows as row
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.chunking import MAX_SECONDS
 from kvscribe.contract import DecodeRequest, DecoderReport
@@ -96,6 +97,7 @@ class Scheduler:
         self._stopped = False
         self.audio_seconds_decoded = 0.0
         self.rows_in_flight = 0  # requests whose audio the engine holds now
+        self._busy = 0.0  # seconds the engine thread spent decoding
         self._thread = threading.Thread(target=self._loop, name="kvscribe-engine", daemon=True)
         self._thread.start()
 
@@ -117,10 +119,17 @@ class Scheduler:
                     "audio waiting): retry later",
                     None,
                     "queue_full",
-                    retry_after=max(1, math.ceil(queued / 60)),
+                    retry_after=self._retry_after(queued),
                 )
             self._waiting.append(job)
             self._wake.notify()
+
+    def _retry_after(self, queued: float) -> int:
+        """Seconds until the work ahead is likely done: its audio at the engine's measured
+        pace (busy seconds per audio second; a guess of 0.1 before anything finished)."""
+        pace = self._busy / self.audio_seconds_decoded if self.audio_seconds_decoded else 0.1
+        ahead = queued + sum(r.job.seconds for r in self._running)
+        return max(1, math.ceil(pace * ahead))
 
     def cancel(self, job: Job) -> None:
         """The client is gone: drop `job` if it waits, stop it at its next turn if it runs."""
@@ -169,11 +178,13 @@ class Scheduler:
                 if self._stopped:
                     return
                 group, starting = self._take()
+            began = time.perf_counter()
             if group:
                 self._decode_together(group)
             for job in starting:
                 self._start(job)
             self._turn()
+            self._busy += time.perf_counter() - began
             with self._wake:
                 self._wake.notify_all()  # drain() waits on this condition too
 
@@ -217,6 +228,7 @@ class Scheduler:
         total = sum(j.seconds for j in group) or 1.0
         for job, (run, segments) in zip(group, finished, strict=True):
             run.report.not_applicable += self.backend.unhonoured(job.request, math.inf)
+            run.report.settings[row.SHARED_WITH] = f"{len(group) - 1} other requests"
             job.sink(Started(run.language, run.language_probability))
             for segment in segments:
                 job.sink(Decoded(segment))

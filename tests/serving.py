@@ -1,0 +1,121 @@
+"""A real `kvscribe serve` process on 127.0.0.1 for the tests: started, read, stopped."""
+
+from __future__ import annotations
+
+import io
+import os
+import select
+import signal
+import subprocess
+import urllib.request
+import wave
+from pathlib import Path
+
+import numpy as np
+
+from tests.conftest import KVSCRIBE
+
+KEY = "test-key-not-secret"
+START_SECONDS = 180  # a cold start loads the model (and converts nothing: it is embedded)
+
+
+class Served:
+    """`kvscribe serve --port 0` with its own TMPDIR (where its private upload folder is)."""
+
+    def __init__(self, tmp: Path, *flags: str, key: str | None = KEY):
+        self.tmp = tmp
+        env = os.environ | {"TMPDIR": str(tmp)}
+        env.pop("KVSCRIBE_API_KEY", None)
+        if key is not None:
+            env["KVSCRIBE_API_KEY"] = key
+        self.proc = subprocess.Popen(
+            [str(KVSCRIBE), "serve", "--port", "0", "--quiet", *flags],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        ready, _, _ = select.select([self.proc.stdout], [], [], START_SECONDS)
+        line = self.proc.stdout.readline() if ready else ""
+        if "listening on http://" not in line:
+            self.proc.kill()
+            raise AssertionError(f"the server did not start: {line!r} {self.proc.stderr.read()}")
+        self.url = line.split("listening on ")[1].strip()
+
+    def client(self, key: str = KEY, retries: int = 0):
+        import openai
+
+        return openai.OpenAI(
+            base_url=f"{self.url}/v1", api_key=key, max_retries=retries, timeout=300
+        )
+
+    def metrics(self) -> dict[str, float]:
+        request = urllib.request.Request(f"{self.url}/metrics", headers=self.auth())
+        with urllib.request.urlopen(request, timeout=30) as response:
+            text = response.read().decode()
+        figures = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#") and "{" not in line:
+                name, value = line.split()
+                figures[name] = float(value)
+        return figures
+
+    @staticmethod
+    def auth() -> dict[str, str]:
+        return {"Authorization": f"Bearer {KEY}"}
+
+    def spooled(self) -> list[Path]:
+        """Files left in the server's private upload folder."""
+        return [p for folder in self.tmp.glob("kvscribe-serve-*") for p in folder.iterdir()]
+
+    def open_temp_files(self) -> list[str]:
+        """The server's open file descriptors on uploads: its TMPDIR, or unlinked files."""
+        fds = Path(f"/proc/{self.proc.pid}/fd")
+        targets = []
+        for fd in fds.iterdir():
+            try:
+                targets.append(os.readlink(fd))
+            except OSError:  # closed while listed
+                continue
+        return [t for t in targets if t.startswith(str(self.tmp)) or t.endswith("(deleted)")]
+
+    def stop(self, timeout: float = 120) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.proc.stdout.close()
+            self.proc.stderr.close()
+
+
+def wav_bytes(samples: np.ndarray, rate: int = 16000) -> bytes:
+    """Mono float samples in [-1, 1] as a 16-bit WAV file's bytes."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
+    return buffer.getvalue()
+
+
+def silent_flac(seconds: int) -> bytes:
+    """`seconds` of digital silence as FLAC: hours of it fit in a few hundred kB."""
+    import av
+
+    buffer = io.BytesIO()
+    container = av.open(buffer, "w", format="flac")
+    stream = container.add_stream("flac", rate=16000, layout="mono")
+    second = np.zeros((1, 16000), dtype=np.int16)
+    for _ in range(seconds):
+        frame = av.AudioFrame.from_ndarray(second, format="s16", layout="mono")
+        frame.sample_rate = 16000
+        for packet in stream.encode(frame):
+            container.mux(packet)
+    for packet in stream.encode(None):
+        container.mux(packet)
+    container.close()
+    return buffer.getvalue()
