@@ -54,6 +54,7 @@ DIFFERENT = {
     "max_new_tokens": 50,
     "suppress_tokens": "-1,50363",
     "hallucination_silence_threshold": 2.0,
+    "repetition_penalty": 1.3,
     "clip_timestamps": "0,5",
 }
 

@@ -85,10 +85,9 @@ def build(
         if found is not None:
             return found.path
         with tempfile.TemporaryDirectory(prefix="kvscribe-whisper-cpp-") as work:
-            source = _fetch_source(Path(work), progress)
-            _patch(source, progress)
+            source = patched_source(Path(work), progress)
             jobs = jobs or os.cpu_count() or 2
-            _install(_compile(source, Path(work) / "build", progress, jobs), target_dir)
+            _install(compile_targets(source, Path(work) / "build", progress, jobs), target_dir)
     problem = check(own_build_path())
     if problem is not None:
         raise BackendUnavailableError(
@@ -97,6 +96,14 @@ def build(
             hint="rerun with --debug and report the build log",
         )
     return own_build_path()
+
+
+def patched_source(work: Path, progress: Progress) -> Path:
+    """The whisper.cpp source kvscribe builds from, fetched into `work` and patched (the
+    benchmarks build whisper.cpp's own server from it too)."""
+    source = _fetch_source(work, progress)
+    _patch(source, progress)
+    return source
 
 
 def _fetch_source(work: Path, progress: Progress) -> Path:
@@ -138,10 +145,18 @@ def _patch(source: Path, progress: Progress) -> None:
     logger.debug("patched: %s", ", ".join(changed))
 
 
-def _compile(source: Path, build_dir: Path, progress: Progress, jobs: int) -> list[Path]:
+def compile_targets(
+    source: Path,
+    build_dir: Path,
+    progress: Progress,
+    jobs: int,
+    targets: tuple[str, ...] = TARGETS,
+    flags: tuple[str, ...] = CMAKE_FLAGS,
+) -> list[Path]:
+    """Configure `source` with `flags` and build `targets`; the binaries built."""
     progress("configuring (cmake)", 0.0)
-    _run(["cmake", "-S", str(source), "-B", str(build_dir), *CMAKE_FLAGS], "cmake configure")
-    argv = ["cmake", "--build", str(build_dir), "--target", *TARGETS, "-j", str(jobs)]
+    _run(["cmake", "-S", str(source), "-B", str(build_dir), *flags], "cmake configure")
+    argv = ["cmake", "--build", str(build_dir), "--target", *targets, "-j", str(jobs)]
     log: list[str] = []
     with subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True
@@ -150,10 +165,10 @@ def _compile(source: Path, build_dir: Path, progress: Progress, jobs: int) -> li
         for line in proc.stdout:
             log.append(line)
             if match := _PERCENT.match(line):
-                progress(f"compiling {' and '.join(TARGETS)} with {jobs} jobs", int(match[1]) / 100)
+                progress(f"compiling {' and '.join(targets)} with {jobs} jobs", int(match[1]) / 100)
     if proc.returncode != 0:
         raise _build_failed("cmake --build", "".join(log[-200:]))
-    return [_built(build_dir, target) for target in TARGETS]
+    return [_built(build_dir, target) for target in targets]
 
 
 def _built(build_dir: Path, target: str) -> Path:
