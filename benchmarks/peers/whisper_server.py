@@ -16,10 +16,13 @@ from kvscribe.backends.whispercpp import build
 from kvscribe.backends.whispercpp.binary import WHISPER_CPP_VERSION
 from kvscribe.paths import cache_dir
 
-SERVER_FLAGS = tuple(
-    "-DWHISPER_BUILD_SERVER=ON" if flag == "-DWHISPER_BUILD_SERVER=OFF" else flag
-    for flag in build.CMAKE_FLAGS
-) + ("-DWHISPER_BUILD_EXAMPLES=ON",)
+SERVER_FLAGS = (
+    *(
+        "-DWHISPER_BUILD_SERVER=ON" if f == "-DWHISPER_BUILD_SERVER=OFF" else f
+        for f in build.CMAKE_FLAGS
+    ),
+    "-DWHISPER_BUILD_EXAMPLES=ON",
+)
 
 
 def server_binary() -> Path:
