@@ -114,7 +114,8 @@ class Server:
         self.path = "/v1/audio/transcriptions"
         self.fields = {"model": "whisper-1", "response_format": "json"}
         if kind == "kvscribe":
-            argv = [str(KVSCRIBE), "serve", "--port", str(port), "--quiet", "--threads", "2"]
+            # Its default: a single-threaded lane per core (2 threads in all here).
+            argv = [str(KVSCRIBE), "serve", "--port", str(port), "--quiet"]
         elif kind == "serial-faster-whisper":
             script = ROOT / "benchmarks" / "peers" / "serial_server.py"
             argv = [str(PYTHON), str(script), "--model-dir", models["ct2"], "--port", str(port)]
@@ -221,9 +222,10 @@ def solo_short(server: Server, mix) -> float:
 
 
 def folder_run(files: list[Path], out: Path) -> dict:
-    """`kvscribe` over the same WAV files as one folder run (a whole process)."""
+    """`kvscribe` over the same WAV files as one folder run (a whole process, its defaults:
+    a single-threaded worker per core)."""
     started = time.perf_counter()
-    argv = [str(KVSCRIBE), *map(str, files), "-o", str(out), "-f", "json", "-q", "--threads", "2"]
+    argv = [str(KVSCRIBE), *map(str, files), "-o", str(out), "-f", "json", "-q"]
     subprocess.run(argv, check=True, capture_output=True)
     wall = time.perf_counter() - started
     seconds = sum(load_audio(f).size / 16000 for f in files)

@@ -185,23 +185,57 @@ def _verbose(served: Served, path: Path):
     )
 
 
+def _alone_and_together(served: Served, occupier: Path, clips: list[Path]) -> tuple:
+    """Each clip's verbose answer sent alone, then all at once while a long request
+    occupies the engine (so that they queue up together); and what each one's stats say
+    it was decoded with."""
+    alone = {path: _verbose(served, path) for path in clips}
+    with cf.ThreadPoolExecutor(len(clips) + 1) as pool:
+        long = pool.submit(_transcribe, served.client(), occupier)
+        time.sleep(1.0)
+        answers = pool.map(lambda p: _verbose(served, p), clips)
+        together = dict(zip(clips, answers, strict=True))
+        long.result()
+    settings = [together[path].model_extra["kvscribe"]["settings"] for path in clips]
+    return alone, together, [s.get("decoded with") for s in settings]
+
+
+def _same_tokens(alone: dict, together: dict) -> None:
+    for path, answer in alone.items():
+        tokens = [s.tokens for s in answer.segments]
+        assert [s.tokens for s in together[path].segments] == tokens, path.name
+
+
 def test_sharing_a_batch_changes_no_requests_tokens(served, long_clip):
     """Short requests that arrive together are decoded in one batch; each gets the tokens
-    it gets alone. (A long request occupies the engine so that they queue up together.)"""
-    alone = {path: _verbose(served, path) for path in SHORT_CLIPS}
-    with cf.ThreadPoolExecutor(len(SHORT_CLIPS) + 1) as pool:
-        occupier = pool.submit(_transcribe, served.client(), long_clip)
-        time.sleep(1.0)
-        answers = pool.map(lambda p: _verbose(served, p), SHORT_CLIPS)
-        together = dict(zip(SHORT_CLIPS, answers, strict=True))
-        occupier.result()
-    shared = [
-        together[path].model_extra["kvscribe"]["settings"]["decoded with"] for path in SHORT_CLIPS
-    ]
+    it gets alone."""
+    alone, together, shared = _alone_and_together(served, long_clip, SHORT_CLIPS)
     assert any(note != "0 other requests" for note in shared), shared
-    for path in SHORT_CLIPS:
-        tokens_alone = [s.tokens for s in alone[path].segments]
-        assert [s.tokens for s in together[path].segments] == tokens_alone, path.name
+    _same_tokens(alone, together)
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param("transformers", marks=pytest.mark.transformers),
+        pytest.param("onnx", marks=pytest.mark.onnx),
+        pytest.param("whispercpp", marks=pytest.mark.whispercpp),
+    ],
+)
+def test_every_engine_gives_a_request_its_tokens_under_load(backend, tmp_path, long_clip, request):
+    """The stepped engines share batches as ctranslate2 does; whisper.cpp decodes requests
+    one at a time. Either way a request's tokens do not depend on the others."""
+    needs = {"onnx": "onnx_export", "whispercpp": "whisper_cli"}.get(backend)
+    if needs is not None:
+        request.getfixturevalue(needs)
+    served = Served(tmp_path, "--backend", backend)
+    try:
+        alone, together, shared = _alone_and_together(served, long_clip, SHORT_CLIPS[:3])
+    finally:
+        assert served.stop() == 0
+    if backend != "whispercpp":
+        assert any(note not in (None, "0 other requests") for note in shared), shared
+    _same_tokens(alone, together)
 
 
 def test_a_full_queue_answers_429_and_the_sdk_retries_until_it_is_served(tmp_path, long_clip):

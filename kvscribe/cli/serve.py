@@ -67,6 +67,18 @@ PARAMETERS: ParameterTable = {
             rich_help_panel=_SERVER,
         ),
     ),
+    "lanes": (
+        int,
+        typer.Option(
+            None,
+            "--lanes",
+            show_default="a single-threaded engine per core on a CPU, as many as fit in "
+            "memory, at most 4 (backends with worker_per_core); else 1",
+            help="Engines loaded, each on a thread of its own; the last one is kept for "
+            "requests of 30 s or less.",
+            rich_help_panel=_SERVER,
+        ),
+    ),
     "max_queue": (
         int,
         typer.Option(
@@ -121,17 +133,17 @@ def _run(options, console) -> int:
             subject="kvscribe serve",
             hint="pip install 'kvscribe[serve]'",
         ) from None
-    from kvscribe.runner import decode_request, load_backend
+    from kvscribe.runner import decode_request
     from kvscribe.serve.scheduler import QueueLimits, Scheduler
 
     key = options.api_key()
     listener = _listen(options.host, options.port)
-    backend, stats = load_backend(options)
-    scheduler = Scheduler(backend, QueueLimits(requests=options.max_queue))
+    backends, stats = _load_lanes(options)
+    scheduler = Scheduler(backends, QueueLimits(requests=options.max_queue))
     spool_dir = Path(tempfile.mkdtemp(prefix="kvscribe-serve-"))  # mode 0700
     server = Server(
         scheduler=scheduler,
-        model_names=(backend.model.name,),
+        model_names=(backends[0].model.name,),
         base_request=decode_request(options),
         increment=options.temperature_increment_on_fallback,
         stats=stats,
@@ -147,8 +159,9 @@ def _run(options, console) -> int:
     print(f"kvscribe serve: listening on http://{host}:{port}", flush=True)
     if not options.quiet:
         console.print(
-            f"model {backend.model.name}, backend {stats.backend}, profile {stats.profile}, "
-            f"device {stats.device}; API key: {'required' if key else 'none (loopback only)'}"
+            f"model {backends[0].model.name}, backend {stats.backend}, profile "
+            f"{stats.profile}, device {stats.device}, {len(backends)} lane(s); API key: "
+            f"{'required' if key else 'none (loopback only)'}"
         )
     config = uvicorn.Config(create_app(server), log_level="warning", access_log=False)
     try:
@@ -157,6 +170,34 @@ def _run(options, console) -> int:
         scheduler.stop()
         shutil.rmtree(spool_dir, ignore_errors=True)
     return ExitCode.OK
+
+
+def _load_lanes(options) -> tuple[list, object]:
+    """The lanes' backends, each loaded with its own engine, and the first one's stats. On a
+    CPU with more than one lane (and no --threads), each engine runs single-threaded."""
+    import dataclasses
+
+    from kvscribe.runner import load_backend
+
+    lanes = options.lanes or _auto_lanes(options)
+    if lanes > 1 and options.threads is None:
+        options = dataclasses.replace(options, threads=1)
+    first, stats = load_backend(options)
+    if stats.device != "cpu":
+        return [first], stats  # one engine owns an accelerator
+    return [first, *(load_backend(options)[0] for _ in range(lanes - 1))], stats
+
+
+def _auto_lanes(options) -> int:
+    """A lane per core on a CPU, as a batch folder starts a worker per core."""
+    from kvscribe import models, registry
+    from kvscribe.machine import capacity
+
+    if options.device not in (None, "auto", "cpu") or options.threads is not None:
+        return 1
+    backend_cls = registry.get(options.backend)
+    size = models.resolve(options.model, backend_cls.capabilities.model_formats).size_bytes()
+    return capacity.default_jobs(size, backend_cls.capabilities.worker_per_core)
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from kvscribe.atomic_file import atomic_write_text
@@ -107,9 +106,8 @@ def _run_batch(options: TranscribeOptions, auto_jobs: bool, on_cluster=None) -> 
     model_bytes = 0
     if any(entry.error is None for entry in inputs):  # convert the model once, before workers
         backend_cls = registry.get(options.backend)
-        model_bytes = _size(
-            models.resolve(options.model, backend_cls.capabilities.model_formats).path
-        )
+        model = models.resolve(options.model, backend_cls.capabilities.model_formats)
+        model_bytes = model.size_bytes()
         if auto_jobs and on_cluster is None:
             jobs = capacity.default_jobs(model_bytes, backend_cls.capabilities.worker_per_core)
             options = dataclasses.replace(options, jobs=jobs)
@@ -131,12 +129,6 @@ def _run_batch(options: TranscribeOptions, auto_jobs: bool, on_cluster=None) -> 
     if not options.quiet and view.several:
         console.print(view.summary(summary, time.perf_counter() - started))
     return summary.exit_code
-
-
-def _size(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def _report_stats(options: TranscribeOptions, stats, console) -> None:

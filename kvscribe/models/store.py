@@ -31,6 +31,12 @@ class ModelRef:
     format: str
     origin: str
 
+    def size_bytes(self) -> int:
+        """Bytes on disk: the file, or every file in the folder."""
+        if self.path.is_file():
+            return self.path.stat().st_size
+        return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+
 
 @dataclass(frozen=True)
 class ModelListing:

@@ -22,6 +22,7 @@ class ServeOptions(EngineOptions):
     api_key_file: Path | None = None
     max_body_mb: float = 25.0  # MiB, as OpenAI's upload limit
     max_audio_minutes: float = 180.0
+    lanes: int | None = None  # engines loaded; None: one per core on a CPU (cli/serve.py)
     max_queue: int = 64  # requests waiting to start
     upload_timeout: float = 120.0  # seconds
 
@@ -34,6 +35,8 @@ class ServeOptions(EngineOptions):
         in_range("--max-body-mb", self.max_body_mb, 0.01, 4096)
         in_range("--max-audio-minutes", self.max_audio_minutes, 0.01, 24 * 60)
         in_range("--max-queue", self.max_queue, 1, 100_000)
+        if self.lanes is not None:
+            in_range("--lanes", self.lanes, 1, 64)
         in_range("--upload-timeout", self.upload_timeout, 1, 3600)
         if self.api_key() is None and not self.loopback():
             raise UsageError(

@@ -1,19 +1,24 @@
-"""The engine thread: one thread owns the loaded backend and decodes every request's audio.
+"""The engine lanes: each lane is a thread that owns one loaded backend, and every request's
+audio is decoded on one of them.
 
-Requests of 30 s or less whose decoding may be shared (Backend.shares_batches) are decoded
-side by side, in the batches a long file's speech chunks use (Backend.transcribe_together),
-with the other short requests waiting with the same decoding choices; a short request is
-always decoded this way, alone or not, so its text does not depend on the load. Longer
-requests are decoded a segment at a time, in turn with the other running ones, and the
-short requests waiting go before each turn: a short request waits for one turn of each
-long one (a group of speech chunks), never for a long one to finish.
+On a CPU the server runs a lane per core, each engine single-threaded, as a batch folder
+runs a worker per core (kvscribe.machine.capacity.default_jobs: measured faster than one
+engine with every thread). Requests of 30 s or less go to whichever lane is free first;
+those whose decoding may be shared (Backend.shares_batches) are decoded side by side in the
+batches a long file's speech chunks use (Backend.transcribe_together), with the other short
+requests waiting with the same decoding choices, and a short request is always decoded this
+way, alone or not, so its tokens do not depend on the load. Longer requests never go to the
+last lane: it stays free for short ones, so a short request does not wait for a long one's
+turn. A lane decodes its long requests a segment at a time, in turn, and takes the short
+requests waiting before each turn.
 
-Everything a request learns comes as events, on the engine thread, through its `sink`.
+Everything a request learns comes as events, on its lane's thread, through its `sink`.
 """
 
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 from collections import deque
@@ -35,7 +40,7 @@ from kvscribe.types import Segment
 class QueueLimits:
     requests: int = 64  # waiting to start
     audio_seconds: float = 4 * 3600.0  # of the requests waiting to start
-    running: int = 4  # long requests decoded in turn
+    running: int = 4  # long requests a lane decodes in turn
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,10 @@ class Job:
     def seconds(self) -> float:
         return self.audio.size / SAMPLE_RATE
 
+    @property
+    def short(self) -> bool:
+        return self.seconds <= MAX_SECONDS
+
 
 @dataclass(eq=False)
 class _Running:
@@ -86,20 +95,33 @@ class _Running:
     first: float | None = None
 
 
-class Scheduler:
-    def __init__(self, backend, limits: QueueLimits = QueueLimits()):
+class _Lane:
+    def __init__(self, backend, takes_long: bool):
         self.backend = backend
+        self.takes_long = takes_long
+        self.running: list[_Running] = []
+        self.rows = 0  # short requests in the batch it decodes now
+
+
+class Scheduler:
+    def __init__(self, backends: list, limits: QueueLimits = QueueLimits()):
         self.limits = limits
+        last = len(backends) - 1
+        self._lanes = [_Lane(b, takes_long=i < last or last == 0) for i, b in enumerate(backends)]
         self._waiting: deque[Job] = deque()
-        self._running: list[_Running] = []
         self._wake = threading.Condition()
         self._draining = False
         self._stopped = False
         self.audio_seconds_decoded = 0.0
-        self.rows_in_flight = 0  # requests whose audio the engine holds now
-        self._busy = 0.0  # seconds the engine thread spent decoding
-        self._thread = threading.Thread(target=self._loop, name="kvscribe-engine", daemon=True)
-        self._thread.start()
+        self._busy = 0.0  # seconds the lanes spent decoding, summed
+        self._threads = [
+            threading.Thread(
+                target=self._loop, args=(lane,), name=f"kvscribe-lane-{i}", daemon=True
+            )
+            for i, lane in enumerate(self._lanes)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     # -- what the web side calls ---------------------------------------------------------
 
@@ -122,20 +144,24 @@ class Scheduler:
                     retry_after=self._retry_after(queued),
                 )
             self._waiting.append(job)
-            self._wake.notify()
+            self._wake.notify_all()
 
     def _retry_after(self, queued: float) -> int:
-        """Seconds until the work ahead is likely done: its audio at the engine's measured
+        """Seconds until the work ahead is likely done: its audio at the lanes' measured
         pace (busy seconds per audio second; a guess of 0.1 before anything finished)."""
         pace = self._busy / self.audio_seconds_decoded if self.audio_seconds_decoded else 0.1
-        ahead = queued + sum(r.job.seconds for r in self._running)
-        return max(1, math.ceil(pace * ahead))
+        ahead = queued + sum(r.job.seconds for lane in self._lanes for r in lane.running)
+        return max(1, math.ceil(pace * ahead / len(self._lanes)))
 
     def cancel(self, job: Job) -> None:
         """The client is gone: drop `job` if it waits, stop it at its next turn if it runs."""
         job.cancelled.set()
         with self._wake:
-            self._wake.notify()
+            self._wake.notify_all()
+
+    @property
+    def lanes(self) -> int:
+        return len(self._lanes)
 
     @property
     def queue_depth(self) -> int:
@@ -143,7 +169,11 @@ class Scheduler:
 
     @property
     def running(self) -> int:
-        return len(self._running)
+        return sum(len(lane.running) for lane in self._lanes)
+
+    @property
+    def rows_in_flight(self) -> int:
+        return sum(lane.rows for lane in self._lanes)
 
     def begin_draining(self) -> None:
         """From now on, new requests are answered 503."""
@@ -155,7 +185,7 @@ class Scheduler:
         deadline = time.monotonic() + timeout
         with self._wake:
             self._draining = True
-            while self._waiting or self._running or self.rows_in_flight:
+            while self._waiting or self.running or self.rows_in_flight:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -165,128 +195,137 @@ class Scheduler:
     def stop(self) -> None:
         with self._wake:
             self._stopped = True
-            self._wake.notify()
-        self._thread.join(timeout=30)
+            self._wake.notify_all()
+        for thread in self._threads:
+            thread.join(timeout=30)
 
-    # -- the engine thread ---------------------------------------------------------------
+    # -- a lane's thread -----------------------------------------------------------------
 
-    def _loop(self) -> None:
+    def _loop(self, lane: _Lane) -> None:
         while True:
             with self._wake:
-                while not self._stopped and not self._waiting and not self._running:
+                while not self._stopped and not self._has_work(lane):
                     self._wake.wait()
                 if self._stopped:
                     return
-                group, starting = self._take()
+                group, starting = self._take(lane)
             began = time.perf_counter()
             if group:
-                self._decode_together(group)
+                self._decode_together(lane, group)
             for job in starting:
-                self._start(job)
-            self._turn()
-            self._busy += time.perf_counter() - began
+                self._start(lane, job)
+            self._turn(lane)
             with self._wake:
-                self._wake.notify_all()  # drain() waits on this condition too
+                self._busy += time.perf_counter() - began
+                self._wake.notify_all()  # drain() and idle lanes wait on this condition
 
-    def _take(self) -> tuple[list[Job], list[Job]]:
-        """(short jobs to decode together now, long jobs to start running); called locked.
-        Cancelled jobs waiting are dropped here."""
+    def _has_work(self, lane: _Lane) -> bool:
+        return bool(lane.running) or any(self._fits(lane, job) for job in self._waiting)
+
+    def _fits(self, lane: _Lane, job: Job) -> bool:
+        return job.cancelled.is_set() or job.short or lane.takes_long
+
+    def _take(self, lane: _Lane) -> tuple[list[Job], list[Job]]:
+        """(short jobs to decode together now, jobs to start running on this lane); called
+        locked. Cancelled jobs waiting are dropped here."""
         for job in [j for j in self._waiting if j.cancelled.is_set()]:
             self._waiting.remove(job)
         group = []
-        shared = next((j for j in self._waiting if self._shares(j)), None)
+        shared = next((j for j in self._waiting if self._shares(lane, j)), None)
         if shared is not None:
-            group = [j for j in self._waiting if self._shares(j) and j.request == shared.request]
-        starting = []
-        room = self.limits.running - len(self._running)
-        for job in self._waiting:
-            if job not in group and not self._shares(job) and len(starting) < room:
-                starting.append(job)
+            group = [
+                j for j in self._waiting if self._shares(lane, j) and j.request == shared.request
+            ]
+        room = self.limits.running - len(lane.running)
+        starting = [j for j in self._waiting if j not in group and self._fits(lane, j)][:room]
         for job in (*group, *starting):
             self._waiting.remove(job)
-        self.rows_in_flight = len(group)
+        lane.rows = len(group)
         return group, starting
 
-    def _shares(self, job: Job) -> bool:
-        return job.seconds <= MAX_SECONDS and self.backend.shares_batches(job.request)
+    @staticmethod
+    def _shares(lane: _Lane, job: Job) -> bool:
+        return job.short and lane.backend.shares_batches(job.request)
 
-    def _decode_together(self, group: list[Job]) -> None:
+    def _decode_together(self, lane: _Lane, group: list[Job]) -> None:
         started = time.perf_counter()
         try:
-            runs = self.backend.transcribe_together([j.audio for j in group], group[0].request)
+            runs = lane.backend.transcribe_together([j.audio for j in group], group[0].request)
             finished = [(run, list(run.segments)) for run in runs]
         except Exception:
             if len(group) > 1:
                 for job in group:
-                    self._decode_together([job])
-                return
-            raise_as = self._failure(group[0])
-            group[0].sink(raise_as)
-            self.rows_in_flight = 0
+                    self._decode_together(lane, [job])
+            else:
+                group[0].sink(_failure())
+            lane.rows = 0
             return
         elapsed = time.perf_counter() - started
         total = sum(j.seconds for j in group) or 1.0
         for job, (run, segments) in zip(group, finished, strict=True):
-            run.report.not_applicable += self.backend.unhonoured(job.request, math.inf)
+            run.report.not_applicable += lane.backend.unhonoured(job.request, math.inf)
             run.report.settings[row.SHARED_WITH] = f"{len(group) - 1} other requests"
             job.sink(Started(run.language, run.language_probability))
             for segment in segments:
                 job.sink(Decoded(segment))
-            share = elapsed * job.seconds / total
-            job.sink(Finished(run.report, share, elapsed))
-            self.audio_seconds_decoded += job.seconds
-        self.rows_in_flight = 0
+            job.sink(Finished(run.report, elapsed * job.seconds / total, elapsed))
+            self._decoded(job)
+        lane.rows = 0
 
-    def _start(self, job: Job) -> None:
+    def _start(self, lane: _Lane, job: Job) -> None:
         from kvscribe.pipeline import transcribe_speech
 
         started = time.perf_counter()
         try:
-            run = transcribe_speech(self.backend, job.audio, job.request)
+            run = transcribe_speech(lane.backend, job.audio, job.request)
         except Exception:
-            job.sink(self._failure(job))
+            job.sink(_failure())
             return
         job.sink(Started(run.language, run.language_probability))
-        self._running.append(_Running(job, iter(run.segments), run.report, started))
+        lane.running.append(_Running(job, iter(run.segments), run.report, started))
 
-    def _turn(self) -> None:
-        """One segment of each running job, in order; finished and cancelled ones leave."""
-        for running in list(self._running):
+    def _turn(self, lane: _Lane) -> None:
+        """One segment of each job running on the lane, in order; finished and cancelled
+        ones leave."""
+        for running in list(lane.running):
             job = running.job
             if job.cancelled.is_set():
-                self._leave(running)
+                self._leave(lane, running)
                 continue
             try:
                 segment = next(running.segments)
             except StopIteration:
                 elapsed = time.perf_counter() - running.started
                 job.sink(Finished(running.report, elapsed, running.first))
-                self.audio_seconds_decoded += job.seconds
-                self._leave(running)
+                self._decoded(job)
+                self._leave(lane, running)
                 continue
             except Exception:
-                job.sink(self._failure(job))
-                self._leave(running)
+                job.sink(_failure())
+                self._leave(lane, running)
                 continue
             if running.first is None:
                 running.first = time.perf_counter() - running.started
             job.sink(Decoded(segment))
 
-    def _leave(self, running: _Running) -> None:
+    def _decoded(self, job: Job) -> None:
+        with self._wake:
+            self.audio_seconds_decoded += job.seconds
+
+    @staticmethod
+    def _leave(lane: _Lane, running: _Running) -> None:
         close = getattr(running.segments, "close", None)
         if close is not None:
             close()  # a generator's engine state (its rows, its audio) goes now
-        self._running.remove(running)
+        lane.running.remove(running)
 
-    @staticmethod
-    def _failure(job: Job) -> Failed:
-        """The exception being handled, as this request's error."""
-        import sys
 
-        exc = sys.exc_info()[1]
-        if isinstance(exc, ApiError):
-            return Failed(exc)
-        if isinstance(exc, KvscribeError):
-            return Failed(from_kvscribe(exc))
-        message = f"the engine failed on this request: {type(exc).__name__}: {exc}"
-        return Failed(ApiError(500, message, None, "engine_error"))
+def _failure() -> Failed:
+    """The exception being handled, as this request's error."""
+    exc = sys.exc_info()[1]
+    if isinstance(exc, ApiError):
+        return Failed(exc)
+    if isinstance(exc, KvscribeError):
+        return Failed(from_kvscribe(exc))
+    message = f"the engine failed on this request: {type(exc).__name__}: {exc}"
+    return Failed(ApiError(500, message, None, "engine_error"))
