@@ -42,6 +42,9 @@ class Capabilities:
     # Decodes several short inputs side by side in the batches a long file's chunks use
     # (`Backend.transcribe_together`): a batch folder of short files fills the batch too.
     shares_batches: bool = False
+    # A row's tokens do not depend on the other rows of its batch, so `kvscribe serve` may
+    # put different requests' inputs in one batch (tests/test_serve.py checks each engine).
+    rows_independent: bool = True
     # A folder run without --jobs on a CPU starts one single-threaded worker per core
     # (kvscribe.machine.capacity.default_jobs); False: one worker with every core, for an engine
     # whose batches use the threads better than more processes do.

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.conftest import KVSCRIBE
+from tests.conftest import KVSCRIBE, USER_DIRS
 
 KEY = "test-key-not-secret"
 START_SECONDS = 180  # a cold start loads the model (and converts nothing: it is embedded)
@@ -22,9 +22,16 @@ START_SECONDS = 180  # a cold start loads the model (and converts nothing: it is
 class Served:
     """`kvscribe serve --port 0` with its own TMPDIR (where its private upload folder is)."""
 
-    def __init__(self, tmp: Path, *flags: str, key: str | None = KEY):
+    def __init__(self, tmp: Path, *flags: str, key: str | None = KEY, user_cache: bool = False):
+        """`user_cache`: the user's cache and config, where session fixtures build and
+        export (whisper-cli, ONNX graphs), not the test's isolated ones."""
         self.tmp = tmp
         env = os.environ | {"TMPDIR": str(tmp)}
+        if user_cache:
+            for name, value in USER_DIRS.items():
+                env.pop(name, None)
+                if value is not None:
+                    env[name] = value
         env.pop("KVSCRIBE_API_KEY", None)
         if key is not None:
             env["KVSCRIBE_API_KEY"] = key

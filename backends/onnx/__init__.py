@@ -56,6 +56,9 @@ class OnnxBackend(SharesSteppedBatches, Backend):
         streams_audio=True,
         batched_cuts_pauses=True,
         shares_batches=True,
+        # The step graph has no key mask: a row's tokens can change with the rows beside it
+        # (tests/test_serve.py, test_every_engine_gives_a_request_its_tokens_under_load).
+        rows_independent=False,
         # One worker (sharing batches) over both cores took 0.72x the time of two workers,
         # each of whose ONNX Runtime sessions takes every core
         # (benchmarks/results/folder_batches_onnx.md).
@@ -303,7 +306,7 @@ class OnnxBackend(SharesSteppedBatches, Backend):
         from kvscribe.stepped.rules import TokenRules
         from kvscribe.stepped.search import SearchSetup
 
-        request = request or DecodeRequest(task=task)
+        request = self.completed(request or DecodeRequest(task=task))
         engine, special = self.engine, self.vocab.special
         suppressed = self.vocab.suppressed(request.suppress_tokens)
         rules = TokenRules(special, self.vocab_size, suppressed, timestamps=timestamps, device=None)

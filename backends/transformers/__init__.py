@@ -306,6 +306,6 @@ class TransformersBackend(SharesSteppedBatches, Backend):
         """The decoding plan for one input; `request` adds its fallback, conditioning and
         word timestamps (None: the defaults, for callers that decode chunks themselves).
         `timestamps` False: batched chunks, decoded without them and every word aligned."""
-        request = request or DecodeRequest(task=task)
+        request = self.completed(request or DecodeRequest(task=task))
         condition = request.condition_on_previous_text
         return self.engine.plan(language, task, beams, request, timestamps, condition)

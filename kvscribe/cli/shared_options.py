@@ -46,13 +46,13 @@ class SharedOption:
     @classmethod
     def of(cls, control: Control) -> SharedOption:
         """The flag of a decoding control (kvscribe.controls), in the decoding panel."""
-        settings: dict[str, Any] = {"rich_help_panel": DECODING_PANEL}
+        arguments: dict[str, Any] = {"rich_help_panel": DECODING_PANEL}
         if control.show_default is not None:
-            settings["show_default"] = control.show_default
+            arguments["show_default"] = control.show_default
         if control.metavar is not None:
-            settings["metavar"] = control.metavar
+            arguments["metavar"] = control.metavar
         return cls(
-            control.name, (control.flag,), control.help, settings, control.mic, kind=control.kind
+            control.name, (control.flag,), control.help, arguments, control.mic, kind=control.kind
         )
 
 

@@ -236,8 +236,14 @@ class Scheduler:
             group = [
                 j for j in self._waiting if self._shares(lane, j) and j.request == shared.request
             ]
+            if not lane.backend.capabilities.rows_independent:
+                group = group[:1]  # a request's tokens must not depend on the others
         room = self.limits.running - len(lane.running)
-        starting = [j for j in self._waiting if j not in group and self._fits(lane, j)][:room]
+        # A short request that shares batches waits for a group of its own: decoded in a
+        # batch alone or with others, never on the path a long one takes.
+        starting = [j for j in self._waiting if not self._shares(lane, j) and self._fits(lane, j)][
+            :room
+        ]
         for job in (*group, *starting):
             self._waiting.remove(job)
         lane.rows = len(group)
