@@ -424,6 +424,21 @@ def test_a_cancelled_request_leaves_the_engine_within_a_turn(served, long_clip):
     assert wer(SAMPLE_TEXT, _transcribe(served.client(), SAMPLE).text) <= 0.1
 
 
+def test_a_streaming_client_that_stops_reading_holds_up_no_one(served, long_clip):
+    """A client that asks for a stream and reads nothing: the others are served meanwhile,
+    and once it goes its request leaves nothing behind."""
+    body = _form([("model", "whisper-1"), ("stream", "true")], long_clip.read_bytes())
+    host, port = served.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=120)
+    headers = {"Content-Type": MULTIPART, **served.auth()}
+    connection.request("POST", "/v1/audio/transcriptions", body=body, headers=headers)
+    try:
+        assert wer(SAMPLE_TEXT, _transcribe(served.client(), SAMPLE).text) <= 0.1
+    finally:
+        connection.close()
+    _nothing_left(served)
+
+
 # -- the process ------------------------------------------------------------------------
 
 
