@@ -7,13 +7,16 @@ import os
 import select
 import signal
 import subprocess
+import time
 import urllib.request
 import wave
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from tests.conftest import KVSCRIBE, USER_DIRS
+from kvscribe.audio import load_audio
+from tests.conftest import KVSCRIBE, LONG_FORM, USER_DIRS
 
 KEY = "test-key-not-secret"
 START_SECONDS = 180  # a cold start loads the model (and converts nothing: it is embedded)
@@ -126,3 +129,58 @@ def silent_flac(seconds: int) -> bytes:
         container.mux(packet)
     container.close()
     return buffer.getvalue()
+
+
+# -- what the server tests share (tests/test_serve.py, tests/test_serve_faults.py) --
+
+BOUNDED_WAIT = 60  # seconds a test waits for the server to settle, polling
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    server = Served(
+        tmp_path_factory.mktemp("serve"),
+        "--max-body-mb",
+        "2",
+        "--max-audio-minutes",
+        "5",
+    )
+    yield server
+    assert server.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def long_clip(tmp_path_factory) -> Path:
+    """40 s of the long-form clip: over one window, so decoded in turn, not shared."""
+    path = tmp_path_factory.mktemp("clips") / "long40.wav"
+    path.write_bytes(wav_bytes(load_audio(LONG_FORM)[: 40 * 16000]))
+    return path
+
+
+def transcribe(client, path: Path, **fields):
+    with path.open("rb") as audio:
+        return client.audio.transcriptions.create(model="whisper-1", file=audio, **fields)
+
+
+def settled(served: Served) -> dict[str, float]:
+    """The server's gauges once nothing is queued or running (bounded wait)."""
+    deadline = time.monotonic() + BOUNDED_WAIT
+    while True:
+        figures = served.metrics()
+        busy = (
+            figures["kvscribe_queue_depth"]
+            + figures["kvscribe_requests_running"]
+            + figures["kvscribe_rows_in_flight"]
+        )
+        if busy == 0 or time.monotonic() > deadline:
+            return figures
+        time.sleep(0.2)
+
+
+def nothing_left(served: Served) -> None:
+    figures = settled(served)
+    assert figures["kvscribe_queue_depth"] == 0
+    assert figures["kvscribe_requests_running"] == 0
+    assert figures["kvscribe_rows_in_flight"] == 0
+    assert served.spooled() == []
+    assert served.open_temp_files() == []

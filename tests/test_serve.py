@@ -1,13 +1,15 @@
 """`kvscribe serve` against the real `openai` client and raw HTTP on 127.0.0.1: every
 response format, timestamps, streaming, typed errors, requests sharing batches without
-changing their tokens, and faults that leave nothing behind."""
+changing their tokens, the process (SIGTERM, keys, imports). Faults:
+tests/test_serve_faults.py."""
+
+# The server's fixtures come from tests/serving.py, and tests name them as arguments.
+# ruff: noqa: F811
 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import http.client
 import itertools
-import json
 import subprocess
 import sys
 import time
@@ -18,8 +20,15 @@ import pytest
 
 from kvscribe.audio import load_audio
 from kvscribe.models.embedded import EMBEDDED
-from tests.conftest import EVAL_DIR, KVSCRIBE, LONG_FORM, ROOT, SAMPLE, SAMPLE_TEXT, wer
-from tests.serving import Served, silent_flac, wav_bytes
+from tests.conftest import EVAL_DIR, KVSCRIBE, ROOT, SAMPLE, SAMPLE_TEXT, wer
+from tests.serving import (  # noqa: F401 - fixtures
+    Served,
+    long_clip,
+    nothing_left,
+    served,
+    transcribe,
+    wav_bytes,
+)
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("starlette")
@@ -31,59 +40,6 @@ SHORT_CLIPS = [
     EVAL_DIR / "ps_cards_001.wav",
     EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav",
 ]
-BOUNDED_WAIT = 60  # seconds a test waits for the server to settle, polling
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    server = Served(
-        tmp_path_factory.mktemp("serve"),
-        "--max-body-mb",
-        "2",
-        "--max-audio-minutes",
-        "5",
-    )
-    yield server
-    assert server.stop() == 0
-
-
-@pytest.fixture(scope="module")
-def long_clip(tmp_path_factory) -> Path:
-    """40 s of the long-form clip: over one window, so decoded in turn, not shared."""
-    path = tmp_path_factory.mktemp("clips") / "long40.wav"
-    path.write_bytes(wav_bytes(load_audio(LONG_FORM)[: 40 * 16000]))
-    return path
-
-
-def _transcribe(client, path: Path, **fields):
-    with path.open("rb") as audio:
-        return client.audio.transcriptions.create(model="whisper-1", file=audio, **fields)
-
-
-def _settled(served: Served) -> dict[str, float]:
-    """The server's gauges once nothing is queued or running (bounded wait)."""
-    deadline = time.monotonic() + BOUNDED_WAIT
-    while True:
-        figures = served.metrics()
-        busy = (
-            figures["kvscribe_queue_depth"]
-            + figures["kvscribe_requests_running"]
-            + figures["kvscribe_rows_in_flight"]
-        )
-        if busy == 0 or time.monotonic() > deadline:
-            return figures
-        time.sleep(0.2)
-
-
-def _nothing_left(served: Served) -> None:
-    figures = _settled(served)
-    assert figures["kvscribe_queue_depth"] == 0
-    assert figures["kvscribe_requests_running"] == 0
-    assert figures["kvscribe_rows_in_flight"] == 0
-    assert served.spooled() == []
-    assert served.open_temp_files() == []
-
-
 # -- the API as the client sends it ------------------------------------------------------
 
 
@@ -92,21 +48,21 @@ def test_every_response_format_carries_the_same_transcript(served):
     import webvtt
 
     client = served.client()
-    text = _transcribe(client, SAMPLE).text
+    text = transcribe(client, SAMPLE).text
     assert wer(SAMPLE_TEXT, text) <= 0.1
-    assert _transcribe(client, SAMPLE, response_format="text").strip() == text
-    verbose = _transcribe(client, SAMPLE, response_format="verbose_json")
+    assert transcribe(client, SAMPLE, response_format="text").strip() == text
+    verbose = transcribe(client, SAMPLE, response_format="verbose_json")
     assert verbose.text == text and verbose.language == "english"
     assert abs(verbose.duration - 11.0) < 0.1 and verbose.segments
     assert all(segment.tokens for segment in verbose.segments)
-    cues = list(srt.parse(_transcribe(client, SAMPLE, response_format="srt")))
+    cues = list(srt.parse(transcribe(client, SAMPLE, response_format="srt")))
     assert " ".join(cue.content for cue in cues).split() == text.split()
-    vtt = webvtt.from_string(_transcribe(client, SAMPLE, response_format="vtt"))
+    vtt = webvtt.from_string(transcribe(client, SAMPLE, response_format="vtt"))
     assert " ".join(caption.text for caption in vtt).split() == text.split()
 
 
 def test_word_and_segment_timestamps(served):
-    verbose = _transcribe(
+    verbose = transcribe(
         served.client(),
         SAMPLE,
         response_format="verbose_json",
@@ -122,11 +78,11 @@ def test_word_and_segment_timestamps(served):
 def test_streamed_deltas_join_to_the_done_text_and_the_plain_text(served, long_clip):
     client = served.client()
     for path in (SAMPLE, long_clip):
-        events = list(_transcribe(client, path, stream=True))
+        events = list(transcribe(client, path, stream=True))
         deltas = [e.delta for e in events if e.type == "transcript.text.delta"]
         done = [e for e in events if e.type == "transcript.text.done"]
         assert len(done) == 1 and events[-1] is done[0] and len(deltas) >= 2
-        assert "".join(deltas) == done[0].text == _transcribe(client, path).text
+        assert "".join(deltas) == done[0].text == transcribe(client, path).text
 
 
 def test_models_are_listed_and_retrieved(served):
@@ -139,10 +95,10 @@ def test_models_are_listed_and_retrieved(served):
 
 def test_the_sdk_raises_its_typed_errors(served, tmp_path):
     with pytest.raises(openai.AuthenticationError):
-        _transcribe(served.client(key="wrong"), SAMPLE)
+        transcribe(served.client(key="wrong"), SAMPLE)
     client = served.client()
     with pytest.raises(openai.BadRequestError) as bad_format:
-        _transcribe(client, SAMPLE, response_format="xml")
+        transcribe(client, SAMPLE, response_format="xml")
     assert bad_format.value.body["param"] == "response_format"
     with pytest.raises(openai.NotFoundError) as unknown, SAMPLE.open("rb") as audio:
         client.audio.transcriptions.create(model="large-v9", file=audio)
@@ -150,15 +106,15 @@ def test_the_sdk_raises_its_typed_errors(served, tmp_path):
     big = tmp_path / "big.wav"
     big.write_bytes(wav_bytes(np.random.default_rng(0).uniform(-0.1, 0.1, 80 * 16000)))
     with pytest.raises(openai.APIStatusError) as oversized:
-        _transcribe(client, big)
+        transcribe(client, big)
     assert oversized.value.status_code == 413
     for name, content in (("notes.wav", b"just some text\n" * 50), ("image.wav", _png())):
         fake = tmp_path / name
         fake.write_bytes(content)
         with pytest.raises(openai.BadRequestError) as not_audio:
-            _transcribe(client, fake)
+            transcribe(client, fake)
         assert not_audio.value.body["code"] == "invalid_audio"
-    _nothing_left(served)
+    nothing_left(served)
 
 
 def _png() -> bytes:
@@ -180,7 +136,7 @@ def _png() -> bytes:
 
 
 def _verbose(served: Served, path: Path):
-    return _transcribe(
+    return transcribe(
         served.client(), path, response_format="verbose_json", extra_body={"kvscribe_stats": "true"}
     )
 
@@ -191,7 +147,7 @@ def _alone_and_together(served: Served, occupier: Path, clips: list[Path]) -> tu
     it was decoded with."""
     alone = {path: _verbose(served, path) for path in clips}
     with cf.ThreadPoolExecutor(len(clips) + 1) as pool:
-        long = pool.submit(_transcribe, served.client(), occupier)
+        long = pool.submit(transcribe, served.client(), occupier)
         time.sleep(1.0)
         answers = pool.map(lambda p: _verbose(served, p), clips)
         together = dict(zip(clips, answers, strict=True))
@@ -255,7 +211,7 @@ def test_a_full_queue_answers_429_and_the_sdk_retries_until_it_is_served(tmp_pat
     served = Served(tmp_path, "--max-queue", "1")
     try:
         with cf.ThreadPoolExecutor(6) as pool:
-            tries = [pool.submit(_transcribe, served.client(), long_clip) for _ in range(6)]
+            tries = [pool.submit(transcribe, served.client(), long_clip) for _ in range(6)]
             outcomes = [t.exception() or t.result() for t in tries]
         refused = [o for o in outcomes if isinstance(o, openai.RateLimitError)]
         assert refused, outcomes
@@ -265,11 +221,11 @@ def test_a_full_queue_answers_429_and_the_sdk_retries_until_it_is_served(tmp_pat
         assert len(texts) == 1 and len(admitted) + len(refused) == 6, outcomes
         with cf.ThreadPoolExecutor(6) as pool:
             retried = list(
-                pool.map(lambda _: _transcribe(served.client(retries=5), long_clip), range(6))
+                pool.map(lambda _: transcribe(served.client(retries=5), long_clip), range(6))
             )
         assert {r.text for r in retried} == texts
         figures = served.metrics()
-        _nothing_left(served)
+        nothing_left(served)
     finally:
         assert served.stop() == 0
     decoded = (len(admitted) + len(retried)) * 40
@@ -281,162 +237,13 @@ def test_an_error_in_one_request_fails_it_alone(served):
     beside it is served."""
     client = served.client()
     with cf.ThreadPoolExecutor(2) as pool:
-        german = pool.submit(_transcribe, client, SAMPLE, language="de")
-        plain = pool.submit(_transcribe, client, SAMPLE)
+        german = pool.submit(transcribe, client, SAMPLE, language="de")
+        plain = pool.submit(transcribe, client, SAMPLE)
         with pytest.raises(openai.BadRequestError) as refused:
             german.result()
         assert wer(SAMPLE_TEXT, plain.result().text) <= 0.1
     assert "English-only" in refused.value.message
-    _nothing_left(served)
-
-
-# -- faults --------------------------------------------------------------------------------
-
-
-def _raw(served: Served, body: bytes, content_type: str, length: int | None = None) -> tuple:
-    """(status, JSON body) of a POST written by hand; `length` declares another length."""
-    host, port = served.url.removeprefix("http://").split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=60)
-    headers = {"Content-Type": content_type, **served.auth()}
-    headers["Content-Length"] = str(len(body) if length is None else length)
-    connection.request("POST", "/v1/audio/transcriptions", body=body, headers=headers)
-    response = connection.getresponse()
-    status, text = response.status, response.read()
-    connection.close()
-    return status, json.loads(text)
-
-
-def _form(fields: list[tuple[str, str]], audio: bytes | None, boundary: str = "xyzzy") -> bytes:
-    parts = [
-        f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
-        for name, value in fields
-    ]
-    body = "".join(parts).encode()
-    if audio is not None:
-        body += (
-            (
-                f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
-                "Content-Type: audio/wav\r\n\r\n"
-            ).encode()
-            + audio
-            + b"\r\n"
-        )
-    return body + f"--{boundary}--\r\n".encode()
-
-
-MULTIPART = "multipart/form-data; boundary=xyzzy"
-
-
-def test_malformed_bodies_are_400s_and_leave_nothing(served):
-    audio = SAMPLE.read_bytes()
-    model = [("model", "whisper-1")]
-    cases = {
-        "no boundary": (_form(model, audio), "multipart/form-data"),
-        "truncated": (_form(model, audio)[:-400], MULTIPART),
-        "no file part": (_form(model, None), MULTIPART),
-        "thousands of fields": (_form(model + [("x", "1")] * 5000, audio), MULTIPART),
-        "no model": (_form([], audio), MULTIPART),
-    }
-    for case, (body, content_type) in cases.items():
-        status, error = _raw(served, body, content_type)
-        assert status == 400, (case, error)
-        assert set(error["error"]) == {"message", "type", "param", "code"}, case
-    _nothing_left(served)
-
-
-def test_an_oversized_body_is_refused_before_or_while_it_is_read(served):
-    host, port = served.url.removeprefix("http://").split(":")
-    # Declared: 413 before any of the body is sent.
-    connection = http.client.HTTPConnection(host, int(port), timeout=60)
-    connection.putrequest("POST", "/v1/audio/transcriptions")
-    connection.putheader("Content-Type", MULTIPART)
-    connection.putheader("Content-Length", str(200 * 1024 * 1024))
-    connection.endheaders()
-    response = connection.getresponse()
-    assert response.status == 413 and json.loads(response.read())["error"]["code"] == (
-        "body_too_large"
-    )
-    connection.close()
-    # Not declared (chunked): 413 once the bytes read pass the limit.
-    connection = http.client.HTTPConnection(host, int(port), timeout=60)
-    chunks = (
-        _form([("model", "whisper-1")], b"\0" * (3 * 1024 * 1024))[i : i + 65536]
-        for i in range(0, 4 * 1024 * 1024, 65536)
-    )
-    try:
-        connection.request(
-            "POST",
-            "/v1/audio/transcriptions",
-            body=chunks,
-            headers={"Content-Type": MULTIPART, **served.auth()},
-            encode_chunked=True,
-        )
-        status = connection.getresponse().status
-    except (BrokenPipeError, ConnectionResetError):
-        status = 413  # the server answered and closed while the client still wrote
-    connection.close()
-    assert status == 413
-    _nothing_left(served)
-
-
-def test_a_decompression_bomb_stops_at_the_duration_limit(served):
-    """6 minutes of silence in 70 kB of FLAC, against --max-audio-minutes 5."""
-    bomb = silent_flac(6 * 60)
-    assert len(bomb) < 200_000
-    status, error = _raw(served, _form([("model", "whisper-1")], bomb), MULTIPART)
-    assert status == 413 and error["error"]["code"] == "audio_too_long"
-    _nothing_left(served)
-
-
-def test_a_client_that_disconnects_mid_upload_leaves_nothing(served):
-    host, port = served.url.removeprefix("http://").split(":")
-    body = _form([("model", "whisper-1")], SAMPLE.read_bytes())
-    connection = http.client.HTTPConnection(host, int(port), timeout=60)
-    connection.putrequest("POST", "/v1/audio/transcriptions")
-    for name, value in {
-        "Content-Type": MULTIPART,
-        "Content-Length": str(len(body)),
-        **served.auth(),
-    }.items():
-        connection.putheader(name, value)
-    connection.endheaders()
-    connection.send(body[: len(body) // 2])
-    connection.close()
-    _nothing_left(served)
-
-
-def test_a_cancelled_request_leaves_the_engine_within_a_turn(served, long_clip):
-    """A streaming client that goes after its first delta: its job leaves the engine at
-    its next turn, and a short request after it is served."""
-    body = _form([("model", "whisper-1"), ("stream", "true")], long_clip.read_bytes())
-    host, port = served.url.removeprefix("http://").split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=120)
-    headers = {"Content-Type": MULTIPART, **served.auth()}
-    connection.request("POST", "/v1/audio/transcriptions", body=body, headers=headers)
-    response = connection.getresponse()
-    assert response.status == 200
-    first = response.readline()
-    while not first.startswith(b"data:"):
-        first = response.readline()
-    assert b"transcript.text.delta" in first
-    connection.close()
-    _nothing_left(served)
-    assert wer(SAMPLE_TEXT, _transcribe(served.client(), SAMPLE).text) <= 0.1
-
-
-def test_a_streaming_client_that_stops_reading_holds_up_no_one(served, long_clip):
-    """A client that asks for a stream and reads nothing: the others are served meanwhile,
-    and once it goes its request leaves nothing behind."""
-    body = _form([("model", "whisper-1"), ("stream", "true")], long_clip.read_bytes())
-    host, port = served.url.removeprefix("http://").split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=120)
-    headers = {"Content-Type": MULTIPART, **served.auth()}
-    connection.request("POST", "/v1/audio/transcriptions", body=body, headers=headers)
-    try:
-        assert wer(SAMPLE_TEXT, _transcribe(served.client(), SAMPLE).text) <= 0.1
-    finally:
-        connection.close()
-    _nothing_left(served)
+    nothing_left(served)
 
 
 # -- the process ------------------------------------------------------------------------
@@ -446,7 +253,7 @@ def test_sigterm_drains_the_requests_running(tmp_path, long_clip):
     served = Served(tmp_path)
     try:
         with cf.ThreadPoolExecutor(2) as pool:
-            running = [pool.submit(_transcribe, served.client(), p) for p in (long_clip, SAMPLE)]
+            running = [pool.submit(transcribe, served.client(), p) for p in (long_clip, SAMPLE)]
             time.sleep(1.5)
             served.proc.send_signal(15)
             texts = [r.result().text for r in running]
@@ -493,7 +300,7 @@ def test_a_translation_with_the_multilingual_model(tmp_path):
         client = served.client()
         with spanish.open("rb") as audio:
             english = client.audio.translations.create(model="base", file=audio).text
-        original = _transcribe(client, spanish, language="es").text
+        original = transcribe(client, spanish, language="es").text
     finally:
         served.stop()
     words = set(english.lower().replace(".", " ").replace(",", " ").split())

@@ -1,0 +1,173 @@
+"""`kvscribe serve` given bad input and gone clients over raw HTTP on 127.0.0.1: each is
+answered in OpenAI's error shape (or served) and leaves nothing queued, running, spooled or
+open."""
+
+# The server's fixtures come from tests/serving.py, and tests name them as arguments.
+# ruff: noqa: F811
+
+from __future__ import annotations
+
+import http.client
+import json
+
+import pytest
+
+from tests.conftest import SAMPLE, SAMPLE_TEXT, wer
+from tests.serving import (  # noqa: F401 - fixtures
+    Served,
+    long_clip,
+    nothing_left,
+    served,
+    silent_flac,
+    transcribe,
+)
+
+pytest.importorskip("openai")
+pytest.importorskip("starlette")
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+
+def _raw(served: Served, body: bytes, content_type: str, length: int | None = None) -> tuple:
+    """(status, JSON body) of a POST written by hand; `length` declares another length."""
+    host, port = served.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    headers = {"Content-Type": content_type, **served.auth()}
+    headers["Content-Length"] = str(len(body) if length is None else length)
+    connection.request("POST", "/v1/audio/transcriptions", body=body, headers=headers)
+    response = connection.getresponse()
+    status, text = response.status, response.read()
+    connection.close()
+    return status, json.loads(text)
+
+
+def _form(fields: list[tuple[str, str]], audio: bytes | None, boundary: str = "xyzzy") -> bytes:
+    parts = [
+        f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'
+        for name, value in fields
+    ]
+    body = "".join(parts).encode()
+    if audio is not None:
+        body += (
+            (
+                f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n'
+                "Content-Type: audio/wav\r\n\r\n"
+            ).encode()
+            + audio
+            + b"\r\n"
+        )
+    return body + f"--{boundary}--\r\n".encode()
+
+
+MULTIPART = "multipart/form-data; boundary=xyzzy"
+
+
+def test_malformed_bodies_are_400s_and_leave_nothing(served):
+    audio = SAMPLE.read_bytes()
+    model = [("model", "whisper-1")]
+    cases = {
+        "no boundary": (_form(model, audio), "multipart/form-data"),
+        "truncated": (_form(model, audio)[:-400], MULTIPART),
+        "no file part": (_form(model, None), MULTIPART),
+        "thousands of fields": (_form(model + [("x", "1")] * 5000, audio), MULTIPART),
+        "no model": (_form([], audio), MULTIPART),
+    }
+    for case, (body, content_type) in cases.items():
+        status, error = _raw(served, body, content_type)
+        assert status == 400, (case, error)
+        assert set(error["error"]) == {"message", "type", "param", "code"}, case
+    nothing_left(served)
+
+
+def test_an_oversized_body_is_refused_before_or_while_it_is_read(served):
+    host, port = served.url.removeprefix("http://").split(":")
+    # Declared: 413 before any of the body is sent.
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    connection.putrequest("POST", "/v1/audio/transcriptions")
+    connection.putheader("Content-Type", MULTIPART)
+    connection.putheader("Content-Length", str(200 * 1024 * 1024))
+    connection.endheaders()
+    response = connection.getresponse()
+    assert response.status == 413 and json.loads(response.read())["error"]["code"] == (
+        "body_too_large"
+    )
+    connection.close()
+    # Not declared (chunked): 413 once the bytes read pass the limit.
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    chunks = (
+        _form([("model", "whisper-1")], b"\0" * (3 * 1024 * 1024))[i : i + 65536]
+        for i in range(0, 4 * 1024 * 1024, 65536)
+    )
+    try:
+        connection.request(
+            "POST",
+            "/v1/audio/transcriptions",
+            body=chunks,
+            headers={"Content-Type": MULTIPART, **served.auth()},
+            encode_chunked=True,
+        )
+        status = connection.getresponse().status
+    except (BrokenPipeError, ConnectionResetError):
+        status = 413  # the server answered and closed while the client still wrote
+    connection.close()
+    assert status == 413
+    nothing_left(served)
+
+
+def test_a_decompression_bomb_stops_at_the_duration_limit(served):
+    """6 minutes of silence in 70 kB of FLAC, against --max-audio-minutes 5."""
+    bomb = silent_flac(6 * 60)
+    assert len(bomb) < 200_000
+    status, error = _raw(served, _form([("model", "whisper-1")], bomb), MULTIPART)
+    assert status == 413 and error["error"]["code"] == "audio_too_long"
+    nothing_left(served)
+
+
+def test_a_client_that_disconnects_mid_upload_leaves_nothing(served):
+    host, port = served.url.removeprefix("http://").split(":")
+    body = _form([("model", "whisper-1")], SAMPLE.read_bytes())
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    connection.putrequest("POST", "/v1/audio/transcriptions")
+    for name, value in {
+        "Content-Type": MULTIPART,
+        "Content-Length": str(len(body)),
+        **served.auth(),
+    }.items():
+        connection.putheader(name, value)
+    connection.endheaders()
+    connection.send(body[: len(body) // 2])
+    connection.close()
+    nothing_left(served)
+
+
+def test_a_cancelled_request_leaves_the_engine_within_a_turn(served, long_clip):
+    """A streaming client that goes after its first delta: its job leaves the engine at
+    its next turn, and a short request after it is served."""
+    body = _form([("model", "whisper-1"), ("stream", "true")], long_clip.read_bytes())
+    host, port = served.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=120)
+    headers = {"Content-Type": MULTIPART, **served.auth()}
+    connection.request("POST", "/v1/audio/transcriptions", body=body, headers=headers)
+    response = connection.getresponse()
+    assert response.status == 200
+    first = response.readline()
+    while not first.startswith(b"data:"):
+        first = response.readline()
+    assert b"transcript.text.delta" in first
+    connection.close()
+    nothing_left(served)
+    assert wer(SAMPLE_TEXT, transcribe(served.client(), SAMPLE).text) <= 0.1
+
+
+def test_a_streaming_client_that_stops_reading_holds_up_no_one(served, long_clip):
+    """A client that asks for a stream and reads nothing: the others are served meanwhile,
+    and once it goes its request leaves nothing behind."""
+    body = _form([("model", "whisper-1"), ("stream", "true")], long_clip.read_bytes())
+    host, port = served.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=120)
+    headers = {"Content-Type": MULTIPART, **served.auth()}
+    connection.request("POST", "/v1/audio/transcriptions", body=body, headers=headers)
+    try:
+        assert wer(SAMPLE_TEXT, transcribe(served.client(), SAMPLE).text) <= 0.1
+    finally:
+        connection.close()
+    nothing_left(served)
