@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import socket
 import tempfile
@@ -14,8 +15,11 @@ from kvscribe.cli import shared_options as shared
 from kvscribe.cli.parameters import ParameterTable, option_values, takes
 from kvscribe.cli.render import exit_with, setup_logging, stderr_console
 from kvscribe.errors import BackendUnavailableError, ExitCode, UsageError
+from kvscribe.serve.options import ServeOptions
 
 _SERVER = "Server"
+# Each flag's default is its ServeOptions field's, declared once there.
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ServeOptions)}
 _ENGINE = tuple(option for option in shared.ENGINE if option is not shared.TASK)
 
 PARAMETERS: ParameterTable = {
@@ -23,7 +27,7 @@ PARAMETERS: ParameterTable = {
     "host": (
         str,
         typer.Option(
-            "127.0.0.1",
+            _DEFAULTS["host"],
             "--host",
             help="Address to listen on; any but a loopback one needs an API key.",
             rich_help_panel=_SERVER,
@@ -32,7 +36,7 @@ PARAMETERS: ParameterTable = {
     "port": (
         int,
         typer.Option(
-            8000,
+            _DEFAULTS["port"],
             "--port",
             help="Port to listen on (0: a free one, printed).",
             rich_help_panel=_SERVER,
@@ -52,7 +56,7 @@ PARAMETERS: ParameterTable = {
     "max_body_mb": (
         float,
         typer.Option(
-            25.0,
+            _DEFAULTS["max_body_mb"],
             "--max-body-mb",
             help="Largest upload, MiB (OpenAI's: 25).",
             rich_help_panel=_SERVER,
@@ -61,7 +65,7 @@ PARAMETERS: ParameterTable = {
     "max_audio_minutes": (
         float,
         typer.Option(
-            180.0,
+            _DEFAULTS["max_audio_minutes"],
             "--max-audio-minutes",
             help="Longest audio a request may hold (checked while it is decoded).",
             rich_help_panel=_SERVER,
@@ -82,7 +86,7 @@ PARAMETERS: ParameterTable = {
     "max_queue": (
         int,
         typer.Option(
-            64,
+            _DEFAULTS["max_queue"],
             "--max-queue",
             help="Requests that may wait to start; more are answered 429 with Retry-After.",
             rich_help_panel=_SERVER,
@@ -91,7 +95,7 @@ PARAMETERS: ParameterTable = {
     "upload_timeout": (
         float,
         typer.Option(
-            120.0,
+            _DEFAULTS["upload_timeout"],
             "--upload-timeout",
             help="Seconds an upload may take to arrive.",
             rich_help_panel=_SERVER,
@@ -114,8 +118,6 @@ def serve(**given: Any) -> None:
     setup_logging(given["debug"])
 
     def body() -> int:
-        from kvscribe.serve.options import ServeOptions
-
         options = ServeOptions(**option_values(given, ServeOptions))
         return _run(options, console)
 
@@ -175,8 +177,6 @@ def _run(options, console) -> int:
 def _load_lanes(options) -> tuple[list, object]:
     """The lanes' backends, each loaded with its own engine, and the first one's stats. On a
     CPU with more than one lane (and no --threads), each engine runs single-threaded."""
-    import dataclasses
-
     from kvscribe.runner import load_backend
 
     lanes = options.lanes or _auto_lanes(options)

@@ -38,9 +38,11 @@ DISCONNECT_POLL_SECONDS = 0.25
 
 @dataclass(frozen=True)
 class Limits:
-    body_bytes: int = 25 * 1024 * 1024  # OpenAI's upload limit
-    audio_seconds: float = 3 * 3600.0  # decoded audio, checked while decoding
-    upload_seconds: float = 120.0  # the whole upload must arrive within this
+    """The upload's limits, from the command's options (kvscribe.serve.options)."""
+
+    body_bytes: int
+    audio_seconds: float  # decoded audio, checked while decoding
+    upload_seconds: float  # the whole upload must arrive within this
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,7 @@ class Server:
     increment: float  # --temperature-increment-on-fallback
     stats: RunStats  # the loaded engine's figures (settings, load time)
     spool_dir: Path
-    limits: Limits = Limits()
+    limits: Limits
     api_key: str | None = None
     metrics: Metrics = dataclasses.field(default_factory=Metrics)
 
