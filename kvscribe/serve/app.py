@@ -25,6 +25,7 @@ from kvscribe.contract import DecodeRequest
 from kvscribe.decoding import temperatures_from
 from kvscribe.serve import responses
 from kvscribe.serve.api_errors import ApiError
+from kvscribe.serve.body import RequestBody
 from kvscribe.serve.forms import MAX_FIELDS, TranscriptionAsk, decoded_audio, read_ask, spool
 from kvscribe.serve.metrics import Metrics
 from kvscribe.serve.scheduler import Decoded, Failed, Finished, Job, Scheduler, Started
@@ -107,7 +108,7 @@ def create_app(server: Server) -> Starlette:
         Route("/metrics", metrics),
     ]
     app = Starlette(routes=routes, exception_handlers={ApiError: api_error})
-    return BodyLimit(app, server.limits.body_bytes)
+    return RequestBody(app, server.limits.body_bytes)
 
 
 def _model(name: str) -> dict[str, Any]:
@@ -303,46 +304,6 @@ async def _stream(server, job, events, ask, clock) -> AsyncIterator[bytes]:
     finally:
         if collected.finished is None:
             server.scheduler.cancel(job)
-
-
-class BodyLimit:
-    """413 for a body over `limit` bytes: at once where its length is declared, else as soon
-    as the bytes read pass it (raised from `receive`, into the form parser)."""
-
-    def __init__(self, app, limit: int):
-        self.app = app
-        self.limit = limit
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            error = self._too_large()
-            response = JSONResponse(error.body(), 413, headers={"Connection": "close"})
-            await response(scope, receive, send)
-            return
-        seen = 0
-
-        async def limited():
-            nonlocal seen
-            message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise self._too_large()
-            return message
-
-        await self.app(scope, limited, send)
-
-    def _too_large(self) -> ApiError:
-        mib = self.limit / (1024 * 1024)
-        return ApiError(
-            413,
-            f"the request body is over this server's limit of {mib:g} MiB",
-            "file",
-            "body_too_large",
-        )
 
 
 class DrainingServer(uvicorn.Server):
