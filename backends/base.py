@@ -118,6 +118,13 @@ class Backend(abc.ABC):
         batched = self.batch_size_for(request, 2 * MAX_SECONDS) > 1
         return self.capabilities.shares_batches and batched and not request.clips
 
+    def kv_row_bytes(self, request: DecodeRequest) -> tuple[int, str] | None:
+        """The KV storage one speech chunk (one batch row, with its beams) holds at its
+        largest when decoded with `request`, and its provenance (kvscribe.provenance); None
+        where the engine's memory is not kvscribe's to count (a server then admits work by
+        its queue bounds alone). `kvscribe serve` reserves it per row it admits."""
+        return None
+
     @classmethod
     def devices_here(cls) -> str:
         """The devices it can use, as `kvscribe backends` lists them (an engine that knows

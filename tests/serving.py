@@ -65,8 +65,8 @@ class Served:
             text = response.read().decode()
         figures = {}
         for line in text.splitlines():
-            if line and not line.startswith("#") and "{" not in line:
-                name, value = line.split()
+            if line and not line.startswith("#"):  # a labelled one keyed with its labels
+                name, value = line.rsplit(" ", 1)
                 figures[name] = float(value)
         return figures
 
@@ -171,6 +171,7 @@ def settled(served: Served) -> dict[str, float]:
             figures["kvscribe_queue_depth"]
             + figures["kvscribe_requests_running"]
             + figures["kvscribe_rows_in_flight"]
+            + figures["kvscribe_kv_reserved_bytes"]
         )
         if busy == 0 or time.monotonic() > deadline:
             return figures
@@ -182,5 +183,6 @@ def nothing_left(served: Served) -> None:
     assert figures["kvscribe_queue_depth"] == 0
     assert figures["kvscribe_requests_running"] == 0
     assert figures["kvscribe_rows_in_flight"] == 0
+    assert figures["kvscribe_kv_reserved_bytes"] == 0
     assert served.spooled() == []
     assert served.open_temp_files() == []

@@ -180,6 +180,30 @@ def test_sharing_a_batch_changes_no_requests_tokens(tmp_path, long_clip):
     _same_tokens(alone, together)
 
 
+def test_the_kv_budget_bounds_how_many_requests_share_a_batch(tmp_path, long_clip):
+    """A budget of 2.5 rows: the short requests that queued behind a long one are decoded two
+    at a time (never three together; the long one, over the budget, was admitted alone, as
+    one request always is), and the reservation is back at zero once all are done."""
+    (tmp_path / "probe").mkdir()
+    probe = Served(tmp_path / "probe", "--lanes", "1", "--threads", "2", "--kv-budget-mb", "1")
+    try:
+        row = probe.metrics()['kvscribe_kv_row_bytes{provenance="estimated"}']
+    finally:
+        assert probe.stop() == 0
+    budget_mb = 2.5 * row / 1e6
+    served = Served(tmp_path, "--lanes", "1", "--threads", "2", "--kv-budget-mb", f"{budget_mb}")
+    try:
+        _, _, shared = _alone_and_together(served, long_clip, SHORT_CLIPS)
+        figures = served.metrics()
+        nothing_left(served)
+    finally:
+        assert served.stop() == 0
+    others = [int(note.split()[0]) for note in shared]
+    assert max(others) == 1, shared  # pairs: two rows fit, three do not
+    assert figures["kvscribe_kv_budget_bytes"] == pytest.approx(budget_mb * 1e6, abs=1)
+    assert figures["kvscribe_kv_reserved_peak_bytes"] >= 2 * row
+
+
 @pytest.mark.parametrize(
     "backend",
     [

@@ -251,6 +251,12 @@ class CTranslate2Backend(Backend):
         has_cores = self.device != "cpu" or self._cpu_threads() > 1
         return has_cores and super().shares_batches(request)
 
+    def kv_row_bytes(self, request: DecodeRequest) -> tuple[int, str]:
+        """One chunk's cache at its largest, estimated from the model's dimensions
+        (CTranslate2 does not expose its cache): every position of a full window and one
+        cross-attention copy per beam."""
+        return ct2_report.row_bytes(self._basis(), self.completed(request).beam_size)
+
     def honours(self, request: DecodeRequest, batched: bool) -> frozenset[str]:
         # The hallucination test reads word times across a window's neighbours, which only
         # faster-whisper's sequential transcribe() has; a shorter encoder window is for

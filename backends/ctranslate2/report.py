@@ -98,3 +98,11 @@ def not_applicable(kv_self: str, kv_cross: str, beams: int) -> list[str]:
     elif kv_cross != "full":
         notes.append(f"cross-attention policy '{kv_cross}': moot at beam 1 (one copy anyway)")
     return notes
+
+
+def row_bytes(basis: ReportBasis, beams: int) -> tuple[int, str]:
+    """One chunk's K/V at its largest (a full window's positions), `beams` copies of each:
+    estimated."""
+    dims, nbytes = basis.dims, basis.value_bytes
+    self_bytes = estimate.self_attention_bytes(dims, dims.n_text_ctx, beams, nbytes)
+    return self_bytes + estimate.cross_attention_bytes(dims, beams, nbytes), ESTIMATED

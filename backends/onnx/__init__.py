@@ -232,13 +232,6 @@ class OnnxBackend(SharesSteppedBatches, Backend):
         threads = self.settings.get("threads") or usable_physical_cores()
         return (self.device != "cpu" or threads > 1) and super().shares_batches(request)
 
-    def _fit_budget(self, plan, wanted: int) -> tuple[int, str]:
-        """The batch that fits the profile's `kv_budget_mb`, and how it was chosen."""
-        from kvscribe.stepped.batched import budgeted_batch
-
-        budget_mb = self.settings.get("kv_budget_mb")
-        return budgeted_batch(plan, wanted, budget_mb, self._silent_chunk, self._chunk_bytes)
-
     def _silent_chunk(self):
         """One chunk's cross-attention K/V, all zeros: what a KV size probe decodes."""
         import numpy as np

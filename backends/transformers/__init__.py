@@ -257,12 +257,8 @@ class TransformersBackend(SharesSteppedBatches, Backend):
                 "word timestamps: no aligner in this install (backends/transformers/alignment.py)"
             )
 
-    def _fit_budget(self, plan, wanted: int) -> tuple[int, str]:
-        """The batch that fits the profile's `kv_budget_mb`, and how it was chosen."""
-        from kvscribe.stepped.batched import budgeted_batch
-
-        budget_mb = self.settings.get("kv_budget_mb")
-        return budgeted_batch(plan, wanted, budget_mb, self.engine.silent_chunk, self._chunk_bytes)
+    def _silent_chunk(self):
+        return self.engine.silent_chunk()
 
     def _chunk_mel(self, samples):
         return self.engine.chunk_mel(samples)

@@ -15,6 +15,7 @@ from kvscribe.cli import shared_options as shared
 from kvscribe.cli.parameters import ParameterTable, option_values, takes
 from kvscribe.cli.render import exit_with, setup_logging, stderr_console
 from kvscribe.errors import BackendUnavailableError, ExitCode, UsageError
+from kvscribe.serve.kv_ledger import describe_budget
 from kvscribe.serve.options import ServeOptions
 
 _SERVER = "Server"
@@ -101,6 +102,18 @@ PARAMETERS: ParameterTable = {
             rich_help_panel=_SERVER,
         ),
     ),
+    "kv_budget_mb": (
+        float,
+        typer.Option(
+            None,
+            "--kv-budget-mb",
+            show_default="the profile's kv_budget_mb for the backend, else none",
+            help="Decoder KV cache bytes (MB = 10^6 bytes) the requests in flight may "
+            "reserve together, each row its chunk's measured (or estimated) bytes at the "
+            "profile's cache policy; work that does not fit waits. It sets the concurrency.",
+            rich_help_panel=_SERVER,
+        ),
+    ),
     **shared.parameters(shared.DECODING),
     **shared.parameters((shared.QUIET, shared.DEBUG)),
 }
@@ -141,12 +154,14 @@ def _run(options, console) -> int:
     key = options.api_key()
     listener = _listen(options.host, options.port)
     backends, stats = _load_lanes(options)
-    scheduler = Scheduler(backends, QueueLimits(requests=options.max_queue))
+    base_request = decode_request(options)
+    kv = _kv_ledger(options, backends[0], base_request)
+    scheduler = Scheduler(backends, QueueLimits(requests=options.max_queue), kv)
     spool_dir = Path(tempfile.mkdtemp(prefix="kvscribe-serve-"))  # mode 0700
     server = Server(
         scheduler=scheduler,
         model_names=(backends[0].model.name,),
-        base_request=decode_request(options),
+        base_request=base_request,
         increment=options.temperature_increment_on_fallback,
         stats=stats,
         spool_dir=spool_dir,
@@ -163,7 +178,7 @@ def _run(options, console) -> int:
         console.print(
             f"model {backends[0].model.name}, backend {stats.backend}, profile "
             f"{stats.profile}, device {stats.device}, {len(backends)} lane(s); API key: "
-            f"{'required' if key else 'none (loopback only)'}"
+            f"{'required' if key else 'none (loopback only)'}; {describe_budget(kv)}"
         )
     config = uvicorn.Config(create_app(server), log_level="warning", access_log=False)
     try:
@@ -172,6 +187,19 @@ def _run(options, console) -> int:
         scheduler.stop()
         shutil.rmtree(spool_dir, ignore_errors=True)
     return ExitCode.OK
+
+
+def _kv_ledger(options, backend, request):
+    """The server's KV budget: --kv-budget-mb, else the profile's kv_budget_mb for the
+    backend; a row's bytes from the backend (measured once, or estimated)."""
+    from kvscribe.serve.kv_ledger import KvLedger, RowCost
+
+    budget_mb = options.kv_budget_mb
+    if budget_mb is None:
+        budget_mb = backend.profile.settings_for(backend.name).get("kv_budget_mb")
+    row = backend.kv_row_bytes(request)
+    cost = None if row is None else RowCost(*row)
+    return KvLedger(None if budget_mb is None else int(budget_mb * 1_000_000), cost)
 
 
 def _load_lanes(options) -> tuple[list, object]:

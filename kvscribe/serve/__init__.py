@@ -5,7 +5,9 @@ the `serve` command, so `kvscribe --help` and file runs start as fast without it
 
 - `api_errors.py`: OpenAI-shaped errors, and kvscribe's errors mapped to their statuses.
 - `forms.py`: a multipart request read into a TranscriptionAsk, its upload spooled privately.
-- `scheduler.py`: the engine thread, where every request's audio is decoded.
+- `body.py`: the body's limit, and an upload read to its end before any answer.
+- `scheduler.py`: the engine lanes, where every request's audio is decoded.
+- `kv_ledger.py`: the KV budget admitted work reserves its rows' bytes in.
 - `responses.py`: a finished transcript in each response format.
 - `metrics.py`: counters and histograms, in Prometheus' text format.
 - `app.py`: the routes.

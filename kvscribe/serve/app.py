@@ -91,6 +91,7 @@ def create_app(server: Server) -> Starlette:
             scheduler.running,
             scheduler.rows_in_flight,
             scheduler.audio_seconds_decoded,
+            scheduler.kv,
         )
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
@@ -265,7 +266,8 @@ async def _outcome(server, job, events, request, ask) -> tuple[Transcript, dict 
     except BaseException:
         server.scheduler.cancel(job)
         raise
-    server.metrics.held(collected.finished.report.kv_self_peak_bytes)
+    report = collected.finished.report
+    server.metrics.held(report.kv_self_peak_bytes + report.kv_cross_bytes)
     stats = collected.stats(server) if ask.with_stats else None
     return collected.transcript(), stats
 

@@ -6,6 +6,8 @@ import bisect
 import threading
 from collections import Counter
 
+from kvscribe.serve.kv_ledger import KvLedger
+
 # Seconds: the latency histogram's upper bounds.
 LATENCY_BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 60.0, 120.0, 300.0, 600.0)
 
@@ -36,7 +38,9 @@ class Metrics:
         with self._lock:
             self.kv_held_peak_bytes = max(self.kv_held_peak_bytes, kv_bytes)
 
-    def text(self, queue_depth: int, running: int, rows: int, audio_seconds: float) -> str:
+    def text(
+        self, queue_depth: int, running: int, rows: int, audio_seconds: float, kv: KvLedger
+    ) -> str:
         with self._lock:
             lines = [
                 "# HELP kvscribe_requests_total Requests answered, by route and status.",
@@ -53,6 +57,7 @@ class Metrics:
                     "Largest decoder KV cache one request held (its stats' figure).",
                     self.kv_held_peak_bytes,
                 ),
+                *_kv_gauges(kv),
                 "# HELP kvscribe_audio_seconds_total Audio decoded, in seconds.",
                 "# TYPE kvscribe_audio_seconds_total counter",
                 f"kvscribe_audio_seconds_total {audio_seconds:.3f}",
@@ -74,6 +79,24 @@ class Metrics:
 
 def _gauge(name: str, help_text: str, value: float) -> list[str]:
     return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {value}"]
+
+
+def _kv_gauges(kv: KvLedger) -> list[str]:
+    """The KV budget's figures; a row's bytes are labelled measured or estimated."""
+    lines = _gauge(
+        "kvscribe_kv_reserved_bytes", "KV bytes the work in flight reserves.", kv.reserved
+    )
+    lines += _gauge("kvscribe_kv_reserved_peak_bytes", "Most KV bytes reserved at once.", kv.peak)
+    if kv.budget is not None:
+        lines += _gauge("kvscribe_kv_budget_bytes", "The KV budget (--kv-budget-mb).", kv.budget)
+    if kv.row is not None:
+        name = "kvscribe_kv_row_bytes"
+        lines += [
+            f"# HELP {name} KV bytes one row (a chunk with its beams) reserves.",
+            f"# TYPE {name} gauge",
+            f'{name}{{provenance="{kv.row.provenance}"}} {kv.row.bytes}',
+        ]
+    return lines
 
 
 def _histogram(name: str, help_text: str, counts: list[int], total: float) -> list[str]:

@@ -25,6 +25,7 @@ class ServeOptions(EngineOptions):
     lanes: int | None = None  # engines loaded; None: one per core on a CPU (cli/serve.py)
     max_queue: int = 64  # requests waiting to start
     upload_timeout: float = 120.0  # seconds
+    kv_budget_mb: float | None = None  # None: the profile's kv_budget_mb, else no budget
 
     def __post_init__(self) -> None:
         self._check_engine()
@@ -38,6 +39,8 @@ class ServeOptions(EngineOptions):
         if self.lanes is not None:
             in_range("--lanes", self.lanes, 1, 64)
         in_range("--upload-timeout", self.upload_timeout, 1, 3600)
+        if self.kv_budget_mb is not None:
+            in_range("--kv-budget-mb", self.kv_budget_mb, 0.001, 10**7)
         if self.api_key() is None and not self.loopback():
             raise UsageError(
                 f"listening on {self.host} needs an API key",

@@ -10,7 +10,9 @@ requests waiting with the same decoding choices, and a short request is always d
 way, alone or not, so its tokens do not depend on the load. Longer requests never go to the
 last lane: it stays free for short ones, so a short request does not wait for a long one's
 turn. A lane decodes its long requests a segment at a time, in turn, and takes the short
-requests waiting before each turn.
+requests waiting before each turn. Every request admitted reserves its rows' KV bytes in
+the server's budget (kvscribe.serve.kv_ledger) until it is done; work that does not fit
+waits.
 
 Everything a request learns comes as events, on its lane's thread, through its `sink`.
 """
@@ -33,6 +35,7 @@ from kvscribe.chunking import MAX_SECONDS
 from kvscribe.contract import DecodeRequest, DecoderReport
 from kvscribe.errors import KvscribeError
 from kvscribe.serve.api_errors import ApiError, from_kvscribe
+from kvscribe.serve.kv_ledger import KvLedger
 from kvscribe.types import Segment
 
 
@@ -92,6 +95,7 @@ class _Running:
     segments: Iterator[Segment]
     report: DecoderReport
     started: float
+    kv_cost: int  # bytes reserved in the KV budget
     first: float | None = None
 
 
@@ -101,11 +105,15 @@ class _Lane:
         self.takes_long = takes_long
         self.running: list[_Running] = []
         self.rows = 0  # short requests in the batch it decodes now
+        self.group_cost = 0  # their bytes reserved in the KV budget
 
 
 class Scheduler:
-    def __init__(self, backends: list, limits: QueueLimits = QueueLimits()):
+    def __init__(
+        self, backends: list, limits: QueueLimits = QueueLimits(), kv: KvLedger | None = None
+    ):
         self.limits = limits
+        self.kv = kv or KvLedger(None, None)
         last = len(backends) - 1
         self._lanes = [_Lane(b, takes_long=i < last or last == 0) for i, b in enumerate(backends)]
         self._waiting: deque[Job] = deque()
@@ -212,22 +220,37 @@ class Scheduler:
             began = time.perf_counter()
             if group:
                 self._decode_together(lane, group)
-            for job in starting:
-                self._start(lane, job)
+            for job, kv_cost in starting:
+                self._start(lane, job, kv_cost)
             self._turn(lane)
             with self._wake:
                 self._busy += time.perf_counter() - began
                 self._wake.notify_all()  # drain() and idle lanes wait on this condition
 
     def _has_work(self, lane: _Lane) -> bool:
-        return bool(lane.running) or any(self._fits(lane, job) for job in self._waiting)
+        if lane.running or any(job.cancelled.is_set() for job in self._waiting):
+            return True
+        if any(self._shares(lane, job) for job in self._waiting) and self.kv.admits(1):
+            return True
+        first = next(iter(self._long_ones(lane)), None)  # long jobs start in order
+        return first is not None and self.kv.admits(self._rows(lane, first))
+
+    def _long_ones(self, lane: _Lane) -> list[Job]:
+        """The waiting jobs this lane would start running, in order."""
+        return [j for j in self._waiting if not self._shares(lane, j) and self._fits(lane, j)]
 
     def _fits(self, lane: _Lane, job: Job) -> bool:
         return job.cancelled.is_set() or job.short or lane.takes_long
 
-    def _take(self, lane: _Lane) -> tuple[list[Job], list[Job]]:
-        """(short jobs to decode together now, jobs to start running on this lane); called
-        locked. Cancelled jobs waiting are dropped here."""
+    @staticmethod
+    def _rows(lane: _Lane, job: Job) -> int:
+        """The rows a request that runs alone decodes at once: its batches' size."""
+        return lane.backend.batch_size_for(job.request, job.seconds)
+
+    def _take(self, lane: _Lane) -> tuple[list[Job], list[tuple[Job, int]]]:
+        """(short jobs to decode together now, jobs to start running on this lane with their
+        KV reservations); called locked, the group's reservation kept on the lane. Cancelled
+        jobs waiting are dropped here."""
         for job in [j for j in self._waiting if j.cancelled.is_set()]:
             self._waiting.remove(job)
         group = []
@@ -238,16 +261,26 @@ class Scheduler:
             ]
             if not lane.backend.capabilities.rows_independent:
                 group = group[:1]  # a request's tokens must not depend on the others
-        room = self.limits.running - len(lane.running)
-        # A short request that shares batches waits for a group of its own: decoded in a
-        # batch alone or with others, never on the path a long one takes.
-        starting = [j for j in self._waiting if not self._shares(lane, j) and self._fits(lane, j)][
-            :room
-        ]
-        for job in (*group, *starting):
-            self._waiting.remove(job)
+            group = group[: self.kv.rows_free(len(group))]
+        lane.group_cost = self.kv.reserve(len(group))
         lane.rows = len(group)
-        return group, starting
+        for job in group:
+            self._waiting.remove(job)
+        return group, self._starting(lane)
+
+    def _starting(self, lane: _Lane) -> list[tuple[Job, int]]:
+        """Long jobs (and short ones that do not share) to start on the lane, in order,
+        each with the KV bytes it reserved; the first that does not fit stops the rest.
+        A short request that shares batches waits for a group of its own: decoded in a
+        batch alone or with others, never on the path a long one takes."""
+        starting = []
+        room = self.limits.running - len(lane.running)
+        for job in self._long_ones(lane):
+            if len(starting) == room or not self.kv.admits(self._rows(lane, job)):
+                break
+            starting.append((job, self.kv.reserve(self._rows(lane, job))))
+            self._waiting.remove(job)
+        return starting
 
     @staticmethod
     def _shares(lane: _Lane, job: Job) -> bool:
@@ -264,7 +297,7 @@ class Scheduler:
                     self._decode_together(lane, [job])
             else:
                 group[0].sink(_failure())
-            lane.rows = 0
+            self._group_done(lane)
             return
         elapsed = time.perf_counter() - started
         total = sum(j.seconds for j in group) or 1.0
@@ -276,19 +309,25 @@ class Scheduler:
                 job.sink(Decoded(segment))
             job.sink(Finished(run.report, elapsed * job.seconds / total, elapsed))
             self._decoded(job)
-        lane.rows = 0
+        self._group_done(lane)
 
-    def _start(self, lane: _Lane, job: Job) -> None:
+    def _group_done(self, lane: _Lane) -> None:
+        lane.rows = 0
+        self.kv.release(lane.group_cost)
+        lane.group_cost = 0
+
+    def _start(self, lane: _Lane, job: Job, kv_cost: int) -> None:
         from kvscribe.pipeline import transcribe_speech
 
         started = time.perf_counter()
         try:
             run = transcribe_speech(lane.backend, job.audio, job.request)
         except Exception:
+            self.kv.release(kv_cost)
             job.sink(_failure())
             return
         job.sink(Started(run.language, run.language_probability))
-        lane.running.append(_Running(job, iter(run.segments), run.report, started))
+        lane.running.append(_Running(job, iter(run.segments), run.report, started, kv_cost))
 
     def _turn(self, lane: _Lane) -> None:
         """One segment of each job running on the lane, in order; finished and cancelled
@@ -318,12 +357,12 @@ class Scheduler:
         with self._wake:
             self.audio_seconds_decoded += job.seconds
 
-    @staticmethod
-    def _leave(lane: _Lane, running: _Running) -> None:
+    def _leave(self, lane: _Lane, running: _Running) -> None:
         close = getattr(running.segments, "close", None)
         if close is not None:
             close()  # a generator's engine state (its rows, its audio) goes now
         lane.running.remove(running)
+        self.kv.release(running.kv_cost)
 
 
 def _failure() -> Failed:

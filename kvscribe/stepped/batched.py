@@ -346,12 +346,18 @@ def budgeted_batch(
     `measured`."""
     if budget_mb is None:
         return wanted, ""
+    per_chunk = measured_chunk_bytes(plan, silent_chunk, measured)
+    batch = fit_batch(wanted, budget_mb * 1_000_000, per_chunk)
+    return batch, f" (KV budget {budget_mb} MB / {per_chunk / 1e6:.1f} MB per chunk, measured)"
+
+
+def measured_chunk_bytes(plan: WindowPlan, silent_chunk: Callable[[], Any], measured: dict) -> int:
+    """bytes_per_chunk for the plan's beams and policies, probed once and kept in
+    `measured`."""
     key = (plan.beams, plan.self_specs, plan.cross_spec)
     if key not in measured:
         measured[key] = bytes_per_chunk(plan, silent_chunk())
-    per_chunk = measured[key]
-    batch = fit_batch(wanted, budget_mb * 1_000_000, per_chunk)
-    return batch, f" (KV budget {budget_mb} MB / {per_chunk / 1e6:.1f} MB per chunk, measured)"
+    return measured[key]
 
 
 def fit_batch(wanted: int, budget_bytes: int | None, per_chunk: int) -> int:

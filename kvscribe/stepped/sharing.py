@@ -3,8 +3,10 @@
 kvscribe.stepped.batched_inputs.transcribe_shared.
 
 A backend that mixes this in provides what its batched path already has: `_plan`
-(timestamps off for chunks), `_fit_budget`, `_chunk_mel`, `_text`, `_prompt_tokens`,
-`_chunks_language`, `_batched_report` and `_check_request_language`.
+(timestamps off for chunks), `_silent_chunk`, `_chunk_mel`, `_text`, `_prompt_tokens`,
+`_chunks_language`, `_batched_report`, `_check_request_language`, its profile section's
+`settings` and a `_chunk_bytes` dict. Here too: how a batch fits the profile's KV budget,
+and what one row reserves in a server's.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from kvscribe import setting_rows as row
 from kvscribe.audio.stream import Samples
 from kvscribe.chunking import shared_by_language
 from kvscribe.contract import DecodeRequest, Transcription
+from kvscribe.provenance import MEASURED
 
 
 class SharesSteppedBatches:
@@ -56,3 +59,20 @@ class SharesSteppedBatches:
             request.word_timestamps,
         )
         return list(zip(segments, reports, strict=True))
+
+    def _fit_budget(self, plan, wanted: int) -> tuple[int, str]:
+        """The batch that fits the profile's `kv_budget_mb`, and how it was chosen."""
+        from kvscribe.stepped.batched import budgeted_batch
+
+        budget_mb = self.settings.get("kv_budget_mb")
+        return budgeted_batch(plan, wanted, budget_mb, self._silent_chunk, self._chunk_bytes)
+
+    def kv_row_bytes(self, request: DecodeRequest) -> tuple[int, str]:
+        """One chunk's KV storage under the request's beams and the profile's policies,
+        measured from what a probe's caches hold (kvscribe.stepped.batched.bytes_per_chunk;
+        the language changes no size)."""
+        from kvscribe.stepped.batched import measured_chunk_bytes
+
+        request = self.completed(request)
+        plan = self._plan("en", request.task, request.beam_size, request, timestamps=False)
+        return measured_chunk_bytes(plan, self._silent_chunk, self._chunk_bytes), MEASURED
