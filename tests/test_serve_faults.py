@@ -7,14 +7,20 @@ open."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import contextlib
 import http.client
 import json
+import os
+import signal
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import SAMPLE, SAMPLE_TEXT, wer
 from tests.serving import (  # noqa: F401 - fixtures
+    BOUNDED_WAIT,
     Served,
     long_clip,
     nothing_left,
@@ -23,7 +29,7 @@ from tests.serving import (  # noqa: F401 - fixtures
     transcribe,
 )
 
-pytest.importorskip("openai")
+openai = pytest.importorskip("openai")
 pytest.importorskip("starlette")
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
@@ -199,3 +205,36 @@ def test_a_streaming_client_that_stops_reading_holds_up_no_one(served, long_clip
     finally:
         connection.close()
     nothing_left(served)
+
+
+def _kill_child(pid: int, name: str) -> bool:
+    """SIGKILL the first child of `pid` whose command is `name`, polling (bounded)."""
+    deadline = time.monotonic() + BOUNDED_WAIT
+    while time.monotonic() < deadline:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                with contextlib.suppress(OSError):
+                    if Path(f"/proc/{child}/comm").read_text().strip() == name:
+                        os.kill(int(child), signal.SIGKILL)
+                        return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.whispercpp
+def test_an_engine_that_dies_on_one_request_fails_only_that_one(tmp_path, long_clip, whisper_cli):
+    """whisper-cli killed (SIGKILL, as the kernel's OOM killer would) while it decodes one
+    request: that request is answered 500 engine_error in OpenAI's shape, and the server
+    goes on to serve the next one, with its right text."""
+    served = Served(tmp_path, "--backend", "whispercpp", "--lanes", "1", user_cache=True)
+    try:
+        with cf.ThreadPoolExecutor(1) as pool:
+            doomed = pool.submit(transcribe, served.client(), long_clip)
+            assert _kill_child(served.proc.pid, "whisper-cli")
+            with pytest.raises(openai.InternalServerError) as failed:
+                doomed.result()
+        assert failed.value.body["code"] == "engine_error", failed.value.body
+        assert wer(SAMPLE_TEXT, transcribe(served.client(), SAMPLE).text) < 0.1
+        nothing_left(served)
+    finally:
+        assert served.stop() == 0
