@@ -11,7 +11,8 @@ request; then `--clients` threads send the eval corpus' short real clips (the ps
 twice over, as verbose JSON with kvscribe's run figures. Figures: a row's KV bytes
 (measured or estimated, as the server says), the most rows reserved at once and the
 largest batch of requests decoded together (from each answer's stats), throughput (audio
-seconds per wall second), the largest KV cache one request held (its stats' figure),
+seconds per wall second), the largest KV cache one decode held (a request's stats' figure:
+its batch's, when requests were decoded together),
 peak RSS (VmHWM), pooled WER and errors. Writes benchmarks/results/serve_kv_budget.{json,md}.
 """
 
@@ -35,10 +36,14 @@ from serve_load import KVSCRIBE, SHORTS, Server, free_port, multipart, wav  # no
 from kvscribe.audio import load_audio  # noqa: E402
 from kvscribe.bench.wer import pooled_wer  # noqa: E402
 
+DEFAULT = "default"  # the server's defaults: its profile, lanes and budget
 CONFIGS = [
-    (backend, profile)
-    for backend in ("transformers", "onnx", "ctranslate2")
-    for profile in ("no-loss", "tiny-vram")
+    *(
+        (backend, profile)
+        for backend in ("transformers", "onnx", "ctranslate2")
+        for profile in ("no-loss", "tiny-vram")
+    ),
+    ("ctranslate2", DEFAULT),  # `kvscribe serve` with no flags, beside them
 ]
 ROUNDS = 2
 
@@ -53,8 +58,9 @@ class BudgetServer(Server):
         self.fields = {"model": "whisper-1", "response_format": "verbose_json"}
         self.fields["kvscribe_stats"] = "true"
         argv = [str(KVSCRIBE), "serve", "--port", str(self.port), "--quiet"]
-        argv += ["--backend", backend, "--profile", profile, "--kv-budget-mb", str(budget_mb)]
-        argv += ["--lanes", "1", "--threads", "2"]
+        if profile != DEFAULT:
+            argv += ["--backend", backend, "--profile", profile]
+            argv += ["--kv-budget-mb", str(budget_mb), "--lanes", "1", "--threads", "2"]
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self._wait_until_listening(600)  # onnx exports its graphs on first use
 
@@ -119,6 +125,7 @@ def _row(backend, profile, clips, answers, wall, figures, rss) -> dict:
     ]
     row_figure = next(k for k in figures if k.startswith("kvscribe_kv_row_bytes"))
     row_bytes = figures[row_figure]
+    budget = figures.get("kvscribe_kv_budget_bytes")
     errors: dict[str, int] = {}
     for _, status, _ in answers:
         if status != 200:
@@ -126,13 +133,14 @@ def _row(backend, profile, clips, answers, wall, figures, rss) -> dict:
     return {
         "backend": backend,
         "profile": profile,
+        "budget_mb": None if budget is None else round(budget / 1e6, 1),
         "row_mb": round(row_bytes / 1e6, 2),
         "row_provenance": row_figure.split('"')[1],
         "rows_reserved_peak": round(figures["kvscribe_kv_reserved_peak_bytes"] / row_bytes, 2),
         "requests_decoded_together_max": max(together, default=0),
         "requests": len(answers),
         "throughput_audio_s_per_s": round(sum(seconds[n] for n, _ in ok) / wall, 2),
-        "kv_held_peak_one_request_mb": round(figures["kvscribe_kv_held_peak_bytes"] / 1e6, 2),
+        "kv_held_peak_one_decode_mb": round(figures["kvscribe_kv_held_peak_bytes"] / 1e6, 2),
         "peak_rss_mb": round(rss / 1e6, 1),
         "wer": round(pooled_wer([(references[n], p["text"]) for n, p in ok]), 4),
         "errors": errors,
@@ -157,7 +165,7 @@ def main() -> None:
     meta = {
         "budget_mb": args.budget_mb,
         "clients": args.clients,
-        "server": "kvscribe serve --lanes 1 --threads 2 (one engine, both cores)",
+        "server": "kvscribe serve --lanes 1 --threads 2 (one engine on both cores)",
         "requests": f"the {len(clips)} ps_ eval clips, {ROUNDS} times over",
     }
     results_file.write("serve_kv_budget", meta, rows, _markdown(rows, meta))
@@ -166,15 +174,18 @@ def main() -> None:
 def _markdown(rows: list[dict], meta: dict) -> str:
     head = (
         f"One KV budget of {meta['budget_mb']:g} MB, {meta['clients']} clients, "
-        f"{meta['requests']}; {meta['server']}.\n\n"
-        "| backend | profile | row MB (how known) | rows reserved at most | requests decoded "
-        "together at most | throughput (audio s/s) | KV one request held, MB | peak RSS MB | "
-        "WER | errors |\n|---|---|---|---|---|---|---|---|---|---|\n"
+        f"{meta['requests']}; {meta['server']}; the last row is `kvscribe serve` with no "
+        "flags (its profile, lanes and budget). A decode's KV is its batch's: the requests "
+        "decoded together.\n\n"
+        "| backend | profile | budget MB | row MB (how known) | rows reserved at most | "
+        "requests decoded together at most | throughput (audio s/s) | KV one decode held, MB "
+        "| peak RSS MB | WER | errors |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = [
-        f"| {r['backend']} | {r['profile']} | {r['row_mb']} ({r['row_provenance']}) | "
+        f"| {r['backend']} | {r['profile']} | {r['budget_mb'] or 'none'} | "
+        f"{r['row_mb']} ({r['row_provenance']}) | "
         f"{r['rows_reserved_peak']} | {r['requests_decoded_together_max']} | "
-        f"{r['throughput_audio_s_per_s']} | {r['kv_held_peak_one_request_mb']} | "
+        f"{r['throughput_audio_s_per_s']} | {r['kv_held_peak_one_decode_mb']} | "
         f"{r['peak_rss_mb']} | {r['wer']} | {r['errors'] or 'none'} |"
         for r in rows
     ]

@@ -54,7 +54,8 @@ class Metrics:
                 *_gauge("kvscribe_rows_in_flight", "Short requests in a shared batch.", rows),
                 *_gauge(
                     "kvscribe_kv_held_peak_bytes",
-                    "Largest decoder KV cache one request held (its stats' figure).",
+                    "Largest decoder KV cache one decode held (a request's stats' figure: its "
+                    "batch's, when requests shared it).",
                     self.kv_held_peak_bytes,
                 ),
                 *_kv_gauges(kv),
