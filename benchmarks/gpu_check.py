@@ -31,6 +31,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import tempfile
 import time
 import wave
 from pathlib import Path
@@ -256,9 +257,10 @@ def _whisper_cpp_rows(args, deadline: float, recording: tuple, skipped: list[str
     if "KVSCRIBE_WHISPER_CLI" not in os.environ:
         skipped.append("whisper.cpp: no --whisper-cli given")
         return []
-    from kvscribe.models import resolve
-
-    model = resolve(None, ("ggml",))
+    if not _built_in_time(Path(os.environ["KVSCRIBE_WHISPER_CLI"]), deadline):
+        skipped.append("whisper.cpp: whisper-cli was not built before the deadline")
+        return []
+    model = _ggml_model(args.model_dir)
     rows = []
     for cache in WHISPER_CPP_CACHES[1:2] if args.quick else WHISPER_CPP_CACHES:
         if time.monotonic() > deadline:
@@ -267,6 +269,25 @@ def _whisper_cpp_rows(args, deadline: float, recording: tuple, skipped: list[str
         rows.append(whisper_cpp_cell(cache, model, *recording))
         print(rows[-1], flush=True)
     return rows
+
+
+def _built_in_time(binary: Path, deadline: float) -> bool:
+    """Wait for a whisper-cli being built beside this run (gpu_check.sh), until the deadline."""
+    while not binary.exists() and time.monotonic() < deadline:
+        time.sleep(2)
+    return binary.exists()
+
+
+def _ggml_model(model_dir: Path | None):
+    """whisper.cpp's model: written from the carried transformers weights (no ggml file
+    travels to the device), else the one kvscribe resolves here."""
+    from kvscribe.models import ModelRef, ggml, resolve
+
+    if model_dir is None:
+        return resolve(None, ("ggml",))
+    target = Path(tempfile.mkdtemp(prefix="gpu-check-")) / "ggml-tiny.en.bin"
+    ggml.from_transformers(model_dir, target)
+    return ModelRef("tiny.en", target, "ggml", f"written from {model_dir}")
 
 
 def _model(model_dir: Path | None):

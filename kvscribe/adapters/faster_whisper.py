@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,8 +59,13 @@ def model_repositories() -> dict[str, str]:
 
 
 def assets_folder() -> Path:
-    """The folder of the models faster-whisper ships (silero VAD)."""
-    return Path(_attribute("faster_whisper.utils", "get_assets_path")())
+    """The folder of the models faster-whisper ships (silero VAD), found without importing
+    faster-whisper, whose package loads CTranslate2 and PyAV (a VAD needs neither); its
+    `utils.get_assets_path` names the same folder. ImportError: not installed."""
+    spec = importlib.util.find_spec("faster_whisper")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("faster_whisper is not installed", name="faster_whisper")
+    return Path(next(iter(spec.submodule_search_locations))) / "assets"
 
 
 # -- decoding as transcribe() does it -------------------------------------------------------

@@ -38,8 +38,10 @@ class SileroVad:
     def __init__(self, threads: int = 1) -> None:
         """`threads`: 1 for live mode (0.1 ms a window leaves the cores to Whisper); a whole
         file scanned before decoding may use more."""
+        from kvscribe.adapters.faster_whisper import assets_folder
+
         try:
-            import faster_whisper  # noqa: F401
+            assets = assets_folder()
             import onnxruntime
         except ImportError as exc:
             raise BackendUnavailableError(
@@ -51,9 +53,7 @@ class SileroVad:
         options.inter_op_num_threads = 1
         options.intra_op_num_threads = threads
         options.log_severity_level = 4
-        from kvscribe.adapters.faster_whisper import assets_folder
-
-        path = model_path(assets_folder())
+        path = model_path(assets)
         self._session = onnxruntime.InferenceSession(
             str(path), providers=["CPUExecutionProvider"], sess_options=options
         )

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# On a lent GPU machine (docs/gpu_check.md): install kvscribe beside the image's torch from
+# the carried wheels, join the carried weights, build whisper-cli with CUDA in the
+# background, and run benchmarks/gpu_check.py until its deadline; the result file, the
+# build's log and a copy of this run's output go to $OUT.
+#
+#   bash benchmarks/gpu_check.sh [--device cpu --quick]   # the second: a rehearsal here,
+#       with GPU_CHECK_IMAGE_SITE naming a site-packages folder holding torch, numpy and
+#       onnxruntime only, as the image has them
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CARRY=$PWD/.gpu_carry
+OUT=${OUT:-$PWD/gpu-check-out}
+WORK=${GPU_CHECK_WORK:-/tmp/kvscribe-gpu}
+mkdir -p "$OUT" "$WORK"
+for part in stage/model.safetensors.part1 run/model.safetensors.part2 run/wheels; do
+    [ -e "$CARRY/$part" ] || { echo "gpu_check: $CARRY/$part was not carried" >&2; exit 2; }
+done
+
+python3 -m venv --system-site-packages "$WORK/venv"  # the image's torch, numpy, onnxruntime
+if [ -n "${GPU_CHECK_IMAGE_SITE:-}" ]; then  # a rehearsal: another machine's "image" packages
+    site=$("$WORK/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    echo "$GPU_CHECK_IMAGE_SITE" > "$site/gpu-check-image.pth"
+fi
+PIP=("$WORK/venv/bin/pip" install -q --no-index --find-links "$CARRY/run/wheels")
+"${PIP[@]}" setuptools safetensors tokenizers typer rich platformdirs filelock \
+    whisper-normalizer more-itertools regex shellingham
+"${PIP[@]}" --no-deps faster-whisper  # its silero VAD model; CTranslate2 and PyAV stay out
+"${PIP[@]}" --no-deps --no-build-isolation -e .
+
+mkdir -p "$WORK/model" && cp "$CARRY"/run/model/* "$WORK/model/"
+cat "$CARRY/stage/model.safetensors.part1" "$CARRY/run/model.safetensors.part2" \
+    > "$WORK/model/model.safetensors"
+echo "$(cat "$CARRY/run/model.safetensors.sha256")  $WORK/model/model.safetensors" | sha256sum -c -
+
+build_flag=()
+[[ " $* " == *" --device cpu "* ]] && build_flag=(--cpu)
+rm -rf "$WORK/whisper"
+PIP_NO_INDEX=1 PIP_FIND_LINKS="$CARRY/stage" "$WORK/venv/bin/python" \
+    benchmarks/gpu_whisper_build.py "$WORK/whisper" "${build_flag[@]}" \
+    > "$OUT/whisper_build.log" 2>&1 &
+"$WORK/venv/bin/python" benchmarks/gpu_check.py --model-dir "$WORK/model" \
+    --whisper-cli "$WORK/whisper/whisper-cli" --out "$OUT" "$@" 2>&1 | tee "$OUT/gpu_check.log"
+wait || echo "gpu_check: the whisper-cli build failed (whisper_build.log)" >&2
