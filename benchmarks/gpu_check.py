@@ -258,7 +258,7 @@ def _whisper_cpp_rows(args, deadline: float, recording: tuple, skipped: list[str
         skipped.append("whisper.cpp: no --whisper-cli given")
         return []
     if not _built_in_time(Path(os.environ["KVSCRIBE_WHISPER_CLI"]), deadline):
-        skipped.append("whisper.cpp: whisper-cli was not built before the deadline")
+        skipped.append("whisper.cpp: whisper-cli was not built (see whisper_build.log)")
         return []
     model = _ggml_model(args.model_dir)
     rows = []
@@ -272,8 +272,10 @@ def _whisper_cpp_rows(args, deadline: float, recording: tuple, skipped: list[str
 
 
 def _built_in_time(binary: Path, deadline: float) -> bool:
-    """Wait for a whisper-cli being built beside this run (gpu_check.sh), until the deadline."""
-    while not binary.exists() and time.monotonic() < deadline:
+    """Wait for a whisper-cli being built beside this run (gpu_check.sh), until the deadline
+    or until its build says it failed (BUILD-FAILED beside it)."""
+    failed = binary.with_name("BUILD-FAILED")
+    while not binary.exists() and not failed.exists() and time.monotonic() < deadline:
         time.sleep(2)
     return binary.exists()
 

@@ -22,11 +22,14 @@ if [ -n "${GPU_CHECK_IMAGE_SITE:-}" ]; then  # a rehearsal: another machine's "i
     site=$("$WORK/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
     echo "$GPU_CHECK_IMAGE_SITE" > "$site/gpu-check-image.pth"
 fi
-PIP=("$WORK/venv/bin/pip" install -q --no-index --find-links "$CARRY/run/wheels")
-"${PIP[@]}" setuptools safetensors tokenizers typer rich platformdirs filelock \
-    whisper-normalizer more-itertools regex shellingham
-"${PIP[@]}" --no-deps faster-whisper  # its silero VAD model; CTranslate2 and PyAV stay out
-"${PIP[@]}" --no-deps --no-build-isolation -e .
+# Each package named, none resolved: tokenizers' hub client, faster-whisper's CTranslate2
+# and PyAV (it is here for its silero VAD model only) and kvscribe's other engines stay out.
+PIP=("$WORK/venv/bin/pip" install -q --no-index --no-deps --find-links "$CARRY/run/wheels")
+"${PIP[@]}" --upgrade setuptools  # the venv's own may predate kvscribe's pyproject.toml
+"${PIP[@]}" safetensors tokenizers typer click shellingham rich markdown-it-py \
+    mdurl pygments typing_extensions platformdirs filelock whisper-normalizer \
+    more-itertools regex faster-whisper
+"${PIP[@]}" --no-build-isolation -e .
 
 mkdir -p "$WORK/model" && cp "$CARRY"/run/model/* "$WORK/model/"
 cat "$CARRY/stage/model.safetensors.part1" "$CARRY/run/model.safetensors.part2" \
@@ -36,9 +39,9 @@ echo "$(cat "$CARRY/run/model.safetensors.sha256")  $WORK/model/model.safetensor
 build_flag=()
 [[ " $* " == *" --device cpu "* ]] && build_flag=(--cpu)
 rm -rf "$WORK/whisper"
-PIP_NO_INDEX=1 PIP_FIND_LINKS="$CARRY/stage" "$WORK/venv/bin/python" \
-    benchmarks/gpu_whisper_build.py "$WORK/whisper" "${build_flag[@]}" \
-    > "$OUT/whisper_build.log" 2>&1 &
+sdist=$(ls "$CARRY"/stage/pywhispercpp-*.tar.gz)
+"$WORK/venv/bin/python" benchmarks/gpu_whisper_build.py "$WORK/whisper" "$sdist" \
+    "${build_flag[@]}" > "$OUT/whisper_build.log" 2>&1 &
 "$WORK/venv/bin/python" benchmarks/gpu_check.py --model-dir "$WORK/model" \
     --whisper-cli "$WORK/whisper/whisper-cli" --out "$OUT" "$@" 2>&1 | tee "$OUT/gpu_check.log"
 wait || echo "gpu_check: the whisper-cli build failed (whisper_build.log)" >&2

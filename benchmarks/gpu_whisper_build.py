@@ -1,9 +1,10 @@
 """whisper-cli built with CUDA for the lent GPU's architecture only (so the build fits the
 check's minutes), from the patched source `kvscribe setup whisper-cpp` builds from, into
-DIR/whisper-cli (written whole: it appears only once built). benchmarks/gpu_check.sh runs
-it beside the transformers cells; pip finds the source sdist among the carried files.
+DIR/whisper-cli (written whole: it appears only once built; a failed build leaves
+DIR/BUILD-FAILED, so the check stops waiting). benchmarks/gpu_check.sh runs it beside the
+transformers cells, on the carried pywhispercpp sdist.
 
-    python benchmarks/gpu_whisper_build.py DIR [--cpu]   # --cpu: no CUDA (a rehearsal)
+    python benchmarks/gpu_whisper_build.py DIR SDIST [--cpu]   # --cpu: a rehearsal
 """
 
 from __future__ import annotations
@@ -27,15 +28,23 @@ def cuda_flags() -> tuple[str, ...]:
 
 
 def main() -> None:
-    target = Path(sys.argv[1])
+    target, sdist = Path(sys.argv[1]), Path(sys.argv[2])
     target.mkdir(parents=True, exist_ok=True)
-    flags = build.CMAKE_FLAGS + (() if "--cpu" in sys.argv else cuda_flags())
+    try:
+        built(target, sdist, "--cpu" not in sys.argv)
+    except BaseException:
+        (target / "BUILD-FAILED").touch()
+        raise
+
+
+def built(target: Path, sdist: Path, cuda: bool) -> None:
+    flags = build.CMAKE_FLAGS + (cuda_flags() if cuda else ())
 
     def progress(message: str, fraction: float | None) -> None:
         print(message if fraction is None else f"{message}: {fraction:.0%}", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="gpu-whisper-") as work:
-        source = build.patched_source(Path(work), progress)
+        source = build.patched_source(Path(work), progress, sdist)
         jobs = os.cpu_count() or 2
         built = build.compile_targets(
             source, Path(work) / "build", progress, jobs, ("whisper-cli",), flags

