@@ -208,15 +208,17 @@ def test_a_streaming_client_that_stops_reading_holds_up_no_one(served, long_clip
 
 
 def _kill_child(pid: int, name: str) -> bool:
-    """SIGKILL the first child of `pid` whose command is `name`, polling (bounded)."""
+    """SIGKILL the first child of `pid` whose command is `name`, polling (bounded). Children
+    are found by the parent pid in /proc/N/stat (after the command's closing parenthesis)."""
     deadline = time.monotonic() + BOUNDED_WAIT
     while time.monotonic() < deadline:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            for child in (task / "children").read_text().split():
-                with contextlib.suppress(OSError):
-                    if Path(f"/proc/{child}/comm").read_text().strip() == name:
-                        os.kill(int(child), signal.SIGKILL)
-                        return True
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError):
+                text = stat.read_text()
+                command, rest = text[text.index("(") + 1 : text.rindex(")")], text.rsplit(")", 1)[1]
+                if command == name and int(rest.split()[1]) == pid:
+                    os.kill(int(stat.parent.name), signal.SIGKILL)
+                    return True
         time.sleep(0.05)
     return False
 

@@ -220,6 +220,7 @@ class Scheduler:
             began = time.perf_counter()
             if group:
                 self._decode_together(lane, group)
+                self._group_done(lane)
             for job, kv_cost in starting:
                 self._start(lane, job, kv_cost)
             self._turn(lane)
@@ -276,9 +277,10 @@ class Scheduler:
         starting = []
         room = self.limits.running - len(lane.running)
         for job in self._long_ones(lane):
-            if len(starting) == room or not self.kv.admits(self._rows(lane, job)):
+            rows = self._rows(lane, job)
+            if len(starting) == room or not self.kv.admits(rows):
                 break
-            starting.append((job, self.kv.reserve(self._rows(lane, job))))
+            starting.append((job, self.kv.reserve(rows)))
             self._waiting.remove(job)
         return starting
 
@@ -297,7 +299,6 @@ class Scheduler:
                     self._decode_together(lane, [job])
             else:
                 group[0].sink(_failure())
-            self._group_done(lane)
             return
         elapsed = time.perf_counter() - started
         total = sum(j.seconds for j in group) or 1.0
@@ -309,9 +310,9 @@ class Scheduler:
                 job.sink(Decoded(segment))
             job.sink(Finished(run.report, elapsed * job.seconds / total, elapsed))
             self._decoded(job)
-        self._group_done(lane)
 
     def _group_done(self, lane: _Lane) -> None:
+        """The group's rows are gone (decoded, or failed one by one): its bytes go back."""
         lane.rows = 0
         self.kv.release(lane.group_cost)
         lane.group_cost = 0
