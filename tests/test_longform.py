@@ -15,7 +15,7 @@ from kvscribe.contract import DecodeRequest
 from kvscribe.pipeline import transcribe_speech
 from kvscribe.timing.timed_words import SegmentRules, TimedWord, split_segments, tidy
 from tests import loaded
-from tests.conftest import EVAL_DIR, pooled_wer
+from tests.conftest import EVAL_DIR, SAMPLE, pooled_wer
 
 JOINED = EVAL_DIR.parent / "clips_joined" / "joined_real.wav"
 JFK_CLOSE = "ask what you can do for your country"
@@ -145,6 +145,38 @@ def _clips_between_digital_silence() -> tuple[np.ndarray, list[tuple[float, floa
         spans.append((at / SAMPLE_RATE, (at + clip.size) / SAMPLE_RATE))
         at += clip.size + pause.size
     return np.concatenate(parts), spans
+
+
+@pytest.mark.slow
+@pytest.mark.model
+def test_a_phrase_a_hallucinated_repeat_takes_with_it_is_decoded_again(tmp_path):
+    """The JFK sample three times over as a 16-bit WAV, batched: tiny.en writes the quote
+    once more than spoken in the one chunk and alignment squeezes the extra copy into a
+    second, together with the third "And so my fellow Americans" beside it. That segment is
+    dropped as text the audio does not hold; the phrase under it is decoded again, not lost
+    with it (it was, on oneDNN and on MKL; the float samples tiled without the WAV's
+    rounding do not make tiny.en repeat itself)."""
+    from tests import media
+
+    wav = media.write_wav(tmp_path / "jfk3.wav", np.tile(load_audio(SAMPLE), 3))
+    segments, _ = _decode(load_audio(wav), batch_size=8)
+    text = _normalised(segments)
+    assert text.count("fellow americans") == 3, text
+    assert text.count(JFK_CLOSE) == 3, text
+
+
+def test_speech_under_a_squeezed_segment_counts_as_uncovered():
+    from kvscribe.timing.aligned_chunks import AlignedChunk
+
+    spoken = [TimedWord(0.2 + i * 0.4, 0.5 + i * 0.4, f" w{i}", 0.9) for i in range(10)]
+    squeezed = [TimedWord(6.0 + i * 0.02, 6.02 + i * 0.02, f" r{i}", 0.9) for i in range(20)]
+    after = [TimedWord(9.0 + i * 0.4, 9.3 + i * 0.4, f" v{i}", 0.9) for i in range(5)]
+    result = AlignedChunk([1, 2, 3], -0.2, 0.01, words=tuple(spoken + squeezed + after))
+    chunk = chunking.Chunk(0, 11 * SAMPLE_RATE)
+    parts = chunking.uncovered(chunk, result)
+    # from the last word kept (4.1 s) to the next (9.0 s): the squeezed text covers nothing
+    assert [(p.start, p.end) for p in parts] == [(round(4.1 * SAMPLE_RATE), 9 * SAMPLE_RATE)]
+    assert result.kept_words() == spoken + after
 
 
 # -- aligned words to segments (pure) -------------------------------------------------------

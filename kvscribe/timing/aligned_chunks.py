@@ -44,15 +44,26 @@ class AlignedChunk(ChunkResult):
         return is_anomalous(self.words) or is_squeezed(self.words)
 
     def stopped_at(self, chunk: Chunk) -> int | None:
-        """Where the last aligned word ends: the decode has no timestamp to say it."""
-        if not self.words:
+        """Where the last word kept ends: the decode has no timestamp to say it."""
+        kept = self.kept_words()
+        if not kept:
             return None
-        return round(self.words[-1].end * SAMPLE_RATE)
+        return round(kept[-1].end * SAMPLE_RATE)
 
     def word_spans(self) -> list[tuple[int, int]]:
         if self.cut_short:
             return []
-        return [(round(w.start * SAMPLE_RATE), round(w.end * SAMPLE_RATE)) for w in self.words]
+        return [
+            (round(w.start * SAMPLE_RATE), round(w.end * SAMPLE_RATE)) for w in self.kept_words()
+        ]
+
+    def kept_words(self) -> list[TimedWord]:
+        """The words of the segments the output keeps. A segment squeezed past any speaking
+        rate is dropped (segments_of), and the speech under it goes with it: a hallucinated
+        repeat aligned into a second takes the real phrase beside it into its segment (tiny.en,
+        JFK ten times over, batch 8: one "And so my fellow Americans" lost). Counted as
+        uncovered, that speech is decoded again (kvscribe.chunking.uncovered)."""
+        return [w for words in split_segments(self.words) if not is_squeezed(words) for w in words]
 
 
 def on_original_clock(words: Sequence[TimedWord], chunk: Chunk) -> tuple[TimedWord, ...]:
