@@ -231,8 +231,9 @@ def test_every_engine_gives_a_request_its_tokens_under_load(backend, tmp_path, l
 
 def test_a_full_queue_answers_429_and_the_sdk_retries_until_it_is_served(tmp_path, long_clip):
     """--max-queue 1: of six long requests at once, those past four running and one waiting
-    are refused with Retry-After; the SDK's own retries then get every request served."""
-    served = Served(tmp_path, "--max-queue", "1")
+    are refused with Retry-After; the SDK's own retries then get every request served.
+    Greedy: the queue is tested, not the search (twelve 40 s decodes)."""
+    served = Served(tmp_path, "--max-queue", "1", "--beam-size", "1")
     try:
         with cf.ThreadPoolExecutor(6) as pool:
             tries = [pool.submit(transcribe, served.client(), long_clip) for _ in range(6)]
