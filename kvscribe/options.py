@@ -346,7 +346,7 @@ class LiveOptions(EngineOptions):
     step: float = 1.0
     min_silence: float = 0.7
     commit_silence: float = 0.3
-    context: float = 8.0
+    context: float = 4.0
     vad_threshold: float = 0.5
     # Seconds, at least, of the encoder window a buffer is decoded in; None (or 30):
     # Whisper's whole window.

@@ -109,7 +109,7 @@ PARAMETERS: ParameterTable = {
     "context": (
         float,
         typer.Option(
-            8.0,
+            4.0,
             "--context",
             help="Seconds of the utterances before it that a new utterance is decoded with "
             "(their words are not committed again); 0: each utterance alone.",

@@ -27,8 +27,10 @@ class StreamSettings:
     max_buffer: float = 27.0  # a buffer this long is cut wherever it must
     # A new utterance's buffer starts with the audio of the ones before it, up to this many
     # seconds before its onset (their words already committed): Whisper reads a short phrase
-    # poorly alone, and a file run reads it beside its neighbours. 0: each one alone.
-    context: float = 8.0
+    # poorly alone, and a file run reads it beside its neighbours. 0: each one alone. More
+    # than 4 s reaches across a change of speaker more often, and the other voice misleads
+    # the decoder ("so my fellow" read "so am I fellow"): docs/live.md, "Context".
+    context: float = 4.0
     alone_after: float = 6.0  # an utterance this long reads well alone: the context goes
     vad: VadSettings = field(default_factory=VadSettings)
 
