@@ -10,7 +10,9 @@ from kvscribe.controls import CONTROLS, Control, in_range
 from kvscribe.decoding import Fallback, VadFilter, temperatures_from
 from kvscribe.errors import UsageError
 from kvscribe.languages import language_code
+from kvscribe.live.streaming import StreamSettings
 from kvscribe.option_values import check_decoding, check_kv, check_threads, parse_clips
+from kvscribe.voice.silero import VadSettings
 from kvscribe.writers import WriterOptions
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -343,11 +345,13 @@ class LiveOptions(EngineOptions):
     mic: str | None = None
     output: Path | None = None
     prompt: str | None = None
-    step: float = 1.0
+    # The streaming policy's defaults are the session's own (kvscribe/live/streaming.py),
+    # but for the end of an utterance: a speaker pauses longer than a file's regions do.
+    step: float = StreamSettings.step
     min_silence: float = 0.7
-    commit_silence: float = 0.3
-    context: float = 4.0
-    vad_threshold: float = 0.5
+    commit_silence: float = StreamSettings.commit_silence
+    context: float = StreamSettings.context
+    vad_threshold: float = VadSettings.threshold
     # Seconds, at least, of the encoder window a buffer is decoded in; None (or 30):
     # Whisper's whole window.
     encoder_window: float | None = None

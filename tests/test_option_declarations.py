@@ -69,6 +69,22 @@ def _reads_a_profile_default(tree: ast.AST) -> list[int]:
     return lines
 
 
+def test_mics_streaming_defaults_are_the_sessions_own():
+    """`kvscribe mic`'s flags, LiveOptions and the session share one default each."""
+    from kvscribe.live.streaming import StreamSettings
+    from kvscribe.voice.silero import VadSettings
+
+    session = StreamSettings()
+    shared = {"step": session.step, "commit_silence": session.commit_silence}
+    shared |= {"context": session.context, "vad_threshold": VadSettings().threshold}
+    live = LiveOptions()
+    for name, default in shared.items():
+        assert getattr(live, name) == default, name
+    for name in (*shared, "min_silence"):
+        _, option = live_parameters.PARAMETERS[name]
+        assert option.default == getattr(live, name), name
+
+
 def test_no_engine_reads_a_decoding_default_from_its_settings():
     found = {
         str(path.relative_to(ROOT)): lines

@@ -12,6 +12,7 @@ import typer
 
 from kvscribe.cli import shared_options as shared
 from kvscribe.cli.parameters import ParameterTable
+from kvscribe.options import LiveOptions
 
 _STREAMING = "Streaming"
 
@@ -80,7 +81,7 @@ PARAMETERS: ParameterTable = {
     "step": (
         float,
         typer.Option(
-            1.0,
+            LiveOptions.step,
             "--step",
             help="Seconds of new audio between re-decodes.",
             rich_help_panel=_STREAMING,
@@ -89,7 +90,7 @@ PARAMETERS: ParameterTable = {
     "min_silence": (
         float,
         typer.Option(
-            0.7,
+            LiveOptions.min_silence,
             "--min-silence",
             help="Seconds of silence that end an utterance.",
             rich_help_panel=_STREAMING,
@@ -98,7 +99,7 @@ PARAMETERS: ParameterTable = {
     "commit_silence": (
         float,
         typer.Option(
-            0.3,
+            LiveOptions.commit_silence,
             "--commit-silence",
             help="Seconds of silence after which an utterance's words are committed, before "
             "--min-silence ends it (speech that resumes continues the utterance); an utterance "
@@ -109,7 +110,7 @@ PARAMETERS: ParameterTable = {
     "context": (
         float,
         typer.Option(
-            4.0,
+            LiveOptions.context,
             "--context",
             help="Seconds of the utterances before it that a new utterance is decoded with "
             "(their words are not committed again); 0: each utterance alone.",
@@ -131,7 +132,7 @@ PARAMETERS: ParameterTable = {
     "vad_threshold": (
         float,
         typer.Option(
-            0.5,
+            LiveOptions.vad_threshold,
             "--vad-threshold",
             help="Speech probability that starts an utterance.",
             rich_help_panel=_STREAMING,
