@@ -32,7 +32,7 @@ from pathlib import Path
 import corpus
 import results_file
 
-from kvscribe.bench.wer import pooled_wer
+from kvscribe.bench.wer import pooled_wer, words
 from kvscribe.live.stats import percentile
 
 KVSCRIBE = str(Path(sys.executable).parent / "kvscribe")
@@ -164,7 +164,27 @@ def _clip_row(clip: Path, offline: tuple[str, str], live: tuple[str, str], stats
         "notes": stats["notes"],
         "offline_text": offline[1],
         "live_text": live[1],
+        # Each error as the scorer counts it: where a WER gap comes from.
+        "offline_errors": word_errors(*offline),
+        "live_errors": word_errors(*live),
     }
+
+
+def word_errors(reference: str, hypothesis: str) -> list[str]:
+    """The aligned differences after the scorer's normaliser: "ref words -> hyp words"."""
+    import jiwer
+
+    ref, hyp = " ".join(words(reference)), " ".join(words(hypothesis))
+    if not ref or not hyp:
+        return [f"{ref or '(nothing)'} -> {hyp or '(nothing)'}"] if ref != hyp else []
+    aligned = jiwer.process_words(ref, hyp)
+    ref_words, hyp_words = aligned.references[0], aligned.hypotheses[0]
+    return [
+        f"{' '.join(ref_words[c.ref_start_idx : c.ref_end_idx]) or '(nothing)'} -> "
+        f"{' '.join(hyp_words[c.hyp_start_idx : c.hyp_end_idx]) or '(nothing)'}"
+        for c in aligned.alignments[0]
+        if c.type != "equal"
+    ]
 
 
 def _markdown(fast: bool, clips: list[Path], run: dict, rows: list[dict]) -> str:
@@ -199,6 +219,10 @@ def _markdown(fast: bool, clips: list[Path], run: dict, rows: list[dict]) -> str
             f"{_num(r['rss_after_warmup_bytes'], '.1f', 1e6)} / "
             f"{_num(r['rss_end_bytes'], '.1f', 1e6)} |"
         )
+    lines += ["", "Errors after the scorer's normaliser (reference -> hypothesis):", ""]
+    for r in rows:
+        lines.append(f"- {r['clip']}, offline: {'; '.join(r['offline_errors']) or 'none'}")
+        lines.append(f"- {r['clip']}, live: {'; '.join(r['live_errors']) or 'none'}")
     return "\n".join(lines)
 
 
