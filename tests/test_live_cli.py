@@ -26,8 +26,9 @@ MAX_WER_GAP = 0.05  # live may lose at most this much WER to offline, same backe
 # On the 50 s of joined read speech through a pipe, Whisper's reading of a short phrase
 # hangs on where its buffer ends (docs/live.md, "Decoding at a pause sooner"); a lost or
 # doubled utterance costs far more than this. Measured live - offline per CTranslate2 path
-# on an AMD EPYC: MKL (Intel's kernels) AVX2 and AVX +0.054; oneDNN AVX2 +0.045, AVX
-# +0.036 (benchmarks/results/eval_ct2_paths.md); +0.053 on an earlier Intel run.
+# on an AMD EPYC with 4 s of context: MKL (Intel's kernels) AVX2 +0.045, AVX +0.027; oneDNN
+# AVX2 and AVX +0.036 (benchmarks/results/eval_ct2_paths.md); with 8 s up to +0.054 there
+# and +0.053 on an earlier Intel run.
 MAX_PIPE_WER_GAP = 0.06
 
 
