@@ -180,7 +180,13 @@ def _run(options, console) -> int:
             f"{stats.profile}, device {stats.device}, {len(backends)} lane(s); API key: "
             f"{'required' if key else 'none (loopback only)'}; {describe_budget(kv)}"
         )
-    config = uvicorn.Config(create_app(server), log_level="warning", access_log=False)
+    config = uvicorn.Config(
+        create_app(server),
+        log_level="warning",
+        access_log=False,
+        # Past this a message closes the socket (1009); past message_bytes it gets an error.
+        ws_max_size=4 * server.realtime_limits.message_bytes,
+    )
     try:
         DrainingServer(config, scheduler).run(sockets=[listener])
     finally:

@@ -19,7 +19,7 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from kvscribe.contract import DecodeRequest
 from kvscribe.decoding import temperatures_from
@@ -28,6 +28,7 @@ from kvscribe.serve.api_errors import ApiError
 from kvscribe.serve.body import RequestBody
 from kvscribe.serve.forms import MAX_FIELDS, TranscriptionAsk, decoded_audio, read_ask, spool
 from kvscribe.serve.metrics import Metrics
+from kvscribe.serve.realtime import SessionLimits, serve_socket
 from kvscribe.serve.scheduler import Decoded, Failed, Finished, Job, Scheduler, Started
 from kvscribe.stats import FileStats, RunStats
 from kvscribe.types import Transcript
@@ -59,6 +60,7 @@ class Server:
     limits: Limits
     api_key: str | None = None
     metrics: Metrics = dataclasses.field(default_factory=Metrics)
+    realtime_limits: SessionLimits = dataclasses.field(default_factory=SessionLimits)
 
 
 def create_app(server: Server) -> Starlette:
@@ -95,6 +97,9 @@ def create_app(server: Server) -> Starlette:
         )
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
+    async def realtime(websocket) -> None:
+        await serve_socket(websocket, server)
+
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
         server.metrics.answered(request.url.path, exc.status)
@@ -107,6 +112,7 @@ def create_app(server: Server) -> Starlette:
         Route("/v1/models/{name:path}", model),
         Route("/health", health),
         Route("/metrics", metrics),
+        WebSocketRoute("/v1/realtime", realtime),
     ]
     app = Starlette(routes=routes, exception_handlers={ApiError: api_error})
     return RequestBody(app, server.limits.body_bytes)

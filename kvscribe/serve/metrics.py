@@ -21,6 +21,7 @@ class Metrics:
         self._first_delta = [0] * (len(LATENCY_BUCKETS) + 1)
         self._first_delta_sum = 0.0
         self.kv_held_peak_bytes = 0
+        self.sessions = 0  # realtime sessions open
 
     def answered(self, route: str, status: int, seconds: float | None = None) -> None:
         with self._lock:
@@ -33,6 +34,10 @@ class Metrics:
         with self._lock:
             self._first_delta[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
             self._first_delta_sum += seconds
+
+    def session(self, opened: bool) -> None:
+        with self._lock:
+            self.sessions += 1 if opened else -1
 
     def held(self, kv_bytes: int) -> None:
         with self._lock:
@@ -52,6 +57,7 @@ class Metrics:
                 *_gauge("kvscribe_queue_depth", "Requests waiting to start.", queue_depth),
                 *_gauge("kvscribe_requests_running", "Long requests decoded in turn.", running),
                 *_gauge("kvscribe_rows_in_flight", "Short requests in a shared batch.", rows),
+                *_gauge("kvscribe_realtime_sessions", "Realtime sessions open.", self.sessions),
                 *_gauge(
                     "kvscribe_kv_held_peak_bytes",
                     "Largest decoder KV cache one decode held (a request's stats' figure: its "

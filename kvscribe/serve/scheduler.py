@@ -79,6 +79,9 @@ class Job:
     sink: Callable[[Event], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
     submitted: float = field(default_factory=time.perf_counter)
+    # A realtime session's buffer (kvscribe.serve.realtime): decoded one row as `kvscribe
+    # mic` decodes it (Backend.transcribe), never in a shared batch.
+    live: bool = False
 
     @property
     def seconds(self) -> float:
@@ -172,6 +175,11 @@ class Scheduler:
         return len(self._lanes)
 
     @property
+    def backend(self):
+        """A lane's backend, for what decodes nothing (its notes on a request)."""
+        return self._lanes[0].backend
+
+    @property
     def queue_depth(self) -> int:
         return len(self._waiting)
 
@@ -245,8 +253,9 @@ class Scheduler:
 
     @staticmethod
     def _rows(lane: _Lane, job: Job) -> int:
-        """The rows a request that runs alone decodes at once: its batches' size."""
-        return lane.backend.batch_size_for(job.request, job.seconds)
+        """The rows a request that runs alone decodes at once: its batches' size (a live
+        buffer: one)."""
+        return 1 if job.live else lane.backend.batch_size_for(job.request, job.seconds)
 
     def _take(self, lane: _Lane) -> tuple[list[Job], list[tuple[Job, int]]]:
         """(short jobs to decode together now, jobs to start running on this lane with their
@@ -286,7 +295,7 @@ class Scheduler:
 
     @staticmethod
     def _shares(lane: _Lane, job: Job) -> bool:
-        return job.short and lane.backend.shares_batches(job.request)
+        return job.short and not job.live and lane.backend.shares_batches(job.request)
 
     def _decode_together(self, lane: _Lane, group: list[Job]) -> None:
         started = time.perf_counter()
@@ -322,7 +331,10 @@ class Scheduler:
 
         started = time.perf_counter()
         try:
-            run = transcribe_speech(lane.backend, job.audio, job.request)
+            if job.live:
+                run = lane.backend.transcribe(job.audio, job.request)
+            else:
+                run = transcribe_speech(lane.backend, job.audio, job.request)
         except Exception:
             self.kv.release(kv_cost)
             job.sink(_failure())

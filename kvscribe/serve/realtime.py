@@ -1,0 +1,587 @@
+"""Realtime transcription sessions over a WebSocket (`/v1/realtime?intent=transcription`), as
+OpenAI's Realtime API defines them, decoded by live mode's session (kvscribe.live.session).
+
+A client configures the session (`transcription_session.update`, or `session.update` with a
+session of type "transcription"), appends base64 PCM16 audio at 24 kHz
+(`input_audio_buffer.append`) and receives, per utterance the voice detector finds
+(server VAD), `input_audio_buffer.speech_started`, then
+`conversation.item.input_audio_transcription.delta` as live mode commits words, then
+`input_audio_buffer.speech_stopped`, `input_audio_buffer.committed` and
+`conversation.item.input_audio_transcription.completed` with the utterance's whole text:
+the deltas joined are that text. Errors come as `error` events and the session stays open.
+
+Each decode of a session's buffer is a job on the server's lanes (kvscribe.serve.scheduler),
+decoded one row as `kvscribe mic` decodes it, so sessions and file requests share the lanes
+and the KV budget. A session holds no decoder cache between its decodes (live mode builds one
+per decode); its audio is bounded (`SessionLimits`), and a client that goes takes its
+session with it: the waiting decode is cancelled, the threads end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import dataclasses
+import hmac
+import json
+import queue
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.contract import DecodeRequest, Transcription
+from kvscribe.live.capture import CHUNK_SECONDS, Capture, Emit
+from kvscribe.live.stats import LiveStats
+from kvscribe.live.streaming import StreamSettings
+from kvscribe.serve.api_errors import ApiError
+from kvscribe.serve.scheduler import Decoded, Failed, Finished, Job, Scheduler, Started
+
+INPUT_RATE = 24_000  # the Realtime API's PCM16: 24 kHz mono, little-endian
+_CHUNK = int(CHUNK_SECONDS * SAMPLE_RATE)
+LIVE_MIN_SILENCE = 0.7  # `kvscribe mic`'s end of an utterance (LiveOptions.min_silence)
+# A client's commit: this much quiet after its audio ends the utterance it holds.
+COMMIT_QUIET_SECONDS = LIVE_MIN_SILENCE + 0.3
+
+
+@dataclass(frozen=True)
+class SessionLimits:
+    audio_seconds: float = 3600.0  # of audio a session may send in all
+    message_bytes: int = 1 << 20  # one WebSocket message (about 8 s of base64 PCM16)
+    backlog_seconds: float = 30.0  # audio waiting to be heard; older audio is dropped
+
+
+class SessionError(Exception):
+    """A client mistake: answered with an `error` event, the session goes on."""
+
+    def __init__(self, message: str, code: str, param: str | None = None):
+        super().__init__(message)
+        self.message, self.code, self.param = message, code, param
+
+
+class SessionClosed(Exception):
+    """The client went: the session's decodes stop."""
+
+
+def error_event(message: str, code: str, param: str | None = None, kind: str = "") -> dict:
+    """An `error` event as the Realtime API sends it."""
+    return {
+        "type": "error",
+        "event_id": _id("event"),
+        "error": {
+            "type": kind or "invalid_request_error",
+            "code": code,
+            "message": message,
+            "param": param,
+            "event_id": None,
+        },
+    }
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+# -- the session's configuration ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    language: str | None = None
+    prompt: str | None = None
+    beta: bool = True  # answered with transcription_session.* events, else session.*
+
+    def describe(self, model: str) -> dict[str, Any]:
+        """The session as the API shows it in `*.created` / `*.updated`."""
+        transcription = {"model": model, "language": self.language, "prompt": self.prompt or ""}
+        turn = {"type": "server_vad", "silence_duration_ms": 700, "prefix_padding_ms": 200}
+        if self.beta:
+            return {
+                "id": None,
+                "object": "realtime.transcription_session",
+                "input_audio_format": "pcm16",
+                "input_audio_transcription": transcription,
+                "turn_detection": turn,
+            }
+        audio_format = {"type": "audio/pcm", "rate": INPUT_RATE}
+        return {
+            "type": "transcription",
+            "audio": {
+                "input": {
+                    "format": audio_format,
+                    "transcription": transcription,
+                    "turn_detection": turn,
+                }
+            },
+        }
+
+
+def updated_config(
+    current: SessionConfig, event: dict, model_names: tuple[str, ...]
+) -> SessionConfig:
+    """The session after an update event (either form), or SessionError naming the field."""
+    session = event.get("session")
+    if not isinstance(session, dict):
+        raise SessionError("the update has no session object", "invalid_value", "session")
+    beta = event["type"] == "transcription_session.update"
+    if beta:
+        audio_format = session.get("input_audio_format", "pcm16")
+        transcription = session.get("input_audio_transcription") or {}
+        turn = session.get("turn_detection", {"type": "server_vad"})
+    else:
+        if session.get("type", "transcription") != "transcription":
+            raise SessionError(
+                "kvscribe serves transcription sessions only", "invalid_value", "session.type"
+            )
+        audio_in = (session.get("audio") or {}).get("input") or {}
+        fmt = audio_in.get("format") or {"type": "audio/pcm", "rate": INPUT_RATE}
+        ok = fmt.get("type") == "audio/pcm" and fmt.get("rate", INPUT_RATE) == INPUT_RATE
+        audio_format = "pcm16" if ok else str(fmt)
+        transcription = audio_in.get("transcription") or {}
+        turn = audio_in.get("turn_detection", {"type": "server_vad"})
+    if audio_format != "pcm16":
+        raise SessionError(
+            f"input audio format {audio_format!r} is not supported: send PCM16 at 24 kHz",
+            "invalid_value",
+            "input_audio_format",
+        )
+    if not isinstance(turn, dict) or turn.get("type") != "server_vad":
+        raise SessionError(
+            "kvscribe finds turns itself: turn_detection must be server_vad (its voice "
+            "detector, as `kvscribe mic` uses it)",
+            "invalid_value",
+            "turn_detection",
+        )
+    model = transcription.get("model")
+    if model is not None and model not in (*model_names, "whisper-1"):
+        raise SessionError(
+            f"model {model!r} is not loaded here (loaded: {', '.join(model_names)})",
+            "model_not_found",
+            "input_audio_transcription.model",
+        )
+    language = transcription.get("language") or current.language
+    prompt = transcription.get("prompt") or current.prompt
+    return SessionConfig(language=language, prompt=prompt, beta=beta)
+
+
+# -- audio in ---------------------------------------------------------------------------------
+
+
+class SocketAudio:
+    """A live source fed by the socket: PCM16 at 24 kHz in, 16 kHz float32 chunks out."""
+
+    label = "realtime session (PCM16 24 kHz)"
+    live = True  # audio keeps arriving whether the session keeps up or not
+
+    def __init__(self) -> None:
+        import av
+
+        self._resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
+        self._pieces: queue.Queue[np.ndarray | None] = queue.Queue()
+        self._odd = b""  # a byte left over from a message of odd length
+        self._sent = 0  # input samples so far (the frames' timestamps)
+        self.seconds = 0.0  # of input received
+
+    def append(self, pcm: bytes) -> None:
+        """One `input_audio_buffer.append`'s audio (on the socket's thread)."""
+        pcm, self._odd = (self._odd + pcm), b""
+        if len(pcm) % 2:
+            pcm, self._odd = pcm[:-1], pcm[-1:]
+        if not pcm:
+            return
+        samples = np.frombuffer(pcm, dtype="<i2").reshape(1, -1)
+        self.seconds += samples.shape[1] / INPUT_RATE
+        self._pieces.put(self._resample(samples))
+
+    def end(self) -> None:
+        self._pieces.put(self._resample(None))
+        self._pieces.put(None)
+
+    def _resample(self, samples: np.ndarray | None) -> np.ndarray:
+        import av
+
+        frame = None
+        if samples is not None:
+            frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
+            frame.sample_rate, frame.pts = INPUT_RATE, self._sent
+            self._sent += samples.shape[1]
+        out = [f.to_ndarray().reshape(-1) for f in self._resampler.resample(frame)]
+        return np.concatenate(out).astype(np.float32) if out else np.zeros(0, np.float32)
+
+    def run(self, emit: Emit, stopped: threading.Event) -> None:
+        held = np.zeros(0, dtype=np.float32)
+        while not stopped.is_set():
+            try:
+                piece = self._pieces.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if piece is None:
+                break
+            held = np.concatenate([held, piece])
+            while held.size >= _CHUNK:
+                emit(held[:_CHUNK].copy())
+                held = held[_CHUNK:]
+        if held.size and not stopped.is_set():
+            emit(held)
+
+
+# -- decoding on the server's lanes ----------------------------------------------------------
+
+
+class LaneEngine:
+    """What a live session decodes with on the server: each decode a job on the scheduler's
+    lanes, decoded one row as `kvscribe mic` decodes (Job.live), never shared."""
+
+    def __init__(self, scheduler: Scheduler):
+        self.scheduler = scheduler
+        self.closed = threading.Event()
+        self._job: Job | None = None
+
+    def transcribe(self, samples: np.ndarray, request: DecodeRequest) -> Transcription:
+        if self.closed.is_set():
+            raise SessionClosed
+        events: list = []
+        done = threading.Event()
+
+        def sink(event) -> None:  # on a lane's thread
+            events.append(event)
+            if isinstance(event, Finished | Failed):
+                done.set()
+
+        self._job = Job(np.ascontiguousarray(samples), request, sink, live=True)
+        self._submit(self._job)
+        while not done.wait(0.1):
+            if self.closed.is_set():
+                self.scheduler.cancel(self._job)
+                raise SessionClosed
+        return _transcription(events)
+
+    def unhonoured(self, request: DecodeRequest, seconds: float) -> list[str]:
+        return self.scheduler.backend.unhonoured(request, seconds)
+
+    def _submit(self, job: Job) -> None:
+        """Queue the decode; a full queue is waited out (the audio goes on arriving, and a
+        backlog past SessionLimits.backlog_seconds is dropped and counted); a server
+        shutting down ends the session (ApiError 503)."""
+        while True:
+            try:
+                self.scheduler.submit(job)
+                return
+            except ApiError as exc:
+                if exc.status != 429:
+                    raise
+                if self.closed.wait(min(exc.retry_after or 1, 2)):
+                    raise SessionClosed from None
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def _transcription(events: list) -> Transcription:
+    failed = next((e for e in events if isinstance(e, Failed)), None)
+    if failed is not None:
+        raise failed.error
+    started = next(e for e in events if isinstance(e, Started))
+    finished = next(e for e in events if isinstance(e, Finished))
+    segments = [e.segment for e in events if isinstance(e, Decoded)]
+    return Transcription(started.language, started.probability, iter(segments), finished.report)
+
+
+# -- events out -----------------------------------------------------------------------------
+
+
+class EventsOut:
+    """The live session's listener: its commits as the Realtime API's events, handed to
+    `send` (thread-safe: it queues them for the socket)."""
+
+    def __init__(self, send: Callable[[dict], None]):
+        self.send = send
+        self.item_id: str | None = None
+        self.previous_item_id: str | None = None
+        self._speaking = False
+        self._chunks = 0  # 0.1 s chunks heard: the audio clock, in ms * 100
+        self._sent = ""
+
+    # LiveListener
+    def heard(self, level_db: float, speaking: bool) -> None:
+        self._chunks += 1
+        if speaking and not self._speaking and self.item_id is None:
+            self._start_item()
+        self._speaking = speaking
+
+    def committed(self, text: str) -> None:
+        if self.item_id is None:
+            self._start_item()
+        delta = text if not self._sent else " " + text
+        self._sent += delta
+        kind = "conversation.item.input_audio_transcription.delta"
+        self.send(self._item_event(kind, delta=delta))
+
+    def tentative(self, text: str) -> None:
+        pass  # the API has no event for words that may still change
+
+    def utterance_done(self, text: str, latency: float) -> None:
+        if self.item_id is None:
+            self._start_item()
+        ms = self._chunks * int(CHUNK_SECONDS * 1000)
+        self.send(self._item_event("input_audio_buffer.speech_stopped", audio_end_ms=ms))
+        committed = self._item_event("input_audio_buffer.committed")
+        committed["previous_item_id"] = self.previous_item_id
+        self.send(committed)
+        self.send(
+            self._item_event(
+                "conversation.item.input_audio_transcription.completed",
+                transcript=text,
+                usage={"type": "duration", "seconds": round(self._chunks * CHUNK_SECONDS, 1)},
+                kvscribe={"latency_seconds": round(latency, 3)},
+            )
+        )
+        self.previous_item_id, self.item_id, self._sent = self.item_id, None, ""
+
+    def _start_item(self) -> None:
+        self.item_id = _id("item")
+        ms = self._chunks * int(CHUNK_SECONDS * 1000)
+        self.send(self._item_event("input_audio_buffer.speech_started", audio_start_ms=ms))
+
+    def _item_event(self, kind: str, **fields: Any) -> dict:
+        event = {"type": kind, "event_id": _id("event"), "item_id": self.item_id}
+        if kind.startswith("conversation.item."):
+            event["content_index"] = 0
+        return event | fields
+
+
+# -- one session ----------------------------------------------------------------------------
+
+
+class RealtimeSession:
+    """One client's session: its audio source, its live session on a thread of its own,
+    and its decodes on the server's lanes."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        base_request: DecodeRequest,
+        stats: LiveStats,
+        send: Callable[[dict], None],
+        limits: SessionLimits,
+    ):
+        self.scheduler, self.base_request, self.stats = scheduler, base_request, stats
+        self.send, self.limits = send, limits
+        self.audio = SocketAudio()
+        self.engine = LaneEngine(scheduler)
+        self.config = SessionConfig()
+        self._thread: threading.Thread | None = None
+        self._session = None
+
+    def configure(self, config: SessionConfig) -> None:
+        if self._thread is not None and config.language != self.config.language:
+            raise SessionError(
+                "the language is fixed once audio has come", "invalid_value", "language"
+            )
+        self.config = config
+
+    def append(self, event: dict) -> None:
+        try:
+            pcm = base64.b64decode(event.get("audio") or "", validate=True)
+        except (binascii.Error, ValueError):
+            raise SessionError("audio is not base64", "invalid_value", "audio") from None
+        if self.audio.seconds + len(pcm) / 2 / INPUT_RATE > self.limits.audio_seconds:
+            raise SessionError(
+                f"the session's audio would pass {self.limits.audio_seconds:g} s: start a "
+                "new session",
+                "session_audio_limit",
+                "audio",
+            )
+        if self._thread is None:
+            self._start()
+        self.audio.append(pcm)
+
+    def commit(self) -> None:
+        """The client says the speaker is done: the session hears the quiet that ends an
+        utterance (kvscribe's voice detector still decides where speech was)."""
+        if self._thread is None:
+            raise SessionError("no audio to commit", "input_audio_buffer_commit_empty")
+        quiet = int(COMMIT_QUIET_SECONDS * INPUT_RATE)
+        self.audio.append(bytes(2 * quiet))
+
+    def _start(self) -> None:
+        from kvscribe.live.session import LiveSession
+        from kvscribe.voice.silero import SileroVad, VadSettings, VoiceDetector
+
+        vad = VadSettings(min_silence=LIVE_MIN_SILENCE)
+        settings = StreamSettings(vad=vad)
+        request = dataclasses.replace(
+            self.base_request,
+            task="transcribe",
+            language=self.config.language or self.base_request.language,
+            prompt=self.config.prompt,
+            word_timestamps=True,  # commits and buffer cuts fall at the words' real ends
+        )
+        self.stats.settings["streaming"] = settings.describe()
+        self._session = LiveSession(
+            self.engine,
+            request,
+            Capture(self.audio, backlog=self.limits.backlog_seconds),
+            VoiceDetector(SileroVad(), vad),
+            EventsOut(self.send),
+            self.stats,
+            settings,
+        )
+        self._thread = threading.Thread(target=self._run, name="kvscribe-realtime", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        assert self._session is not None
+        try:
+            self._session.run()
+        except SessionClosed:
+            return
+        except ApiError as exc:
+            self.send(error_event(exc.message, exc.code or "server_error", kind="server_error"))
+        except Exception as exc:  # the engine failed: say so, end the session's decoding
+            self.send(
+                error_event(
+                    f"the engine failed: {type(exc).__name__}: {exc}",
+                    "engine_error",
+                    kind="server_error",
+                )
+            )
+
+    def finish(self, timeout: float) -> bool:
+        """The client ended its audio: decode what is pending; True once done."""
+        if self._thread is None:
+            return True
+        self.audio.end()
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def abandon(self) -> None:
+        """The client went: stop decoding at once and let go of everything."""
+        self.engine.close()
+        if self._session is not None:
+            self._session.stop()
+        self.audio.end()
+        if self._thread is not None:
+            self._thread.join(5.0)
+
+
+def parse(message: str | bytes, limit: int) -> dict:
+    """One client event, or SessionError."""
+    if len(message) > limit:
+        raise SessionError(
+            f"a message of {len(message)} bytes is over the limit of {limit}: send audio in "
+            "smaller appends",
+            "message_too_large",
+        )
+    try:
+        event = json.loads(message)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise SessionError("the message is not JSON", "invalid_json") from None
+    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+        raise SessionError("an event needs a string 'type'", "invalid_value", "type")
+    return event
+
+
+# -- the socket -----------------------------------------------------------------------------
+
+
+async def serve_socket(websocket, server) -> None:
+    """One client's WebSocket (Starlette's) from its handshake to its close; `server` is
+    kvscribe.serve.app.Server."""
+    from starlette.websockets import WebSocketDisconnect
+
+    if websocket.query_params.get("intent", "transcription") != "transcription":
+        await websocket.close(code=1008, reason="kvscribe serves intent=transcription only")
+        return
+    protocol = _key_protocol(websocket, server.api_key)
+    if protocol is False:
+        await websocket.close(code=1008, reason="a valid API key is required")
+        return
+    await websocket.accept(subprotocol=protocol or None)
+    loop = asyncio.get_running_loop()
+    outbox: asyncio.Queue[dict] = asyncio.Queue()
+
+    def send(event: dict) -> None:  # from any thread
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the server is gone
+            loop.call_soon_threadsafe(outbox.put_nowait, event)
+
+    stats = LiveStats(
+        backend=server.stats.backend,
+        profile=server.stats.profile,
+        model=server.model_names[0],
+        source=SocketAudio.label,
+        paced=True,
+        device=server.stats.device,
+    )
+    session = RealtimeSession(
+        server.scheduler, server.base_request, stats, send, server.realtime_limits
+    )
+    model = server.model_names[0]
+    kind = "transcription_session.created" if session.config.beta else "session.created"
+    send({"type": kind, "event_id": _id("event"), "session": session.config.describe(model)})
+    server.metrics.session(opened=True)
+    sender = asyncio.create_task(_send_all(websocket, outbox))
+    try:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                break
+            text = message.get("text") or message.get("bytes") or b""
+            try:
+                await _dispatch(session, parse(text, session.limits.message_bytes), send, server)
+            except SessionError as exc:
+                send(error_event(exc.message, exc.code, exc.param))
+    except WebSocketDisconnect:
+        pass
+    finally:
+        server.metrics.session(opened=False)
+        await asyncio.to_thread(session.abandon)
+        sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await sender
+
+
+async def _dispatch(session: RealtimeSession, event: dict, send, server) -> None:
+    kind = event["type"]
+    if kind in ("transcription_session.update", "session.update"):
+        session.configure(updated_config(session.config, event, server.model_names))
+        done = "transcription_session.updated" if session.config.beta else "session.updated"
+        described = session.config.describe(server.model_names[0])
+        send({"type": done, "event_id": _id("event"), "session": described})
+    elif kind == "input_audio_buffer.append":
+        session.append(event)
+    elif kind == "input_audio_buffer.commit":
+        session.commit()
+    elif kind == "input_audio_buffer.clear":
+        send({"type": "input_audio_buffer.cleared", "event_id": _id("event")})
+    else:
+        raise SessionError(f"unknown or unsupported event type {kind!r}", "invalid_value", "type")
+
+
+async def _send_all(websocket, outbox: asyncio.Queue) -> None:
+    while True:
+        event = await outbox.get()
+        await websocket.send_text(json.dumps(event))
+
+
+def _key_protocol(websocket, key: str | None) -> str | bool | None:
+    """None: no key needed or given in the Authorization header; the subprotocol to accept
+    when a browser gave the key as one (`openai-insecure-api-key.KEY`, as OpenAI's
+    browsers send it); False: no valid key."""
+    if key is None:
+        return None
+    scheme, _, given = websocket.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), key.encode()):
+        return None
+    offered = websocket.headers.get("sec-websocket-protocol", "")
+    for protocol in (p.strip() for p in offered.split(",")):
+        name, _, value = protocol.partition("openai-insecure-api-key.")
+        if not name and value and hmac.compare_digest(value.encode(), key.encode()):
+            return protocol
+    return False

@@ -1,0 +1,295 @@
+"""Realtime transcription sessions over a WebSocket (kvscribe/serve/realtime.py): the real
+`openai` client's realtime connection against a real `kvscribe serve` on 127.0.0.1, audio
+sent at the pace it was spoken; the session's parts on their own."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from kvscribe.audio import SAMPLE_RATE, load_audio
+from kvscribe.serve.realtime import (
+    INPUT_RATE,
+    EventsOut,
+    SessionConfig,
+    SessionError,
+    SocketAudio,
+    parse,
+    updated_config,
+)
+from tests.conftest import SAMPLE, SAMPLE_TEXT, wer
+from tests.serving import KEY, Served, settled, transcribe
+
+openai = pytest.importorskip("openai")
+pytest.importorskip("websockets")
+pytest.importorskip("starlette")
+
+# As `kvscribe mic` against a file run (tests/test_live_cli.py): one word of JFK's 22.
+MAX_WER_GAP = 0.05
+EVENTS_WAIT = 90  # seconds a test waits for the server's events after its audio, at most
+CHUNK = INPUT_RATE // 10  # 0.1 s of PCM16 per append
+
+
+def _pcm24(samples16: np.ndarray, silence: float = 0.0) -> bytes:
+    """16 kHz float samples as the API's PCM16 at 24 kHz, then `silence` seconds of quiet."""
+    wanted = round(samples16.size * INPUT_RATE / SAMPLE_RATE)
+    resampled = np.interp(
+        np.linspace(0, samples16.size - 1, wanted), np.arange(samples16.size), samples16
+    )
+    quiet = np.zeros(int(silence * INPUT_RATE))
+    return (np.clip(np.concatenate([resampled, quiet]), -1, 1) * 32767).astype("<i2").tobytes()
+
+
+def _append(pcm: bytes) -> dict:
+    return {"type": "input_audio_buffer.append", "audio": base64.b64encode(pcm).decode()}
+
+
+def _connect(server: Served, key: str = KEY):
+    return server.client(key=key).realtime.connect(
+        model="whisper-1", extra_query={"intent": "transcription"}
+    )
+
+
+def _stream(connection, pcm: bytes, paced: bool = True) -> threading.Thread:
+    """Send `pcm` 0.1 s at a time, each when its time comes, from a thread."""
+
+    def send() -> None:
+        started = time.monotonic()
+        for n, at in enumerate(range(0, len(pcm), 2 * CHUNK)):
+            if paced:
+                time.sleep(max(0.0, started + n * 0.1 - time.monotonic()))
+            connection.send(_append(pcm[at : at + 2 * CHUNK]))
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
+
+
+def _events_until(connection, done, seconds: float = EVENTS_WAIT) -> list:
+    """The server's events until `done(events)` or `seconds` pass (bounded)."""
+    events = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not done(events):
+        try:
+            events.append(connection.recv())
+        except Exception:  # the socket closed
+            break
+    return events
+
+
+# -- a whole session, against the server's own file transcription ------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    served = Served(tmp_path_factory.mktemp("realtime"))
+    yield served
+    assert served.stop() == 0
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_a_session_streamed_in_real_time_commits_what_a_file_request_transcribes(server):
+    offline = transcribe(server.client(), SAMPLE).text
+    pcm = _pcm24(load_audio(SAMPLE), silence=1.5)  # the last utterance ends in the quiet
+    with _connect(server) as connection:
+        created = connection.recv()
+        assert created.type == "transcription_session.created"
+        connection.send(
+            {
+                "type": "transcription_session.update",
+                "session": {"input_audio_transcription": {"model": "whisper-1"}},
+            }
+        )
+        sender = _stream(connection, pcm)
+        sender.join()
+        # JFK speaks until about 10.6 s: the last utterance ends past 10 s.
+        events = _events_until(connection, lambda got: _speech_all_done(got, 10_000))
+    kinds = [e.type for e in events]
+    assert kinds[0] == "transcription_session.updated", kinds
+    items = _by_item(events)
+    assert items, kinds
+    completed = []
+    for item_id, item in items.items():
+        types = [e.type for e in item]
+        assert types[0] == "input_audio_buffer.speech_started", types
+        assert types[-3:] == [
+            "input_audio_buffer.speech_stopped",
+            "input_audio_buffer.committed",
+            "conversation.item.input_audio_transcription.completed",
+        ], types
+        deltas = "".join(e.delta for e in item if e.type.endswith(".delta"))
+        assert deltas == item[-1].transcript, item_id  # the deltas joined are the text
+        completed.append(item[-1].transcript)
+    heard = " ".join(completed)
+    assert wer(SAMPLE_TEXT, heard) <= wer(SAMPLE_TEXT, offline) + MAX_WER_GAP, heard
+    # Each item names the one before it, in order.
+    committed = [e for e in events if e.type == "input_audio_buffer.committed"]
+    assert [c.previous_item_id for c in committed] == [None, *list(items)[:-1]]
+    figures = settled(server)
+    assert figures["kvscribe_realtime_sessions"] == 0  # the closed session is gone
+    assert figures["kvscribe_kv_reserved_bytes"] == 0
+
+
+def _speech_all_done(events: list, heard_ms: int = 0) -> bool:
+    """Every utterance begun is complete, the last one ending `heard_ms` or later into the
+    audio sent (the server's audio clock)."""
+    started = sum(e.type == "input_audio_buffer.speech_started" for e in events)
+    completed = sum(e.type.endswith("transcription.completed") for e in events)
+    ends = [e.audio_end_ms for e in events if e.type == "input_audio_buffer.speech_stopped"]
+    return started > 0 and started == completed and bool(ends) and ends[-1] >= heard_ms
+
+
+def _by_item(events: list) -> dict[str, list]:
+    items: dict[str, list] = {}
+    for event in events:
+        item_id = getattr(event, "item_id", None)
+        if item_id is not None:
+            items.setdefault(item_id, []).append(event)
+    return items
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_a_client_commit_ends_the_utterance_and_mistakes_get_error_events(server):
+    pcm = _pcm24(load_audio(SAMPLE)[: 3 * SAMPLE_RATE])  # "And so my fellow Americans"
+    with _connect(server) as connection:
+        assert connection.recv().type == "transcription_session.created"
+        mistakes = [
+            {"type": "input_audio_buffer.commit"},  # nothing to commit yet
+            {"type": "transcription_session.update", "session": {"turn_detection": None}},
+            {
+                "type": "session.update",
+                "session": {
+                    "type": "transcription",
+                    "audio": {"input": {"format": {"type": "audio/pcmu"}}},
+                },
+            },
+            {"type": "input_audio_buffer.append", "audio": "not base64!"},
+            {"type": "response.create"},
+        ]
+        for mistake in mistakes:
+            connection.send(mistake)
+        errors = _events_until(connection, lambda got: len(got) == len(mistakes))
+        assert [e.type for e in errors] == ["error"] * len(mistakes)
+        codes = [e.error.code for e in errors]
+        assert codes == [
+            "input_audio_buffer_commit_empty",
+            "invalid_value",
+            "invalid_value",
+            "invalid_value",
+            "invalid_value",
+        ]
+        assert errors[1].error.param == "turn_detection" and errors[3].error.param == "audio"
+        # The session is still open: audio, then the client's commit, ends an utterance.
+        _stream(connection, pcm, paced=False).join()
+        connection.send({"type": "input_audio_buffer.commit"})
+        events = _events_until(connection, _speech_all_done)
+    completed = [e.transcript for e in events if e.type.endswith("transcription.completed")]
+    assert completed and "fellow" in " ".join(completed).lower(), [e.type for e in events]
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_a_key_is_asked_for_and_a_client_that_goes_frees_its_session(server):
+    with pytest.raises(Exception) as refused, _connect(server, key="wrong") as connection:
+        connection.recv()  # not reached: the handshake is refused, no session
+    assert "403" in str(refused.value) or "1008" in str(refused.value)
+    pcm = _pcm24(load_audio(SAMPLE))
+    with _connect(server) as connection:
+        assert connection.recv().type == "transcription_session.created"
+        _stream(connection, pcm[: len(pcm) // 2], paced=False).join()
+        # Gone mid-utterance, with its decodes queued or running.
+        assert server.metrics()["kvscribe_realtime_sessions"] == 1
+    figures = settled(server)
+    assert figures["kvscribe_realtime_sessions"] == 0
+    assert figures["kvscribe_kv_reserved_bytes"] == 0
+    assert transcribe(server.client(), SAMPLE).text  # the server goes on serving
+
+
+# -- the parts ------------------------------------------------------------------------------------
+
+
+def test_socket_audio_resamples_24_khz_pcm16_to_16_khz_chunks_across_messages():
+    tone = np.sin(2 * np.pi * 440 * np.arange(INPUT_RATE) / INPUT_RATE)  # 1 s at 440 Hz
+    pcm = (0.5 * tone * 32767).astype("<i2").tobytes()
+    source = SocketAudio()
+    for at in range(0, len(pcm), 4801):  # odd sizes: a sample split across two messages
+        source.append(pcm[at : at + 4801])
+    source.end()
+    chunks: list[np.ndarray] = []
+    source.run(chunks.append, threading.Event())
+    samples = np.concatenate(chunks)
+    assert abs(samples.size - SAMPLE_RATE) <= 64  # 1 s at 16 kHz, give or take the filter
+    assert all(c.size == SAMPLE_RATE // 10 for c in chunks[:-1])
+    spectrum = np.abs(np.fft.rfft(samples[1000:15000]))
+    peak_hz = np.argmax(spectrum) * SAMPLE_RATE / 14000
+    assert peak_hz == pytest.approx(440, abs=3)
+    assert 0.3 < np.max(np.abs(samples[1000:15000])) < 0.6
+    assert source.seconds == pytest.approx(1.0)
+
+
+def test_updates_in_either_form_set_the_language_and_prompt_or_name_the_field():
+    beta = {
+        "type": "transcription_session.update",
+        "session": {
+            "input_audio_format": "pcm16",
+            "input_audio_transcription": {"model": "tiny.en", "language": "en", "prompt": "JFK"},
+            "turn_detection": {"type": "server_vad"},
+        },
+    }
+    config = updated_config(SessionConfig(), beta, ("tiny.en",))
+    assert (config.language, config.prompt, config.beta) == ("en", "JFK", True)
+    ga = {
+        "type": "session.update",
+        "session": {
+            "type": "transcription",
+            "audio": {"input": {"format": {"type": "audio/pcm", "rate": 24000}}},
+        },
+    }
+    kept = updated_config(config, ga, ("tiny.en",))
+    assert (kept.language, kept.prompt, kept.beta) == ("en", "JFK", False)
+    assert kept.describe("tiny.en")["audio"]["input"]["format"]["rate"] == INPUT_RATE
+    unknown = {**beta, "session": {"input_audio_transcription": {"model": "large-v3"}}}
+    with pytest.raises(SessionError) as raised:
+        updated_config(SessionConfig(), unknown, ("tiny.en",))
+    assert raised.value.code == "model_not_found"
+    with pytest.raises(SessionError) as raised:
+        updated_config(SessionConfig(), {**ga, "session": {"type": "realtime"}}, ("tiny.en",))
+    assert raised.value.param == "session.type"
+
+
+def test_commits_become_deltas_that_join_to_the_completed_text():
+    sent: list[dict] = []
+    out = EventsOut(sent.append)
+    out.heard(-20.0, speaking=True)
+    out.committed("And so my")
+    out.committed("fellow Americans,")
+    out.utterance_done("And so my fellow Americans,", latency=0.4)
+    out.heard(-20.0, speaking=True)
+    out.utterance_done("ask not", latency=0.3)  # committed whole at its end
+    kinds = [e["type"] for e in sent]
+    assert kinds.count("input_audio_buffer.speech_started") == 2
+    first = [e for e in sent if e.get("item_id") == sent[0]["item_id"]]
+    deltas = "".join(e["delta"] for e in first if e["type"].endswith(".delta"))
+    assert deltas == first[-1]["transcript"] == "And so my fellow Americans,"
+    committed = [e for e in sent if e["type"] == "input_audio_buffer.committed"]
+    assert committed[1]["previous_item_id"] == committed[0]["item_id"]
+    assert sent[-1]["kvscribe"]["latency_seconds"] == 0.3
+
+
+def test_messages_are_bounded_and_must_be_json_events():
+    assert parse(json.dumps({"type": "x"}), 100) == {"type": "x"}
+    for message, code in (
+        ("x" * 101, "message_too_large"),
+        ("{not json", "invalid_json"),
+        ("[1]", "invalid_value"),
+    ):
+        with pytest.raises(SessionError) as raised:
+            parse(message, 100)
+        assert raised.value.code == code
