@@ -6,19 +6,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hmac
 import signal
 import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import Route, WebSocketRoute
 
 from kvscribe.contract import DecodeRequest
@@ -97,6 +105,10 @@ def create_app(server: Server) -> Starlette:
         )
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
+    async def page(request: Request) -> Response:
+        # The page itself holds nothing secret: what it shows, it fetches with the key.
+        return HTMLResponse(_page())
+
     async def realtime(websocket) -> None:
         await serve_socket(websocket, server)
 
@@ -106,6 +118,7 @@ def create_app(server: Server) -> Starlette:
         return JSONResponse(exc.body(), exc.status, headers=exc.headers())
 
     routes = [
+        Route("/", page),
         Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
         Route("/v1/audio/translations", translations, methods=["POST"]),
         Route("/v1/models", models),
@@ -116,6 +129,13 @@ def create_app(server: Server) -> Starlette:
     ]
     app = Starlette(routes=routes, exception_handlers={ApiError: api_error})
     return RequestBody(app, server.limits.body_bytes)
+
+
+@functools.cache
+def _page() -> str:
+    """The page at / (kvscribe/serve/page.html, package data): plain HTML and JavaScript,
+    nothing fetched from elsewhere."""
+    return resources.files("kvscribe.serve").joinpath("page.html").read_text(encoding="utf-8")
 
 
 def _model(name: str) -> dict[str, Any]:
@@ -301,6 +321,8 @@ async def _stream(server, job, events, ask, clock) -> AsyncIterator[bytes]:
                         {"type": "transcript.text.delta", "delta": so_far[len(sent) :]}
                     )
                     sent = so_far
+        report = collected.finished.report
+        server.metrics.held(report.kv_self_peak_bytes + report.kv_cross_bytes)
         text = collected.transcript().text
         if len(text) > len(sent):
             yield responses.sse({"type": "transcript.text.delta", "delta": text[len(sent) :]})

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.contract import DecodeRequest, Transcription
+from kvscribe.contract import DecodeRequest, DecoderReport, Transcription
 from kvscribe.live.capture import CHUNK_SECONDS, Capture, Emit
 from kvscribe.live.stats import LiveStats
 from kvscribe.live.streaming import StreamSettings
@@ -238,8 +238,9 @@ class LaneEngine:
     """What a live session decodes with on the server: each decode a job on the scheduler's
     lanes, decoded one row as `kvscribe mic` decodes (Job.live), never shared."""
 
-    def __init__(self, scheduler: Scheduler):
+    def __init__(self, scheduler: Scheduler, decoded: Callable[[DecoderReport], None]):
         self.scheduler = scheduler
+        self.decoded = decoded  # each decode's report, for the server's figures
         self.closed = threading.Event()
         self._job: Job | None = None
 
@@ -260,7 +261,9 @@ class LaneEngine:
             if self.closed.is_set():
                 self.scheduler.cancel(self._job)
                 raise SessionClosed
-        return _transcription(events)
+        transcription = _transcription(events)
+        self.decoded(transcription.report)
+        return transcription
 
     def unhonoured(self, request: DecodeRequest, seconds: float) -> list[str]:
         return self.scheduler.backend.unhonoured(request, seconds)
@@ -370,11 +373,12 @@ class RealtimeSession:
         stats: LiveStats,
         send: Callable[[dict], None],
         limits: SessionLimits,
+        decoded: Callable[[DecoderReport], None] = lambda report: None,
     ):
         self.scheduler, self.base_request, self.stats = scheduler, base_request, stats
         self.send, self.limits = send, limits
         self.audio = SocketAudio()
-        self.engine = LaneEngine(scheduler)
+        self.engine = LaneEngine(scheduler, decoded)
         self.config = SessionConfig()
         self._thread: threading.Thread | None = None
         self._session = None
@@ -519,8 +523,12 @@ async def serve_socket(websocket, server) -> None:
         paced=True,
         device=server.stats.device,
     )
+
+    def decoded(report: DecoderReport) -> None:
+        server.metrics.held(report.kv_self_peak_bytes + report.kv_cross_bytes)
+
     session = RealtimeSession(
-        server.scheduler, server.base_request, stats, send, server.realtime_limits
+        server.scheduler, server.base_request, stats, send, server.realtime_limits, decoded
     )
     model = server.model_names[0]
     kind = "transcription_session.created" if session.config.beta else "session.created"
