@@ -280,7 +280,7 @@ def test_commits_become_deltas_that_join_to_the_completed_text():
     assert deltas == first[-1]["transcript"] == "And so my fellow Americans,"
     committed = [e for e in sent if e["type"] == "input_audio_buffer.committed"]
     assert committed[1]["previous_item_id"] == committed[0]["item_id"]
-    assert sent[-1]["kvscribe"]["latency_seconds"] == 0.3
+    assert sent[-1]["kvscribe"] == {"latency_seconds": 0.3, "dropped_audio_seconds": 0.0}
 
 
 def test_messages_are_bounded_and_must_be_json_events():

@@ -121,11 +121,14 @@ PARAMETERS: ParameterTable = {
 
 @takes(PARAMETERS)
 def serve(**given: Any) -> None:
-    """Serve OpenAI's audio API to applications: transcriptions, translations, models.
+    """Serve OpenAI's audio API: transcriptions, translations, realtime sessions.
 
-    One model is loaded. Requests of 30 s or less share decoder batches; longer ones are
-    decoded a piece at a time, in turn. Call it with the openai client (base_url
-    http://127.0.0.1:PORT/v1) or curl. Needs pip install 'kvscribe\\[serve]'.
+    One model is loaded; requests of 30 s or less share decoder batches,
+    longer ones are decoded a piece at a time, in turn.
+    Realtime transcription sessions connect over a WebSocket (/v1/realtime).
+    Call it with the openai client (base_url http://127.0.0.1:PORT/v1) or curl,
+    or open http://127.0.0.1:PORT/ in a browser: a page to try it.
+    Needs pip install 'kvscribe\\[serve]'.
     """
     console = stderr_console()
     setup_logging(given["debug"])

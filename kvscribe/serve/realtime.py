@@ -303,8 +303,9 @@ class EventsOut:
     """The live session's listener: its commits as the Realtime API's events, handed to
     `send` (thread-safe: it queues them for the socket)."""
 
-    def __init__(self, send: Callable[[dict], None]):
+    def __init__(self, send: Callable[[dict], None], dropped: Callable[[], float] = float):
         self.send = send
+        self.dropped = dropped  # seconds of the session's audio lost so far (a backlog)
         self.item_id: str | None = None
         self.previous_item_id: str | None = None
         self._speaking = False
@@ -342,7 +343,10 @@ class EventsOut:
                 "conversation.item.input_audio_transcription.completed",
                 transcript=text,
                 usage={"type": "duration", "seconds": round(self._chunks * CHUNK_SECONDS, 1)},
-                kvscribe={"latency_seconds": round(latency, 3)},
+                kvscribe={
+                    "latency_seconds": round(latency, 3),
+                    "dropped_audio_seconds": round(self.dropped(), 1),
+                },
             )
         )
         self.previous_item_id, self.item_id, self._sent = self.item_id, None, ""
@@ -428,12 +432,13 @@ class RealtimeSession:
             word_timestamps=True,  # commits and buffer cuts fall at the words' real ends
         )
         self.stats.settings["streaming"] = settings.describe()
+        capture = Capture(self.audio, backlog=self.limits.backlog_seconds)
         self._session = LiveSession(
             self.engine,
             request,
-            Capture(self.audio, backlog=self.limits.backlog_seconds),
+            capture,
             VoiceDetector(SileroVad(), vad),
-            EventsOut(self.send),
+            EventsOut(self.send, lambda: capture.dropped_seconds),
             self.stats,
             settings,
         )
