@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import queue
 import subprocess
 import sys
 import tempfile
@@ -53,6 +54,7 @@ CLIPS = {
 SHORTS = sorted((ROOT / "eval" / "clips").glob("ps_*.wav"))
 RATE = 24_000
 QUIET_AFTER = 1.5  # seconds of silence sent after a clip: its last utterance ends in it
+IDLE_AFTER = 15.0  # seconds without an event, once all audio is sent: the session is done
 
 
 def pcm24(path: Path) -> bytes:
@@ -67,7 +69,7 @@ def pcm24(path: Path) -> bytes:
 def session(server: Served, pcm: bytes, clip_seconds: float) -> dict:
     """One realtime session, the audio sent in real time; its completed utterances."""
     completed, sent_done = [], threading.Event()
-    started = time.monotonic()
+    started = last_event = time.monotonic()
     with server.client().realtime.connect(
         model="whisper-1", extra_query={"intent": "transcription"}
     ) as connection:
@@ -85,12 +87,29 @@ def session(server: Served, pcm: bytes, clip_seconds: float) -> dict:
                 )
             sent_done.set()
 
+        arrived: queue.Queue = queue.Queue()
+
+        def receive() -> None:
+            while True:
+                try:
+                    arrived.put(connection.recv())
+                except Exception:  # closed
+                    return
+
         sender = threading.Thread(target=send, daemon=True)
         sender.start()
+        threading.Thread(target=receive, daemon=True).start()
         stopped_ms = 0
         deadline = started + clip_seconds + QUIET_AFTER + 120
         while time.monotonic() < deadline:
-            event = connection.recv()
+            try:
+                event = arrived.get(timeout=1.0)
+            except queue.Empty:
+                # A recording that ends in quiet: its last utterance completed long ago.
+                if sent_done.is_set() and time.monotonic() - last_event > IDLE_AFTER:
+                    break
+                continue
+            last_event = time.monotonic()
             if event.type == "input_audio_buffer.speech_stopped":
                 stopped_ms = event.audio_end_ms
             elif event.type.endswith("transcription.completed"):

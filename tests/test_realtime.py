@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import queue
 import threading
 import time
 
@@ -70,16 +71,36 @@ def _stream(connection, pcm: bytes, paced: bool = True) -> threading.Thread:
     return thread
 
 
-def _events_until(connection, done, seconds: float = EVENTS_WAIT) -> list:
-    """The server's events until `done(events)` or `seconds` pass (bounded)."""
-    events = []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and not done(events):
-        try:
-            events.append(connection.recv())
-        except Exception:  # the socket closed
-            break
-    return events
+class _Events:
+    """A connection's server events, received on a thread of their own, so that waiting
+    for them is bounded: a server that sends nothing more cannot hold the test."""
+
+    def __init__(self, connection):
+        self._arrived: queue.Queue = queue.Queue()
+        self._connection = connection
+        threading.Thread(target=self._receive, daemon=True).start()
+
+    def _receive(self) -> None:
+        while True:
+            try:
+                self._arrived.put(self._connection.recv())
+            except Exception:  # the socket closed (the test is done with it)
+                self._arrived.put(None)
+                return
+
+    def until(self, done, seconds: float = EVENTS_WAIT) -> list:
+        """The events from now until `done(events)` or `seconds` pass."""
+        events: list = []
+        deadline = time.monotonic() + seconds
+        while not done(events):
+            try:
+                event = self._arrived.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if event is None:
+                break
+            events.append(event)
+        return events
 
 
 # -- a whole session, against the server's own file transcription ------------------------------
@@ -109,7 +130,7 @@ def test_a_session_streamed_in_real_time_commits_what_a_file_request_transcribes
         sender = _stream(connection, pcm)
         sender.join()
         # JFK speaks until about 10.6 s: the last utterance ends past 10 s.
-        events = _events_until(connection, lambda got: _speech_all_done(got, 10_000))
+        events = _Events(connection).until(lambda got: _speech_all_done(got, 10_000))
     kinds = [e.type for e in events]
     assert kinds[0] == "transcription_session.updated", kinds
     items = _by_item(events)
@@ -175,7 +196,8 @@ def test_a_client_commit_ends_the_utterance_and_mistakes_get_error_events(server
         ]
         for mistake in mistakes:
             connection.send(mistake)
-        errors = _events_until(connection, lambda got: len(got) == len(mistakes))
+        received = _Events(connection)
+        errors = received.until(lambda got: len(got) == len(mistakes))
         assert [e.type for e in errors] == ["error"] * len(mistakes)
         codes = [e.error.code for e in errors]
         assert codes == [
@@ -189,7 +211,7 @@ def test_a_client_commit_ends_the_utterance_and_mistakes_get_error_events(server
         # The session is still open: audio, then the client's commit, ends an utterance.
         _stream(connection, pcm, paced=False).join()
         connection.send({"type": "input_audio_buffer.commit"})
-        events = _events_until(connection, _speech_all_done)
+        events = received.until(_speech_all_done)
     completed = [e.transcript for e in events if e.type.endswith("transcription.completed")]
     assert completed and "fellow" in " ".join(completed).lower(), [e.type for e in events]
 
