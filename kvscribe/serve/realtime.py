@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from kvscribe import setting_rows as row
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.contract import DecodeRequest, DecoderReport, Transcription
 from kvscribe.live.capture import CHUNK_SECONDS, Capture, Emit
@@ -431,7 +432,7 @@ class RealtimeSession:
             prompt=self.config.prompt,
             word_timestamps=True,  # commits and buffer cuts fall at the words' real ends
         )
-        self.stats.settings["streaming"] = settings.describe()
+        self.stats.settings[row.STREAMING] = settings.describe()
         capture = Capture(self.audio, backlog=self.limits.backlog_seconds)
         self._session = LiveSession(
             self.engine,
