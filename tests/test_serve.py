@@ -209,15 +209,14 @@ def test_the_kv_budget_bounds_how_many_requests_share_a_batch(tmp_path, long_cli
     [
         pytest.param("transformers", marks=pytest.mark.transformers),
         pytest.param("onnx", marks=pytest.mark.onnx),
+        pytest.param("whispercpp", marks=pytest.mark.whispercpp),
     ],
 )
 def test_every_engine_gives_a_request_its_tokens_under_load(backend, tmp_path, long_clip, request):
     """transformers shares batches between requests as ctranslate2 does; onnx (rows not
-    independent) decodes each request alone. Either way a request's tokens do not depend on
-    the others. whisper.cpp is not run here: it decodes each request alone too, the lanes'
-    path onnx takes here, and in a whisper-cli process of its own, so no state is shared to
-    test; tests/test_serve_faults.py serves requests with it."""
-    needs = {"onnx": "onnx_export"}.get(backend)
+    independent) and whisper.cpp decode each request alone. Either way a request's tokens
+    do not depend on the others."""
+    needs = {"onnx": "onnx_export", "whispercpp": "whisper_cli"}.get(backend)
     if needs is not None:
         request.getfixturevalue(needs)
     served = Served(tmp_path, "--backend", backend, user_cache=needs is not None)
