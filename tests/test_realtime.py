@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from kvscribe.serve.realtime import (
+from kvscribe.serve.realtime import SocketAudio
+from kvscribe.serve.realtime_protocol import (
     INPUT_RATE,
     EventsOut,
     SessionConfig,
     SessionError,
-    SocketAudio,
     parse,
     updated_config,
 )

@@ -27,11 +27,9 @@ import dataclasses
 import hmac
 import json
 import queue
-import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -42,9 +40,18 @@ from kvscribe.live.capture import CHUNK_SECONDS, Capture, Emit
 from kvscribe.live.stats import LiveStats
 from kvscribe.live.streaming import StreamSettings
 from kvscribe.serve.api_errors import ApiError
+from kvscribe.serve.realtime_protocol import (
+    INPUT_RATE,
+    EventsOut,
+    SessionConfig,
+    SessionError,
+    error_event,
+    new_id,
+    parse,
+    updated_config,
+)
 from kvscribe.serve.scheduler import Decoded, Failed, Finished, Job, Scheduler, Started
 
-INPUT_RATE = 24_000  # the Realtime API's PCM16: 24 kHz mono, little-endian
 _CHUNK = int(CHUNK_SECONDS * SAMPLE_RATE)
 LIVE_MIN_SILENCE = 0.7  # `kvscribe mic`'s end of an utterance (LiveOptions.min_silence)
 # A client's commit: this much quiet after its audio ends the utterance it holds.
@@ -58,117 +65,8 @@ class SessionLimits:
     backlog_seconds: float = 30.0  # audio waiting to be heard; older audio is dropped
 
 
-class SessionError(Exception):
-    """A client mistake: answered with an `error` event, the session goes on."""
-
-    def __init__(self, message: str, code: str, param: str | None = None):
-        super().__init__(message)
-        self.message, self.code, self.param = message, code, param
-
-
 class SessionClosed(Exception):
     """The client went: the session's decodes stop."""
-
-
-def error_event(message: str, code: str, param: str | None = None, kind: str = "") -> dict:
-    """An `error` event as the Realtime API sends it."""
-    return {
-        "type": "error",
-        "event_id": _id("event"),
-        "error": {
-            "type": kind or "invalid_request_error",
-            "code": code,
-            "message": message,
-            "param": param,
-            "event_id": None,
-        },
-    }
-
-
-def _id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(8)}"
-
-
-# -- the session's configuration ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SessionConfig:
-    language: str | None = None
-    prompt: str | None = None
-    beta: bool = True  # answered with transcription_session.* events, else session.*
-
-    def describe(self, model: str) -> dict[str, Any]:
-        """The session as the API shows it in `*.created` / `*.updated`."""
-        transcription = {"model": model, "language": self.language, "prompt": self.prompt or ""}
-        turn = {"type": "server_vad", "silence_duration_ms": 700, "prefix_padding_ms": 200}
-        if self.beta:
-            return {
-                "id": None,
-                "object": "realtime.transcription_session",
-                "input_audio_format": "pcm16",
-                "input_audio_transcription": transcription,
-                "turn_detection": turn,
-            }
-        audio_format = {"type": "audio/pcm", "rate": INPUT_RATE}
-        return {
-            "type": "transcription",
-            "audio": {
-                "input": {
-                    "format": audio_format,
-                    "transcription": transcription,
-                    "turn_detection": turn,
-                }
-            },
-        }
-
-
-def updated_config(
-    current: SessionConfig, event: dict, model_names: tuple[str, ...]
-) -> SessionConfig:
-    """The session after an update event (either form), or SessionError naming the field."""
-    session = event.get("session")
-    if not isinstance(session, dict):
-        raise SessionError("the update has no session object", "invalid_value", "session")
-    beta = event["type"] == "transcription_session.update"
-    if beta:
-        audio_format = session.get("input_audio_format", "pcm16")
-        transcription = session.get("input_audio_transcription") or {}
-        turn = session.get("turn_detection", {"type": "server_vad"})
-    else:
-        if session.get("type", "transcription") != "transcription":
-            raise SessionError(
-                "kvscribe serves transcription sessions only", "invalid_value", "session.type"
-            )
-        audio_in = (session.get("audio") or {}).get("input") or {}
-        fmt = audio_in.get("format") or {"type": "audio/pcm", "rate": INPUT_RATE}
-        ok = fmt.get("type") == "audio/pcm" and fmt.get("rate", INPUT_RATE) == INPUT_RATE
-        audio_format = "pcm16" if ok else str(fmt)
-        transcription = audio_in.get("transcription") or {}
-        turn = audio_in.get("turn_detection", {"type": "server_vad"})
-    if audio_format != "pcm16":
-        raise SessionError(
-            f"input audio format {audio_format!r} is not supported: send PCM16 at 24 kHz",
-            "invalid_value",
-            "input_audio_format",
-        )
-    if not isinstance(turn, dict) or turn.get("type") != "server_vad":
-        raise SessionError(
-            "kvscribe finds turns itself: turn_detection must be server_vad (its voice "
-            "detector, as `kvscribe mic` uses it)",
-            "invalid_value",
-            "turn_detection",
-        )
-    model = transcription.get("model")
-    if model is not None and model not in (*model_names, "whisper-1"):
-        raise SessionError(
-            f"model {model!r} is not loaded here (loaded: {', '.join(model_names)})",
-            "model_not_found",
-            "input_audio_transcription.model",
-        )
-    language = transcription.get("language") or current.language
-    prompt = transcription.get("prompt") or current.prompt
-    return SessionConfig(language=language, prompt=prompt, beta=beta)
 
 
 # -- audio in ---------------------------------------------------------------------------------
@@ -297,73 +195,6 @@ def _transcription(events: list) -> Transcription:
     return Transcription(started.language, started.probability, iter(segments), finished.report)
 
 
-# -- events out -----------------------------------------------------------------------------
-
-
-class EventsOut:
-    """The live session's listener: its commits as the Realtime API's events, handed to
-    `send` (thread-safe: it queues them for the socket)."""
-
-    def __init__(self, send: Callable[[dict], None], dropped: Callable[[], float] = float):
-        self.send = send
-        self.dropped = dropped  # seconds of the session's audio lost so far (a backlog)
-        self.item_id: str | None = None
-        self.previous_item_id: str | None = None
-        self._speaking = False
-        self._chunks = 0  # 0.1 s chunks heard: the audio clock, in ms * 100
-        self._sent = ""
-
-    # LiveListener
-    def heard(self, level_db: float, speaking: bool) -> None:
-        self._chunks += 1
-        if speaking and not self._speaking and self.item_id is None:
-            self._start_item()
-        self._speaking = speaking
-
-    def committed(self, text: str) -> None:
-        if self.item_id is None:
-            self._start_item()
-        delta = text if not self._sent else " " + text
-        self._sent += delta
-        kind = "conversation.item.input_audio_transcription.delta"
-        self.send(self._item_event(kind, delta=delta))
-
-    def tentative(self, text: str) -> None:
-        pass  # the API has no event for words that may still change
-
-    def utterance_done(self, text: str, latency: float) -> None:
-        if self.item_id is None:
-            self._start_item()
-        ms = self._chunks * int(CHUNK_SECONDS * 1000)
-        self.send(self._item_event("input_audio_buffer.speech_stopped", audio_end_ms=ms))
-        committed = self._item_event("input_audio_buffer.committed")
-        committed["previous_item_id"] = self.previous_item_id
-        self.send(committed)
-        self.send(
-            self._item_event(
-                "conversation.item.input_audio_transcription.completed",
-                transcript=text,
-                usage={"type": "duration", "seconds": round(self._chunks * CHUNK_SECONDS, 1)},
-                kvscribe={
-                    "latency_seconds": round(latency, 3),
-                    "dropped_audio_seconds": round(self.dropped(), 1),
-                },
-            )
-        )
-        self.previous_item_id, self.item_id, self._sent = self.item_id, None, ""
-
-    def _start_item(self) -> None:
-        self.item_id = _id("item")
-        ms = self._chunks * int(CHUNK_SECONDS * 1000)
-        self.send(self._item_event("input_audio_buffer.speech_started", audio_start_ms=ms))
-
-    def _item_event(self, kind: str, **fields: Any) -> dict:
-        event = {"type": kind, "event_id": _id("event"), "item_id": self.item_id}
-        if kind.startswith("conversation.item."):
-            event["content_index"] = 0
-        return event | fields
-
-
 # -- one session ----------------------------------------------------------------------------
 
 
@@ -481,23 +312,6 @@ class RealtimeSession:
             self._thread.join(5.0)
 
 
-def parse(message: str | bytes, limit: int) -> dict:
-    """One client event, or SessionError."""
-    if len(message) > limit:
-        raise SessionError(
-            f"a message of {len(message)} bytes is over the limit of {limit}: send audio in "
-            "smaller appends",
-            "message_too_large",
-        )
-    try:
-        event = json.loads(message)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise SessionError("the message is not JSON", "invalid_json") from None
-    if not isinstance(event, dict) or not isinstance(event.get("type"), str):
-        raise SessionError("an event needs a string 'type'", "invalid_value", "type")
-    return event
-
-
 # -- the socket -----------------------------------------------------------------------------
 
 
@@ -538,7 +352,7 @@ async def serve_socket(websocket, server) -> None:
     )
     model = server.model_names[0]
     kind = "transcription_session.created" if session.config.beta else "session.created"
-    send({"type": kind, "event_id": _id("event"), "session": session.config.describe(model)})
+    send({"type": kind, "event_id": new_id("event"), "session": session.config.describe(model)})
     server.metrics.session(opened=True)
     sender = asyncio.create_task(_send_all(websocket, outbox))
     try:
@@ -567,13 +381,13 @@ async def _dispatch(session: RealtimeSession, event: dict, send, server) -> None
         session.configure(updated_config(session.config, event, server.model_names))
         done = "transcription_session.updated" if session.config.beta else "session.updated"
         described = session.config.describe(server.model_names[0])
-        send({"type": done, "event_id": _id("event"), "session": described})
+        send({"type": done, "event_id": new_id("event"), "session": described})
     elif kind == "input_audio_buffer.append":
         session.append(event)
     elif kind == "input_audio_buffer.commit":
         session.commit()
     elif kind == "input_audio_buffer.clear":
-        send({"type": "input_audio_buffer.cleared", "event_id": _id("event")})
+        send({"type": "input_audio_buffer.cleared", "event_id": new_id("event")})
     else:
         raise SessionError(f"unknown or unsupported event type {kind!r}", "invalid_value", "type")
 
