@@ -183,7 +183,10 @@ def test_a_client_commit_ends_the_utterance_and_mistakes_get_error_events(server
         assert connection.recv().type == "transcription_session.created"
         mistakes = [
             {"type": "input_audio_buffer.commit"},  # nothing to commit yet
-            {"type": "transcription_session.update", "session": {"turn_detection": None}},
+            {
+                "type": "transcription_session.update",
+                "session": {"turn_detection": {"type": "semantic_vad"}},
+            },
             {
                 "type": "session.update",
                 "session": {
@@ -214,6 +217,52 @@ def test_a_client_commit_ends_the_utterance_and_mistakes_get_error_events(server
         events = received.until(_speech_all_done)
     completed = [e.transcript for e in events if e.type.endswith("transcription.completed")]
     assert completed and "fellow" in " ".join(completed).lower(), [e.type for e in events]
+
+
+@pytest.mark.model
+@pytest.mark.slow
+def test_with_turn_detection_null_each_commit_is_transcribed_whole(server):
+    offline = transcribe(server.client(), SAMPLE).text
+    samples = load_audio(SAMPLE)
+    manual = {"type": "transcription_session.update", "session": {"turn_detection": None}}
+    with _connect(server) as connection:
+        assert connection.recv().type == "transcription_session.created"
+        received = _Events(connection)
+        connection.send(manual)
+        updated = received.until(lambda got: len(got) == 1)
+        assert updated[0].type == "transcription_session.updated", updated
+        assert updated[0].session.turn_detection is None
+        # Held audio that is cleared is gone: a commit then has nothing to commit.
+        _stream(connection, _pcm24(samples[:SAMPLE_RATE]), paced=False).join()
+        connection.send({"type": "input_audio_buffer.clear"})
+        connection.send({"type": "input_audio_buffer.commit"})
+        cleared = received.until(lambda got: len(got) == 2)
+        assert [e.type for e in cleared] == ["input_audio_buffer.cleared", "error"], cleared
+        assert cleared[1].error.code == "input_audio_buffer_commit_empty"
+        # Two turns, the whole speech and then its first words again, each its own item.
+        for turn in (samples, samples[: 3 * SAMPLE_RATE]):
+            _stream(connection, _pcm24(turn), paced=False).join()
+            connection.send({"type": "input_audio_buffer.commit"})
+        connection.send({**manual, "session": {"turn_detection": {"type": "server_vad"}}})
+        events = received.until(
+            lambda got: sum(e.type.endswith("transcription.completed") for e in got) == 2
+        )
+    errors = [e for e in events if e.type == "error"]
+    assert [e.error.param for e in errors] == ["turn_detection"]  # fixed once audio came
+    items = _by_item(events)
+    assert len(items) == 2, [e.type for e in events]
+    committed = [e for e in events if e.type == "input_audio_buffer.committed"]
+    assert [c.previous_item_id for c in committed] == [None, committed[0].item_id]
+    texts = []
+    for item in items.values():
+        assert item[0].type == "input_audio_buffer.committed"
+        assert item[-1].type == "conversation.item.input_audio_transcription.completed"
+        deltas = "".join(e.delta for e in item if e.type.endswith(".delta"))
+        assert deltas == item[-1].transcript
+        texts.append(item[-1].transcript)
+    assert wer(SAMPLE_TEXT, texts[0]) <= wer(SAMPLE_TEXT, offline) + MAX_WER_GAP, texts[0]
+    assert "fellow" in texts[1].lower() and "country" not in texts[1].lower(), texts[1]
+    assert settled(server)["kvscribe_kv_reserved_bytes"] == 0
 
 
 @pytest.mark.model
@@ -277,6 +326,14 @@ def test_updates_in_either_form_set_the_language_and_prompt_or_name_the_field():
     kept = updated_config(config, ga, ("tiny.en",))
     assert (kept.language, kept.prompt, kept.beta) == ("en", "JFK", False)
     assert kept.describe("tiny.en")["audio"]["input"]["format"]["rate"] == INPUT_RATE
+    # turn_detection null: the client's turns, kept by an update that leaves it out.
+    manual = updated_config(
+        kept, {**ga, "session": {"audio": {"input": {"turn_detection": None}}}}, ("tiny.en",)
+    )
+    assert manual.server_vad is False
+    assert manual.describe("tiny.en")["audio"]["input"]["turn_detection"] is None
+    assert updated_config(manual, ga, ("tiny.en",)).server_vad is False
+    assert updated_config(manual, beta, ("tiny.en",)).server_vad is True
     unknown = {**beta, "session": {"input_audio_transcription": {"model": "large-v3"}}}
     with pytest.raises(SessionError) as raised:
         updated_config(SessionConfig(), unknown, ("tiny.en",))

@@ -50,6 +50,7 @@ from kvscribe.serve.realtime_protocol import (
     parse,
     updated_config,
 )
+from kvscribe.serve.realtime_turns import ClientTurns
 from kvscribe.serve.scheduler import Decoded, Failed, Finished, Job, Scheduler, Started
 
 _CHUNK = int(CHUNK_SECONDS * SAMPLE_RATE)
@@ -63,6 +64,7 @@ class SessionLimits:
     audio_seconds: float = 3600.0  # of audio a session may send in all
     message_bytes: int = 1 << 20  # one WebSocket message (about 8 s of base64 PCM16)
     backlog_seconds: float = 30.0  # audio waiting to be heard; older audio is dropped
+    turn_seconds: float = 600.0  # audio held for one turn the client commits itself
 
 
 class SessionClosed(Exception):
@@ -88,15 +90,20 @@ class SocketAudio:
         self.seconds = 0.0  # of input received
 
     def append(self, pcm: bytes) -> None:
-        """One `input_audio_buffer.append`'s audio (on the socket's thread)."""
+        """One `input_audio_buffer.append`'s audio (on the socket's thread), for `run`."""
+        self._pieces.put(self.convert(pcm))
+
+    def convert(self, pcm: bytes) -> np.ndarray:
+        """PCM16 at 24 kHz as 16 kHz float32 samples (a message's odd byte kept for the
+        next)."""
         pcm, self._odd = (self._odd + pcm), b""
         if len(pcm) % 2:
             pcm, self._odd = pcm[:-1], pcm[-1:]
         if not pcm:
-            return
+            return np.zeros(0, np.float32)
         samples = np.frombuffer(pcm, dtype="<i2").reshape(1, -1)
         self.seconds += samples.shape[1] / INPUT_RATE
-        self._pieces.put(self._resample(samples))
+        return self._resample(samples)
 
     def end(self) -> None:
         self._pieces.put(self._resample(None))
@@ -216,14 +223,22 @@ class RealtimeSession:
         self.audio = SocketAudio()
         self.engine = LaneEngine(scheduler, decoded)
         self.config = SessionConfig()
-        self._thread: threading.Thread | None = None
+        self._thread: threading.Thread | None = None  # server VAD: the live session's
         self._session = None
+        self._turns: ClientTurns | None = None  # turn_detection null: the client's turns
 
     def configure(self, config: SessionConfig) -> None:
-        if self._thread is not None and config.language != self.config.language:
-            raise SessionError(
-                "the language is fixed once audio has come", "invalid_value", "language"
-            )
+        if self._thread is not None or self._turns is not None:
+            if config.language != self.config.language:
+                raise SessionError(
+                    "the language is fixed once audio has come", "invalid_value", "language"
+                )
+            if config.server_vad != self.config.server_vad:
+                raise SessionError(
+                    "turn detection is fixed once audio has come",
+                    "invalid_value",
+                    "turn_detection",
+                )
         self.config = config
 
     def append(self, event: dict) -> None:
@@ -238,17 +253,49 @@ class RealtimeSession:
                 "session_audio_limit",
                 "audio",
             )
+        if not self.config.server_vad:
+            self._client_turns().hold(self.audio.convert(pcm))
+            return
         if self._thread is None:
             self._start()
         self.audio.append(pcm)
 
     def commit(self) -> None:
-        """The client says the speaker is done: the session hears the quiet that ends an
-        utterance (kvscribe's voice detector still decides where speech was)."""
+        """The client says the speaker is done. With server VAD the session hears the quiet
+        that ends an utterance (kvscribe's voice detector still decides where speech was);
+        without, the audio held since the last commit is transcribed whole."""
+        if not self.config.server_vad:
+            self._client_turns().commit()
+            return
         if self._thread is None:
             raise SessionError("no audio to commit", "input_audio_buffer_commit_empty")
         quiet = int(COMMIT_QUIET_SECONDS * INPUT_RATE)
         self.audio.append(bytes(2 * quiet))
+
+    def clear(self) -> None:
+        if self.config.server_vad:
+            raise SessionError(
+                "with server VAD the voice detector decides what is heard, and clears "
+                "nothing: set turn_detection null to hold and clear audio yourself",
+                "invalid_value",
+                "type",
+            )
+        self._client_turns().clear()
+
+    def _request(self, words: bool) -> DecodeRequest:
+        return dataclasses.replace(
+            self.base_request,
+            task="transcribe",
+            language=self.config.language or self.base_request.language,
+            prompt=self.config.prompt,
+            word_timestamps=words,
+        )
+
+    def _client_turns(self) -> ClientTurns:
+        if self._turns is None:
+            request = self._request(words=False)  # the API's item events carry no times
+            self._turns = ClientTurns(self.scheduler, request, self.send, self.limits.turn_seconds)
+        return self._turns
 
     def _start(self) -> None:
         from kvscribe.live.session import LiveSession
@@ -256,13 +303,8 @@ class RealtimeSession:
 
         vad = VadSettings(min_silence=LIVE_MIN_SILENCE)
         settings = StreamSettings(vad=vad)
-        request = dataclasses.replace(
-            self.base_request,
-            task="transcribe",
-            language=self.config.language or self.base_request.language,
-            prompt=self.config.prompt,
-            word_timestamps=True,  # commits and buffer cuts fall at the words' real ends
-        )
+        # Commits and buffer cuts fall at the words' real ends.
+        request = self._request(words=True)
         self.stats.settings[row.STREAMING] = settings.describe()
         capture = Capture(self.audio, backlog=self.limits.backlog_seconds)
         self._session = LiveSession(
@@ -305,6 +347,8 @@ class RealtimeSession:
     def abandon(self) -> None:
         """The client went: stop decoding at once and let go of everything."""
         self.engine.close()
+        if self._turns is not None:
+            self._turns.abandon()
         if self._session is not None:
             self._session.stop()
         self.audio.end()
@@ -387,7 +431,7 @@ async def _dispatch(session: RealtimeSession, event: dict, send, server) -> None
     elif kind == "input_audio_buffer.commit":
         session.commit()
     elif kind == "input_audio_buffer.clear":
-        send({"type": "input_audio_buffer.cleared", "event_id": new_id("event")})
+        session.clear()
     else:
         raise SessionError(f"unknown or unsupported event type {kind!r}", "invalid_value", "type")
 

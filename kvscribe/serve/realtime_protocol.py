@@ -50,11 +50,16 @@ class SessionConfig:
     language: str | None = None
     prompt: str | None = None
     beta: bool = True  # answered with transcription_session.* events, else session.*
+    # turn_detection server_vad: kvscribe's voice detector ends utterances; null: the
+    # client does, with input_audio_buffer.commit (kvscribe.serve.realtime_turns).
+    server_vad: bool = True
 
     def describe(self, model: str) -> dict[str, Any]:
         """The session as the API shows it in `*.created` / `*.updated`."""
         transcription = {"model": model, "language": self.language, "prompt": self.prompt or ""}
-        turn = {"type": "server_vad", "silence_duration_ms": 700, "prefix_padding_ms": 200}
+        turn = None
+        if self.server_vad:
+            turn = {"type": "server_vad", "silence_duration_ms": 700, "prefix_padding_ms": 200}
         if self.beta:
             return {
                 "id": None,
@@ -76,6 +81,9 @@ class SessionConfig:
         }
 
 
+_UNCHANGED = object()  # an update that leaves turn_detection out keeps the session's own
+
+
 def updated_config(
     current: SessionConfig, event: dict, model_names: tuple[str, ...]
 ) -> SessionConfig:
@@ -87,7 +95,7 @@ def updated_config(
     if beta:
         audio_format = session.get("input_audio_format", "pcm16")
         transcription = session.get("input_audio_transcription") or {}
-        turn = session.get("turn_detection", {"type": "server_vad"})
+        turn = session.get("turn_detection", _UNCHANGED)
     else:
         if session.get("type", "transcription") != "transcription":
             raise SessionError(
@@ -98,20 +106,14 @@ def updated_config(
         ok = fmt.get("type") == "audio/pcm" and fmt.get("rate", INPUT_RATE) == INPUT_RATE
         audio_format = "pcm16" if ok else str(fmt)
         transcription = audio_in.get("transcription") or {}
-        turn = audio_in.get("turn_detection", {"type": "server_vad"})
+        turn = audio_in.get("turn_detection", _UNCHANGED)
     if audio_format != "pcm16":
         raise SessionError(
             f"input audio format {audio_format!r} is not supported: send PCM16 at 24 kHz",
             "invalid_value",
             "input_audio_format",
         )
-    if not isinstance(turn, dict) or turn.get("type") != "server_vad":
-        raise SessionError(
-            "kvscribe finds turns itself: turn_detection must be server_vad (its voice "
-            "detector, as `kvscribe mic` uses it)",
-            "invalid_value",
-            "turn_detection",
-        )
+    server_vad = _server_vad(turn, current.server_vad)
     model = transcription.get("model")
     if model is not None and model not in (*model_names, "whisper-1"):
         raise SessionError(
@@ -121,7 +123,23 @@ def updated_config(
         )
     language = transcription.get("language") or current.language
     prompt = transcription.get("prompt") or current.prompt
-    return SessionConfig(language=language, prompt=prompt, beta=beta)
+    return SessionConfig(language=language, prompt=prompt, beta=beta, server_vad=server_vad)
+
+
+def _server_vad(turn: object, current: bool) -> bool:
+    """True for server_vad, False for null (the client's commits end turns)."""
+    if turn is _UNCHANGED:
+        return current
+    if turn is None:
+        return False
+    if isinstance(turn, dict) and turn.get("type") == "server_vad":
+        return True
+    raise SessionError(
+        "turn_detection must be server_vad (kvscribe's voice detector, as `kvscribe mic` "
+        "uses it) or null (the client commits each turn)",
+        "invalid_value",
+        "turn_detection",
+    )
 
 
 # -- events out -----------------------------------------------------------------------------
