@@ -231,7 +231,7 @@ def test_with_turn_detection_null_each_commit_is_transcribed_whole(server):
         connection.send(manual)
         updated = received.until(lambda got: len(got) == 1)
         assert updated[0].type == "transcription_session.updated", updated
-        assert updated[0].session.turn_detection is None
+        assert updated[0].session["turn_detection"] is None
         # Held audio that is cleared is gone: a commit then has nothing to commit.
         _stream(connection, _pcm24(samples[:SAMPLE_RATE]), paced=False).join()
         connection.send({"type": "input_audio_buffer.clear"})
