@@ -1,7 +1,7 @@
 """Accuracy on every compute path CTranslate2 can take on this CPU (tests/ct2_paths.py: Intel MKL
 and oneDNN, each with every x86 instruction set from AVX up).
 
-    .venv/bin/python benchmarks/eval_isa.py [--oldest AVX|AVX2]
+    .venv/bin/python benchmarks/eval_isa.py [--oldest AVX|AVX2] [--out NAME]
 
 The accuracy bounds of the suite (tests/test_eval_clips.py, tests/test_live_cli.py) sit above
 the worst path measured here. Per path, each in processes of its own (CT2_USE_MKL,
@@ -10,7 +10,7 @@ CT2_FORCE_CPU_ISA), with the ctranslate2 backend, `cpu-laptop` (int8, beam 5), t
 - the realform English telephone recording, `kvscribe FILE -f txt`: long-form WER;
 - live mode on the joined real recordings through a pipe, as the suite's test runs it
   (`kvscribe mic --live --input - --step 4`), and the same file offline.
-Writes benchmarks/results/eval_ct2_paths.json and .md.
+Writes benchmarks/results/NAME.json and .md (eval_ct2_paths unless --out says).
 """
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ def _mkl_kernels() -> str:
 
 def main() -> None:
     oldest = sys.argv[sys.argv.index("--oldest") + 1] if "--oldest" in sys.argv else "AVX"
+    out = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else "eval_ct2_paths"
     clips = sorted(EVAL_DIR.glob("*.wav"))
     rows = [run(path, clips) for path in available(oldest=oldest)]
     meta = {
@@ -114,7 +115,7 @@ def main() -> None:
             for r in rows
         ),
     ]
-    results_file.write("eval_ct2_paths", meta, rows, "\n".join(table))
+    results_file.write(out, meta, rows, "\n".join(table))
     print("\n".join(table))
 
 

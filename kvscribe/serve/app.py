@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import hmac
 import signal
 import threading
 import time
@@ -31,7 +30,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from kvscribe.contract import DecodeRequest
 from kvscribe.decoding import temperatures_from
-from kvscribe.serve import responses
+from kvscribe.serve import keys, responses
 from kvscribe.serve.api_errors import ApiError
 from kvscribe.serve.body import RequestBody
 from kvscribe.serve.forms import MAX_FIELDS, TranscriptionAsk, decoded_audio, read_ask, spool
@@ -146,11 +145,7 @@ def _check_key(server: Server, request: Request) -> None:
     """Bearer key, compared in constant time; no key configured: none asked for."""
     if server.api_key is None:
         return
-    given = request.headers.get("authorization", "")
-    scheme, _, key = given.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(
-        key.strip().encode(), server.api_key.encode()
-    ):
+    if not keys.bearer_matches(request.headers.get("authorization", ""), server.api_key):
         raise ApiError(
             401, "a valid API key is required (Authorization: Bearer KEY)", None, "invalid_api_key"
         )

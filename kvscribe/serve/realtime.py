@@ -24,7 +24,6 @@ import base64
 import binascii
 import contextlib
 import dataclasses
-import hmac
 import json
 import queue
 import threading
@@ -39,6 +38,7 @@ from kvscribe.contract import DecodeRequest, DecoderReport, Transcription
 from kvscribe.live.capture import CHUNK_SECONDS, Capture, Emit
 from kvscribe.live.stats import LiveStats
 from kvscribe.live.streaming import StreamSettings
+from kvscribe.serve import keys
 from kvscribe.serve.api_errors import ApiError
 from kvscribe.serve.realtime_protocol import (
     INPUT_RATE,
@@ -448,12 +448,11 @@ def _key_protocol(websocket, key: str | None) -> str | bool | None:
     browsers send it); False: no valid key."""
     if key is None:
         return None
-    scheme, _, given = websocket.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), key.encode()):
+    if keys.bearer_matches(websocket.headers.get("authorization", ""), key):
         return None
     offered = websocket.headers.get("sec-websocket-protocol", "")
     for protocol in (p.strip() for p in offered.split(",")):
         name, _, value = protocol.partition("openai-insecure-api-key.")
-        if not name and value and hmac.compare_digest(value.encode(), key.encode()):
+        if not name and value and keys.matches(value, key):
             return protocol
     return False
