@@ -25,7 +25,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.model, pytest.mark.eval]
 CLIPS = sorted(EVAL_DIR.glob("*.wav"))
 
 # Worst measured: 0.082 / 0.088 (AVX2, issue 12's Intel machine); on an AMD EPYC
-# 0.065-0.068 / 0.065-0.069 over MKL and oneDNN, AVX and AVX2 (eval_ct2_paths.md).
+# 0.065-0.068 / 0.065-0.069 over MKL and oneDNN, AVX and AVX2 (eval_ct2_paths.md), on one
+# with AVX-512 0.062-0.071 / 0.064-0.073 over MKL and oneDNN, AVX to AVX-512
+# (eval_ct2_paths_avx512.md).
 POOLED_WER_BOUND = 0.10
 LONG_FORM_WER_BOUND = 0.12
 CLEAN_CLIP_WER_BOUND = 0.05
