@@ -17,7 +17,7 @@ from kvscribe.live.streaming import StreamSettings
 from kvscribe.options import LiveOptions
 from kvscribe.runner import decode_request
 from kvscribe.voice.silero import WINDOW, SileroVad, VadSettings, VoiceDetector
-from tests.conftest import SAMPLE, wer
+from tests.conftest import EVAL_DIR, SAMPLE, wer
 from tests.loaded import backend as shared_backend
 
 # slow: each replay decodes its 7.5 s of audio several times over (3 s a test)
@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 SR = audio.SAMPLE_RATE
 MAX_WER_GAP = 0.05  # one word of the 20 in JFK's phrases
+REALFORM_EN = EVAL_DIR.parent / "realform" / "asterisk_en_ivr_dev.wav"
 
 
 class Recorder:
@@ -167,11 +168,11 @@ def test_the_decode_at_a_pause_holds_the_quiet_the_settings_ask_for(
     decode = LiveSession._decode
     past_the_pause: list[float] = []  # seconds of each decode's buffer after a pause
 
-    def recorded(session, start, stop):
+    def recorded(session, start, stop, *speech_end):
         paused = session._utterance.paused_at if session._utterance else None
         if paused is not None:
             past_the_pause.append((stop - paused) / SR)
-        return decode(session, start, stop)
+        return decode(session, start, stop, *speech_end)
 
     monkeypatch.setattr(LiveSession, "_decode", recorded)
     recorder = _replay(tmp_path, stream, StreamSettings(step=1.0, pause_heard=heard))
@@ -297,3 +298,19 @@ def test_a_long_utterance_cut_just_before_a_pause_is_still_committed_at_it(tmp_p
     stats = _replay(tmp_path, stream, StreamSettings(step=1.0, trim_after=7.0)).stats
     assert stats.utterances == 1
     assert len(stats.at_pause) == 1
+
+
+@pytest.mark.eval
+def test_speech_after_the_words_a_decode_stops_at_is_read_on(tmp_path):
+    """The realform English recording's 108-125 s: "Simultaneous call limit reached.", then,
+    after a 1.2 s pause, "To increase the audio volume from other participants." Read with
+    the utterance before it as context, Whisper (tiny.en, CTranslate2's oneDNN path) ends the
+    decode at the pause with a lone timestamp after "other" and never reads "participants",
+    which the voice detector heard and a file run reads. Live mode reads the rest again."""
+    samples = audio.load_audio(REALFORM_EN)[108 * SR : 125 * SR]
+    recorder = _replay(tmp_path, samples, StreamSettings())
+    commits = [text for kind, text, _ in recorder.events if kind == "committed"]
+    words = [w.strip(".,").lower() for w in " ".join(commits).split()]
+    phrase = ["to", "increase", "the", "audio", "volume", "from", "other", "participants"]
+    found = [i for i in range(len(words)) if words[i : i + len(phrase)] == phrase]
+    assert found, commits

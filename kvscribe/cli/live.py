@@ -184,7 +184,11 @@ def _live_rows(r: dict) -> list[tuple[str, str]]:
             " (the rest waited for their end)",
         ),
         ("real-time factor", "-" if rtf is None else f"{rtf:.3f} (busy / audio)"),
-        ("decodes", f"{r['decodes']} (p50 {secs(r['decode_p50_seconds'])})"),
+        (
+            "decodes",
+            f"{r['decodes']} (p50 {secs(r['decode_p50_seconds'])}; "
+            f"{r['tails_read_again']} read on past words that stopped short of the speech)",
+        ),
         ("dropped audio", secs(r["dropped_audio_seconds"])),
         *kv_rows(r),
         ("peak RSS", human_bytes(r["peak_rss_bytes"])),

@@ -38,6 +38,7 @@ class Hypothesis:
 
     words: tuple[str, ...]
     ends: tuple[float, ...]
+    timed: bool = False  # the ends are the backend's word timestamps, not an estimate
 
     @classmethod
     def from_decode(cls, segments: list[Segment]) -> Hypothesis:
@@ -49,7 +50,7 @@ class Hypothesis:
                     timed[-1] = (timed[-1][0] + word.word.strip(), word.end)
                 else:
                     timed.append((word.word.strip(), word.end))
-            return cls(tuple(w for w, _ in timed), tuple(end for _, end in timed))
+            return cls(tuple(w for w, _ in timed), tuple(end for _, end in timed), timed=True)
         return cls.from_segments([(s.text, s.start, s.end) for s in segments])
 
     @classmethod
@@ -68,7 +69,13 @@ class Hypothesis:
 
     def after(self, count: int, seconds: float) -> Hypothesis:
         """Without its first `count` words, timed from `seconds` later."""
-        return Hypothesis(self.words[count:], tuple(t - seconds for t in self.ends[count:]))
+        ends = tuple(t - seconds for t in self.ends[count:])
+        return Hypothesis(self.words[count:], ends, self.timed)
+
+    def followed_by(self, rest: Hypothesis, seconds: float) -> Hypothesis:
+        """This reading, then `rest`: a reading of the buffer from `seconds` in."""
+        ends = self.ends + tuple(seconds + t for t in rest.ends)
+        return Hypothesis(self.words + rest.words, ends, self.timed and rest.timed)
 
 
 def common_prefix(a: list[str], b: list[str]) -> int:

@@ -38,6 +38,11 @@ _SLACK = SAMPLE_RATE // 2  # audio kept before a possible onset, beyond the pad
 # waits; text at the pace of speech never reaches the bound.
 _TOKENS_PER_SECOND = 12
 _TOKENS_BASE = 16
+# A decode whose timed words stop this long before the speech in its buffer does has dropped
+# the rest: Whisper may end a window at a lone timestamp and skip the speech after it (the
+# realform English recording: "... the audio volume from other", "participants" unread,
+# though a file run reads it). The rest is decoded again, prompted with what was read.
+_UNCOVERED_SECONDS = 0.4
 
 
 @dataclass
@@ -211,10 +216,28 @@ class LiveSession:
 
     # -- decoding ------------------------------------------------------------------------------
 
-    def _decode(self, start: int, stop: int) -> Hypothesis:
+    def _decode(self, start: int, stop: int, speech_end: int | None = None) -> Hypothesis:
+        """The buffer from stream sample `start` to `stop` read; where the voice detector
+        says its speech ends at `speech_end` and the words stop well before, the rest is read
+        again (_UNCOVERED_SECONDS)."""
+        hypothesis = self._read(start, stop)
+        if not (hypothesis.timed and hypothesis.words) or speech_end is None:
+            return hypothesis
+        covered = start + round(hypothesis.ends[-1] * SAMPLE_RATE)
+        if speech_end - covered < _UNCOVERED_SECONDS * SAMPLE_RATE or covered >= stop:
+            return hypothesis
+        prompt = " ".join(filter(None, [self.request.prompt, *hypothesis.words]))
+        rest = self._read(covered, stop, prompt)
+        self.stats.tails_read_again += 1
+        return hypothesis.followed_by(rest, (covered - start) / SAMPLE_RATE)
+
+    def _read(self, start: int, stop: int, prompt: str | None = None) -> Hypothesis:
         samples = self._audio[start - self._origin : stop - self._origin]
+        request = self._bounded(samples.size / SAMPLE_RATE)
+        if prompt is not None:
+            request = dataclasses.replace(request, prompt=prompt)
         started = time.perf_counter()
-        run = self.backend.transcribe(samples, self._bounded(samples.size / SAMPLE_RATE))
+        run = self.backend.transcribe(samples, request)
         run.report.not_applicable += self.backend.unhonoured(
             self.request, samples.size / SAMPLE_RATE
         )
@@ -235,7 +258,7 @@ class LiveSession:
     def _redecode(self) -> None:
         utterance = self._utterance
         assert utterance is not None
-        hypothesis = self._decode(utterance.start, self._received)
+        hypothesis = self._decode(utterance.start, self._received, utterance.paused_at)
         utterance.decoded_to = self._received
         heard = (self._received - utterance.start) / SAMPLE_RATE
         # Whisper rereads the first words of an utterance until it has heard a few seconds.
@@ -313,9 +336,8 @@ class LiveSession:
         assert utterance is not None
         latest = utterance.agreement.latest
         if latest is None or utterance.decoded_to < end + self._heard:
-            latest = self._decode(
-                utterance.start, min(self._received, end + max(self._pad, self._heard))
-            )
+            stop = min(self._received, end + max(self._pad, self._heard))
+            latest = self._decode(utterance.start, stop, end)
         rest = utterance.agreement.finish(latest)
         self._commit(utterance, rest)
         self._utterance = None

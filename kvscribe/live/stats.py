@@ -40,6 +40,7 @@ class LiveStats:
     # short one waits longer: Whisper reads it better with what may follow).
     at_pause: list[float] = field(default_factory=list)
     decode_seconds: list[float] = field(default_factory=list)
+    tails_read_again: int = 0  # decodes whose words stopped short of their speech, read on
     kv: KvTally = field(default_factory=KvTally)  # the same figures and notes as file runs
     memory: list[tuple[float, int]] = field(default_factory=list)  # (audio seconds, RSS bytes)
     started: float = field(default_factory=time.perf_counter)
@@ -108,6 +109,7 @@ class LiveStats:
             "latency_at_pause_p50_seconds": _rounded(percentile(self.at_pause, 0.5)),
             "decodes": len(self.decode_seconds),
             "decode_p50_seconds": _rounded(percentile(self.decode_seconds, 0.5)),
+            "tails_read_again": self.tails_read_again,
             **self.kv.to_dict(),
             "peak_rss_bytes": peak_rss_bytes(),
             "rss_after_warmup_bytes": growth[0] if growth else None,
