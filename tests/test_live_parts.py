@@ -223,6 +223,22 @@ def test_a_new_buffer_repeating_the_words_cut_off_does_not_commit_them_twice():
     assert agreement.update(_hyp(("the moon. We choose to", 0.0, 2.5)), hold=0) == ["We", "choose"]
 
 
+def test_committed_number_words_are_found_again_read_as_digits():
+    """The realform telephone recording over its noise floor: "seven or nine" committed
+    before the buffer was cut after "Five to extend the conference.", then the new buffer
+    reads the same words in digits. Counted by letters instead, the committed words seemed
+    to run on to "decrease", and "to decrease or increase your" was never committed."""
+    agreement = LocalAgreement()
+    agreement.update(_hyp(("Five to extend the conference. seven or nine", 0.0, 3.6)), hold=0)
+    agreement.update(_hyp(("Five to extend the conference. seven or nine to", 0.0, 4.0)), hold=0)
+    assert agreement.committed[-3:] == ["seven", "or", "nine"]
+    agreement.drop(5, 1.8)
+    after = _hyp(("7 or 9 to decrease or increase your volume.", 0.0, 4.0))
+    assert agreement.update(after, hold=0) == ["to"]  # as the hypothesis before read it
+    assert agreement.tentative == "decrease or increase your volume.".split()
+    assert common_prefix(["Seven", "or", "9"], ["7", "or", "nine,"]) == 3
+
+
 def test_forcing_commits_all_but_the_newest_words():
     agreement = LocalAgreement()
     agreement.update(_hyp(("one two three four", 0.0, 4.0)), hold=0)

@@ -21,10 +21,23 @@ _ECHO = 3  # words a new buffer may repeat from the end of the text cut off befo
 _ATTACHED = ("-", "'")
 
 
+# Whisper writes a small number in digits in one decode and in words in the next ("7 or 9",
+# "seven or nine"): the same speech, so the same word here.
+_NUMBERS = {
+    word: str(value)
+    for value, word in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen "
+        "fourteen fifteen sixteen seventeen eighteen nineteen twenty".split()
+    )
+}
+
+
 def normalized(word: str) -> str:
-    """What two hypotheses must share for a word to count as agreed: case and punctuation
-    differ between re-decodes of the same speech ("Americans," vs "Americans")."""
-    return re.sub(r"[^\w']", "", word.casefold())
+    """What two hypotheses must share for a word to count as agreed: case, punctuation and
+    a small number's form differ between re-decodes of the same speech ("Americans," vs
+    "Americans", "Seven" vs "7")."""
+    plain = re.sub(r"[^\w']", "", word.casefold())
+    return _NUMBERS.get(plain, plain)
 
 
 def ends_sentence(word: str) -> bool:
