@@ -235,7 +235,7 @@ def test_committed_number_words_are_found_again_read_as_digits():
     agreement.drop(5, 1.8)
     after = _hyp(("7 or 9 to decrease or increase your volume.", 0.0, 4.0))
     assert agreement.update(after, hold=0) == ["to"]  # as the hypothesis before read it
-    assert agreement.tentative == "decrease or increase your volume.".split()
+    assert agreement.tentative == ["decrease", "or", "increase", "your", "volume."]
     assert common_prefix(["Seven", "or", "9"], ["7", "or", "nine,"]) == 3
 
 
@@ -346,3 +346,18 @@ def test_encoder_window_30_is_whispers_own_window_and_below_1_s_is_refused():
     with pytest.raises(UsageError) as refused:
         asked(0.5)
     assert refused.value.one_line().startswith("--encoder-window: must be between 1 and 30")
+
+
+def test_a_tail_read_again_keeps_only_what_its_speech_can_hold():
+    """A decode of the speech a reading stopped short of, prompted, may run on into the
+    quiet after it ("participants. Thank you for being here, thank you ..."): only words
+    ending within the speech (and its pad) count, at most four a second."""
+    rest = Hypothesis(
+        ("participants.", "Thank", "you", "for", "being", "here,", "thank"),
+        (0.55, 0.7, 0.8, 0.9, 1.1, 1.3, 1.5),
+        timed=True,
+    )
+    assert rest.within(0.8).words == ("participants.", "Thank", "you", "for")
+    assert rest.within(0.4).words == ("participants.", "Thank")
+    assert rest.within(0.25).words == ("participants.",)
+    assert rest.within(0.1).words == ()

@@ -9,6 +9,7 @@ sentence ends in the audio, which is where the buffer is cut.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -19,17 +20,19 @@ _ECHO = 3  # words a new buffer may repeat from the end of the text cut off befo
 # A timed word that starts with these belongs to the one before it: Whisper's word timing
 # splits "cold-hearted" into "cold" and "-hearted", which committed text must not space.
 _ATTACHED = ("-", "'")
+# What a stretch of speech can hold (Hypothesis.within): words at a fast speaker's rate,
+# ending at most this long after it (the VAD's pad, a word's timed end).
+_MAX_WORDS_PER_SECOND = 4
+_END_SLACK = 0.3
 
 
 # Whisper writes a small number in digits in one decode and in words in the next ("7 or 9",
 # "seven or nine"): the same speech, so the same word here.
-_NUMBERS = {
-    word: str(value)
-    for value, word in enumerate(
-        "zero one two three four five six seven eight nine ten eleven twelve thirteen "
-        "fourteen fifteen sixteen seventeen eighteen nineteen twenty".split()
-    )
-}
+_NUMBER_WORDS = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty"
+)
+_NUMBERS = {word: str(value) for value, word in enumerate(_NUMBER_WORDS.split(" "))}
 
 
 def normalized(word: str) -> str:
@@ -84,6 +87,15 @@ class Hypothesis:
         """Without its first `count` words, timed from `seconds` later."""
         ends = tuple(t - seconds for t in self.ends[count:])
         return Hypothesis(self.words[count:], ends, self.timed)
+
+    def within(self, seconds: float) -> Hypothesis:
+        """The words that `seconds` of speech can hold: those ending within them (and the
+        pad after), at most _MAX_WORDS_PER_SECOND of them a second."""
+        most = math.ceil(seconds * _MAX_WORDS_PER_SECOND)
+        kept = [i for i, end in enumerate(self.ends) if end <= seconds + _END_SLACK][:most]
+        return Hypothesis(
+            tuple(self.words[i] for i in kept), tuple(self.ends[i] for i in kept), self.timed
+        )
 
     def followed_by(self, rest: Hypothesis, seconds: float) -> Hypothesis:
         """This reading, then `rest`: a reading of the buffer from `seconds` in."""

@@ -227,9 +227,12 @@ class LiveSession:
         if speech_end - covered < _UNCOVERED_SECONDS * SAMPLE_RATE or covered >= stop:
             return hypothesis
         prompt = " ".join(filter(None, [self.request.prompt, *hypothesis.words]))
-        rest = self._read(covered, stop, prompt)
+        # Only the speech and its pad: on the quiet after it, prompted, Whisper may go on
+        # with words never said ("Thank you for being here" three times, in real time).
+        rest = self._read(covered, min(stop, speech_end + self._pad), prompt)
         self.stats.tails_read_again += 1
-        return hypothesis.followed_by(rest, (covered - start) / SAMPLE_RATE)
+        speech = (speech_end - covered) / SAMPLE_RATE
+        return hypothesis.followed_by(rest.within(speech), (covered - start) / SAMPLE_RATE)
 
     def _read(self, start: int, stop: int, prompt: str | None = None) -> Hypothesis:
         samples = self._audio[start - self._origin : stop - self._origin]
