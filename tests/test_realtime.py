@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from kvscribe.serve.realtime import SocketAudio
+from kvscribe.serve.realtime_audio import SocketAudio
 from kvscribe.serve.realtime_protocol import (
     INPUT_RATE,
     EventsOut,

@@ -25,7 +25,6 @@ import binascii
 import contextlib
 import dataclasses
 import json
-import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,13 +32,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvscribe import setting_rows as row
-from kvscribe.audio import SAMPLE_RATE
 from kvscribe.contract import DecodeRequest, DecoderReport, Transcription
-from kvscribe.live.capture import CHUNK_SECONDS, Capture, Emit
+from kvscribe.live.capture import Capture
 from kvscribe.live.stats import LiveStats
 from kvscribe.live.streaming import StreamSettings
 from kvscribe.serve import keys
 from kvscribe.serve.api_errors import ApiError
+from kvscribe.serve.realtime_audio import SocketAudio
 from kvscribe.serve.realtime_protocol import (
     INPUT_RATE,
     EventsOut,
@@ -53,7 +52,6 @@ from kvscribe.serve.realtime_protocol import (
 from kvscribe.serve.realtime_turns import ClientTurns
 from kvscribe.serve.scheduler import Decoded, Failed, Finished, Job, Scheduler, Started
 
-_CHUNK = int(CHUNK_SECONDS * SAMPLE_RATE)
 LIVE_MIN_SILENCE = 0.7  # `kvscribe mic`'s end of an utterance (LiveOptions.min_silence)
 # A client's commit: this much quiet after its audio ends the utterance it holds.
 COMMIT_QUIET_SECONDS = LIVE_MIN_SILENCE + 0.3
@@ -69,72 +67,6 @@ class SessionLimits:
 
 class SessionClosed(Exception):
     """The client went: the session's decodes stop."""
-
-
-# -- audio in ---------------------------------------------------------------------------------
-
-
-class SocketAudio:
-    """A live source fed by the socket: PCM16 at 24 kHz in, 16 kHz float32 chunks out."""
-
-    label = "realtime session (PCM16 24 kHz)"
-    live = True  # audio keeps arriving whether the session keeps up or not
-
-    def __init__(self) -> None:
-        import av
-
-        self._resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
-        self._pieces: queue.Queue[np.ndarray | None] = queue.Queue()
-        self._odd = b""  # a byte left over from a message of odd length
-        self._sent = 0  # input samples so far (the frames' timestamps)
-        self.seconds = 0.0  # of input received
-
-    def append(self, pcm: bytes) -> None:
-        """One `input_audio_buffer.append`'s audio (on the socket's thread), for `run`."""
-        self._pieces.put(self.convert(pcm))
-
-    def convert(self, pcm: bytes) -> np.ndarray:
-        """PCM16 at 24 kHz as 16 kHz float32 samples (a message's odd byte kept for the
-        next)."""
-        pcm, self._odd = (self._odd + pcm), b""
-        if len(pcm) % 2:
-            pcm, self._odd = pcm[:-1], pcm[-1:]
-        if not pcm:
-            return np.zeros(0, np.float32)
-        samples = np.frombuffer(pcm, dtype="<i2").reshape(1, -1)
-        self.seconds += samples.shape[1] / INPUT_RATE
-        return self._resample(samples)
-
-    def end(self) -> None:
-        self._pieces.put(self._resample(None))
-        self._pieces.put(None)
-
-    def _resample(self, samples: np.ndarray | None) -> np.ndarray:
-        import av
-
-        frame = None
-        if samples is not None:
-            frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
-            frame.sample_rate, frame.pts = INPUT_RATE, self._sent
-            self._sent += samples.shape[1]
-        out = [f.to_ndarray().reshape(-1) for f in self._resampler.resample(frame)]
-        return np.concatenate(out).astype(np.float32) if out else np.zeros(0, np.float32)
-
-    def run(self, emit: Emit, stopped: threading.Event) -> None:
-        held = np.zeros(0, dtype=np.float32)
-        while not stopped.is_set():
-            try:
-                piece = self._pieces.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if piece is None:
-                break
-            held = np.concatenate([held, piece])
-            while held.size >= _CHUNK:
-                emit(held[:_CHUNK].copy())
-                held = held[_CHUNK:]
-        if held.size and not stopped.is_set():
-            emit(held)
 
 
 # -- decoding on the server's lanes ----------------------------------------------------------
