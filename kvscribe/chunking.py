@@ -40,13 +40,15 @@ class Chunk:
     (before the padding). With `spans`, only those parts of [start, end) are decoded,
     joined end to end (the pauses between them cut out), and `time_map` takes a time in
     the joined audio back to the original clock. `source`: which of the inputs decoded
-    side by side it is from (kvscribe.timing.aligned_chunks.shared_segments; 0 for one alone)."""
+    side by side it is from (kvscribe.timing.aligned_chunks.shared_segments; 0 for one alone).
+    `reread`: a part of a chunk its decode left uncovered, read again (`uncovered`)."""
 
     start: int
     end: int
     speech_end: int = -1
     spans: tuple[tuple[int, int], ...] = ()
     source: int = 0
+    reread: bool = False
 
     def __post_init__(self) -> None:
         if self.speech_end < 0:
@@ -77,10 +79,11 @@ class Chunk:
         return self.between(sample, self.end)
 
     def between(self, begin: int, end: int) -> Chunk:
-        """The part of the chunk in [begin, end) (original clock; it must hold decoded audio)."""
+        """The part of the chunk in [begin, end) (original clock; it must hold decoded audio),
+        to read again."""
         spans = tuple((max(a, begin), min(b, end)) for a, b in self.spans if b > begin and a < end)
         speech_end = min(self.speech_end, end) if end < self.end else self.speech_end
-        return Chunk(spans[0][0], spans[-1][1], speech_end, spans, self.source)
+        return Chunk(spans[0][0], spans[-1][1], speech_end, spans, self.source, reread=True)
 
     def decoded_within(self, begin: int, end: int) -> int:
         """Samples of [begin, end) the decoder reads (inside the spans, before speech ends)."""

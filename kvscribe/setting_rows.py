@@ -12,6 +12,7 @@ COMPUTE_TYPE = "compute type"
 DTYPE = "dtype"
 THREADS = "threads"
 ENGINE_THREADS = "engine threads"
+ENCODER = "encoder"  # which engine runs the audio encoder, and why
 EXECUTION_PROVIDER = "execution provider"
 WEIGHTS = "weights"
 WHISPER_CLI = "whisper-cli"

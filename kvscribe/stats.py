@@ -130,7 +130,10 @@ class RunStats:
             "recompute_macs": sum(r.recompute_macs for r in reports),
             **KvTally.of(reports).to_dict(),
             "notes": list(self.notes),
-            "peak_rss_bytes": max(peak_rss_bytes() or 0, self.worker_peak_rss or 0) or None,
+            "peak_rss_bytes": max(
+                peak_rss_bytes() or 0, self.worker_peak_rss or 0, _largest_sampled(done)
+            )
+            or None,
             **_rss_over_time(done),
             **_engine_figures(reports),
             "files": [_file_dict(f) for f in self.files],
@@ -174,6 +177,15 @@ def _percentile_ms(ordered: list[float], fraction: float) -> float | None:
         return None
     index = min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))
     return round(1000 * ordered[index], 2)
+
+
+def _largest_sampled(done: list[FileStats]) -> int:
+    """The largest RSS sampled over the files. Linux updates the peak getrusage reports
+    lazily (when memory is unmapped), so an RSS read from /proc just before can exceed it
+    by a few pages; the peak is never below what was seen."""
+    return max(
+        (rss for f in done if f.memory is not None for _, rss in f.memory.samples), default=0
+    )
 
 
 def _rss_over_time(done: list[FileStats]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from kvscribe.chunking import (
     unfinished,
 )
 from kvscribe.contract import DecodeRequest
+from kvscribe.decoding import Fallback, per_row
 from kvscribe.machine.capacity import usable_cores
 from kvscribe.timing.aligned_chunks import AlignedChunk
 from kvscribe.timing.timed_words import TimedWord
@@ -109,7 +110,8 @@ def test_a_chunk_the_decoder_left_early_is_decoded_again_from_where_it_stopped()
         return AlignedChunk(list(tokens), -0.2, 0.01, words=(word,) if tokens else ())
 
     tail = unfinished(chunk, decoded(22.4))
-    assert tail == Chunk(16_000 + round(21.4 * SAMPLE_RATE), chunk.end, chunk.speech_end)
+    start = 16_000 + round(21.4 * SAMPLE_RATE)
+    assert tail == Chunk(start, chunk.end, chunk.speech_end, reread=True)
     assert unfinished(chunk, decoded(26.6)) is None  # less than 1 s of speech left
     assert unfinished(chunk, decoded(5.0, tokens=())) is None  # silence: no text
 
@@ -128,10 +130,28 @@ def test_speech_the_decoder_skipped_before_between_or_after_its_words_is_decoded
     chunk = Chunk(0, 27 * s, speech_end=26 * s)
     parts = uncovered(chunk, _words_at((3.0, 3.5), (3.9, 10.0), (12.0, 22.0)))
     assert [(p.start, p.end) for p in parts] == [(0, 3 * s), (10 * s, 12 * s), (22 * s, 27 * s)]
+    assert all(p.reread for p in parts) and not chunk.reread
     assert uncovered(chunk, _words_at((0.5, 10.0), (10.8, 25.5))) == []
     cut = Chunk(0, 27 * s, speech_end=26 * s, spans=((0, 10 * s), (14 * s, 27 * s)))
     assert uncovered(cut, _words_at((0.2, 9.8), (14.3, 25.5))) == []  # the gap was the pause
     assert uncovered(chunk, AlignedChunk([], -0.2, 0.9)) == []
+
+
+def test_a_stretch_read_again_gets_one_attempt_and_its_chunk_every_temperature():
+    """Both rows fail the logprob test at every temperature: the chunk's row is sampled at
+    each one, the re-read stretch's is not (kvscribe.decoding.per_row's `once`)."""
+    fallback = Fallback(temperatures=(0.0, 0.2, 0.4, 0.6))
+    asked: list[tuple[list[int], float]] = []
+
+    def decode(rows: list[int], _round: int, temperature: float) -> list[AlignedChunk]:
+        asked.append((rows, temperature))
+        return [AlignedChunk([1, 2], -2.0, 0.1, temperature=temperature) for _ in rows]
+
+    kept = per_row(fallback, 2, decode, once=[False, True])
+    assert asked == [([0, 1], 0.0), ([0], 0.2), ([0], 0.4), ([0], 0.6)]
+    assert kept[1].temperature == 0.0
+    assert per_row(fallback, 2, decode)  # without `once`, both rows go on
+    assert asked[-3:] == [([0, 1], 0.2), ([0, 1], 0.4), ([0, 1], 0.6)]
 
 
 JOINED_REAL = EVAL_DIR.parent / "clips_joined" / "joined_real.wav"

@@ -45,6 +45,7 @@ from kvscribe.types import Segment, Word
 
 _SETTINGS = {
     "compute_type": str,
+    "encoder": str,  # "auto" (measured once per machine), "onnxruntime" or "ctranslate2"
     "beam_size": int,
     "condition_on_previous_text": bool,
     "cpu_threads": int,
@@ -95,11 +96,13 @@ class CTranslate2Backend(Backend):
         )
         self._row_replicas: Future | None = None
         self._load_replicas()  # on a thread of its own, while the caller reads its audio
+        self._encoder_row = self._choose_encoder()
 
     def describe_settings(self) -> dict[str, str]:
         return {
             row.COMPUTE_TYPE: self.engine.model.compute_type,
             row.PREVIOUS_TEXT: "on" if self._profile_conditions() else "off",
+            row.ENCODER: self._encoder_row,
         }
 
     def _profile_conditions(self) -> bool:
@@ -320,6 +323,33 @@ class CTranslate2Backend(Backend):
                 f"{threads} (beam search: 1 of {threads} single-thread replicas)"
             )
         return engine
+
+    def _choose_encoder(self) -> str:
+        """Run the encoder on onnxruntime where the profile says so or, by default, where it
+        measures faster here (backends/ctranslate2/encoder.py); the stats row saying which."""
+        from kvscribe.adapters import faster_whisper as adapter
+        from kvscribe.backends.ctranslate2 import encoder
+
+        candidate = encoder.Candidate(
+            self.model.path,
+            self.model.name,
+            self.engine.model.compute_type,
+            self._cpu_threads(),
+            self._encode_on_ctranslate2,
+        )
+        choice = encoder.choose(self.settings.get("encoder", "auto"), self.device, candidate)
+        if choice.encoder is not None:
+            # in place: the replicas' `whole` engine is this one
+            adapter.install_model(
+                self.engine, encoder.OnnxEncodedModel(self.engine.model, choice.encoder)
+            )
+        return choice.row
+
+    def _encode_on_ctranslate2(self, windows) -> None:
+        """CTranslate2's encoder over `windows` as the batched chunks run it."""
+        from kvscribe.backends.ctranslate2.batched import encode_windows
+
+        encode_windows(self._load_replicas().result(), windows)
 
     def _load_replicas(self) -> Future:
         """The model as single-thread replicas for decoder calls (backends/ctranslate2/replicas.py),

@@ -26,10 +26,11 @@ import numpy as np
 from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.audio.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW
 from kvscribe.audio.stream import Samples
+from kvscribe.backends.ctranslate2.encoder import OnnxEncodedModel
 from kvscribe.backends.ctranslate2.replicas import Replicas, rows_of
 from kvscribe.chunking import Chunk
 from kvscribe.contract import DecodeRequest
-from kvscribe.decoding import Fallback, compression_ratio, per_row
+from kvscribe.decoding import Fallback, compression_ratio, per_row, tokens_heard
 from kvscribe.timing.aligned_chunks import AlignedChunk, on_original_clock
 from kvscribe.timing.timed_words import TimedWord
 
@@ -95,21 +96,26 @@ def decode_group(
     features = np.stack(
         [chunk_features(plan.engine, audios[chunk.source], chunk) for chunk in group]
     )
-    encoded = _encode(plan.replicas, features)
-    decoded = _with_fallback(plan, encoded, [chunk.seconds for chunk in group])
+    encoded = encode_windows(plan.replicas, features)
+    decoded = _with_fallback(plan, encoded, group)
     return _aligned(plan, encoded, group, decoded)
 
 
-def _encode(replicas: Replicas, features: np.ndarray):
+def encode_windows(replicas: Replicas, features: np.ndarray):
     """The group's encoder output. On the CPU a window at a time, the replicas taking one
     each: the encoder's attention scratch grows with the windows encoded together (tiny,
     8 windows: about 0.4 GB more peak RSS) while the work is the same, and a short file
     would otherwise peak lower than a long one only because it fills fewer rows. On a GPU
-    the batch stays whole."""
+    the batch stays whole; on onnxruntime (backends/ctranslate2/encoder.py) the windows go
+    one at a time through its one session, on every thread."""
     import ctranslate2
 
     engine = replicas.whole
-    if engine.model.device != "cpu" or len(features) == 1:
+    if (
+        engine.model.device != "cpu"
+        or len(features) == 1
+        or isinstance(engine.model, OnnxEncodedModel)
+    ):
         return adapter.encode(engine, features)
     rows = replicas.map(
         lambda window: np.asarray(adapter.encode(replicas.engine, window[None])), list(features)
@@ -117,22 +123,27 @@ def _encode(replicas: Replicas, features: np.ndarray):
     return ctranslate2.StorageView.from_array(np.concatenate(rows))
 
 
-def _with_fallback(plan: BatchSetup, encoded, seconds: list[float]) -> list[AlignedChunk]:
-    """faster-whisper's generate_with_fallback, per row of a batch (`seconds`: each row's
-    audio, a guide to how long its decode runs)."""
-    rows = len(seconds)
+def _with_fallback(plan: BatchSetup, encoded, group: list[Chunk]) -> list[AlignedChunk]:
+    """faster-whisper's generate_with_fallback, per row of a batch (a row's seconds of audio
+    guide how long its decode runs; a stretch read again gets one attempt: per_row)."""
+    rows = len(group)
+    seconds = [chunk.seconds for chunk in group]
 
     def attempt(pending: list[int], _round: int, temperature: float) -> list[AlignedChunk]:
         subset = encoded if len(pending) == rows else rows_of(encoded, pending)  # rare
         return _generate(plan, subset, [seconds[row] for row in pending], temperature)
 
-    return per_row(plan.fallback, rows, attempt)
+    return per_row(plan.fallback, rows, attempt, [chunk.reread for chunk in group])
 
 
 def _generate(
     plan: BatchSetup, encoded, weights: list[float], temperature: float
 ) -> list[AlignedChunk]:
+    """One attempt for each row (`weights`: each row's seconds of audio), at most as many
+    tokens as the longest row's audio can hold (tokens_heard): the rows a fallback decodes
+    again are mostly short tails, and a repeating sample of one ran to the window's limit."""
     rows = len(weights)
+    max_length = min(plan.max_length, len(plan.prompt) + tokens_heard(max(weights)))
     if temperature > 0:
         search = {
             "beam_size": 1,
@@ -143,7 +154,7 @@ def _generate(
     else:
         search = {"beam_size": plan.beams}
     options = {
-        "max_length": plan.max_length,
+        "max_length": max_length,
         "suppress_blank": True,
         "suppress_tokens": plan.suppress,
         "return_scores": True,
@@ -165,10 +176,10 @@ def _generate(
             rows,
             weights,
         )
-    return [_decoded(plan, result, temperature) for result in results]
+    return [_decoded(plan, result, temperature, max_length) for result in results]
 
 
-def _decoded(plan: BatchSetup, result, temperature: float) -> AlignedChunk:
+def _decoded(plan: BatchSetup, result, temperature: float, max_length: int) -> AlignedChunk:
     tokens = list(result.sequences_ids[0])
     total_logprob = result.scores[0] * len(tokens)  # scores are length-normalised
     text = plan.tokenizer.decode(tokens).strip()
@@ -178,7 +189,7 @@ def _decoded(plan: BatchSetup, result, temperature: float) -> AlignedChunk:
         result.no_speech_prob,
         temperature=temperature,
         compression_ratio=compression_ratio(text),
-        cut_short=len(tokens) >= plan.max_length - len(plan.prompt),
+        cut_short=len(tokens) >= max_length - len(plan.prompt),
     )
 
 

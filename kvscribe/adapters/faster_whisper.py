@@ -126,6 +126,14 @@ def with_model(engine, model):
     return view
 
 
+def install_model(engine, model) -> None:
+    """Make `engine`'s calls run on `model` from now on: in place, for every copy that
+    shares `engine` itself (with_model copies it instead)."""
+    with _part("WhisperModel.model"):
+        engine.model  # noqa: B018  # the part replaced exists
+    engine.model = model
+
+
 def with_feature_extractor(engine, extractor):
     """A shallow copy of `engine` whose transcribe() reads features from `extractor`; the
     engine itself (shared by every run of the backend) keeps its own."""

@@ -31,6 +31,20 @@ def detect() -> Hardware:
 
 
 @functools.cache
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo's first "model name"; elsewhere the platform's
+    processor string): what timings measured on this machine are kept under."""
+    import platform
+
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    line = next((line for line in text.splitlines() if line.startswith("model name")), "")
+    return line.partition(":")[2].strip() or platform.processor() or platform.machine()
+
+
+@functools.cache
 def cpu_multiplies_bfloat16() -> bool:
     """Whether this CPU multiplies bfloat16 matrices in hardware: Intel AMX (`amx_bf16` in
     /proc/cpuinfo's flags; elsewhere False). There torch's bfloat16 linear layers beat

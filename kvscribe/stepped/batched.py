@@ -102,7 +102,7 @@ def _decode_with_fallback(plan, chunks, mels, prompt, stats, decode_text) -> lis
             for r in results
         ]
 
-    kept = per_row(plan.fallback, len(chunks), attempt)
+    kept = per_row(plan.fallback, len(chunks), attempt, [chunk.reread for chunk in chunks])
     limit = plan.max_new(len(prompt))
     return [
         _chunk_decode(plan, chunk, encoded[i : i + 1], kept[i], decode_text, aligned[i], limit)

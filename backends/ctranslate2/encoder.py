@@ -1,0 +1,207 @@
+"""The audio encoder on onnxruntime, feeding CTranslate2's decoder, where it measures faster.
+
+CTranslate2's `Whisper.generate`, `align` and `detect_language` take the encoder's output
+(`[batch, frames / 2, d_model]`) in place of log-mel features. `OnnxEncodedModel` wraps a
+CTranslate2 Whisper model so that its `encode` runs the graph kvscribe/models/onnx_encoder.py
+writes from the same weights; every other call goes to CTranslate2, so faster-whisper's
+transcribe (`--batch-size 1`), the batched chunks and live mode all take it unchanged.
+
+Which encoder runs is the profile's `[ctranslate2] encoder` setting: "onnxruntime",
+"ctranslate2", or "auto" (the default), which times both on this machine, for this model,
+compute type and thread count, once, and keeps the answer in the cache
+(`<cache>/encoders/`). Both are timed as the batched chunks encode: CTranslate2 on its
+single-thread replicas a window each (backends/ctranslate2/replicas.py), onnxruntime a
+window at a time on every thread. On a GPU the encoder stays CTranslate2's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kvscribe.atomic_file import atomic_write_text
+from kvscribe.errors import BackendUnavailableError, UsageError
+from kvscribe.machine.hardware import cpu_name
+from kvscribe.machine.memtrace import release_freed_memory
+from kvscribe.models import onnx_encoder
+from kvscribe.paths import cache_dir
+
+CHOICES = ("auto", "onnxruntime", "ctranslate2")
+_TIMED_WINDOWS = 2  # timed after one warm-up call each; the faster of two rounds counts
+_CHOICE_VERSION = 1  # bump when what is timed changes: cached choices are keyed by it
+
+
+class OnnxEncoder:
+    """One onnxruntime session over an encoder graph, with `threads` intra-op threads.
+    Windows run one at a time: on 2 cores a window at a time was faster per window than
+    windows batched into one call or two calls at once on one thread each."""
+
+    def __init__(self, graph: Path, threads: int, precision: str):
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.precision = precision
+        self.session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+
+    def __call__(self, features: np.ndarray) -> np.ndarray:
+        features = np.ascontiguousarray(features, dtype=np.float32)
+        if features.ndim == 2:
+            features = features[None]
+        windows = [
+            self.session.run([onnx_encoder.OUTPUT], {onnx_encoder.INPUT: window[None]})[0]
+            for window in features
+        ]
+        return windows[0] if len(windows) == 1 else np.concatenate(windows)
+
+
+class OnnxEncodedModel:
+    """A CTranslate2 Whisper model whose `encode` runs on onnxruntime."""
+
+    def __init__(self, model, encoder: OnnxEncoder):
+        self._model, self.encoder = model, encoder
+
+    def encode(self, features, to_cpu: bool = False):
+        import ctranslate2
+
+        return ctranslate2.StorageView.from_array(self.encoder(np.asarray(features)))
+
+    def __getattr__(self, name: str):
+        return getattr(self._model, name)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The encoder a backend runs: `encoder` None means CTranslate2's own; `row` says which
+    and why, for the stats."""
+
+    encoder: OnnxEncoder | None
+    row: str
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What choose() needs of the backend: its model, threads and compute type, and a way
+    to time CTranslate2's encoder as the batched chunks run it (`ct2_encode`: windows in,
+    nothing out)."""
+
+    model_dir: Path
+    model_name: str
+    compute_type: str
+    threads: int
+    ct2_encode: Callable[[np.ndarray], None]
+
+
+def choose(setting: str, device: str, candidate: Candidate) -> Choice:
+    if setting not in CHOICES:
+        raise UsageError(
+            f"bad setting [ctranslate2] encoder = {setting!r}",
+            hint="one of " + ", ".join(CHOICES),
+        )
+    if setting == "ctranslate2":
+        return Choice(None, "ctranslate2 (the profile's choice)")
+    if device != "cpu":
+        if setting == "onnxruntime":
+            raise BackendUnavailableError(
+                "the onnxruntime encoder runs on a CPU only",
+                subject="ctranslate2",
+                hint='set [ctranslate2] encoder = "auto" or use --device cpu',
+            )
+        return Choice(None, f"ctranslate2 (on {device})")
+    precision = "int8" if candidate.compute_type.startswith("int8") else "float32"
+    try:
+        graph = cached_graph(candidate.model_dir, candidate.model_name, precision)
+        encoder = OnnxEncoder(graph, candidate.threads, precision)
+    except (ImportError, OSError, RuntimeError, ValueError) as exc:
+        if setting == "onnxruntime":
+            raise BackendUnavailableError(
+                f"the onnxruntime encoder could not be made: {exc}",
+                subject="ctranslate2",
+                hint='pip install onnx onnxruntime, or set [ctranslate2] encoder = "auto"',
+            ) from exc
+        return Choice(None, f"ctranslate2 (onnxruntime's encoder unavailable: {exc})")
+    if setting == "onnxruntime":
+        return Choice(encoder, f"onnxruntime {precision} (the profile's choice)")
+    timed = _timed(graph, candidate, encoder)
+    ours, theirs = timed["onnxruntime"], timed["ctranslate2"]
+    figures = f"{ours:.3f} s a window against CTranslate2's {theirs:.3f}, measured on this machine"
+    if ours < theirs:
+        return Choice(encoder, f"onnxruntime {precision} ({figures})")
+    return Choice(None, f"ctranslate2 (onnxruntime {precision}: {figures})")
+
+
+def cached_graph(model_dir: Path, model_name: str, precision: str) -> Path:
+    """The encoder graph of this model and precision, written once into the cache (keyed
+    by the weights' content and the writer's version)."""
+    from kvscribe.models.store import file_digest
+
+    key = file_digest(model_dir / "model.bin")[:16]
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in model_name).strip("_.")
+    name = f"{safe or 'model'}-encoder-{precision}-v{onnx_encoder.WRITER_VERSION}-{key}.onnx"
+    target = cache_dir() / "models" / name
+    if not target.is_file():
+        onnx_encoder.write(model_dir, target, precision)
+    return target
+
+
+def _timed(graph: Path, candidate: Candidate, encoder: OnnxEncoder) -> dict[str, float]:
+    """Seconds a window for each encoder, from the cache or timed now and kept."""
+    record = cache_dir() / "encoders" / f"{_machine_key(graph, candidate)}.json"
+    try:
+        return json.loads(record.read_text(encoding="utf-8"))["seconds_per_window"]
+    except (OSError, ValueError, KeyError):
+        pass
+    frames = 3000  # one 30 s window
+    windows = np.random.default_rng(0).standard_normal(
+        (_TIMED_WINDOWS, _mels(encoder), frames), dtype=np.float32
+    )
+    timed = {
+        "onnxruntime": _seconds_per_window(encoder, windows),
+        "ctranslate2": _seconds_per_window(candidate.ct2_encode, windows),
+    }
+    release_freed_memory()  # the timing's scratch, so the run's memory figures start clean
+    record.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(record, json.dumps({"seconds_per_window": timed, "graph": graph.name}))
+    return timed
+
+
+def _seconds_per_window(encode: Callable[[np.ndarray], object], windows: np.ndarray) -> float:
+    encode(windows[:1])  # warm-up: first-call allocations and kernel choice
+    best = float("inf")
+    for _ in range(2):
+        start = time.perf_counter()
+        encode(windows)
+        best = min(best, time.perf_counter() - start)
+    return best / len(windows)
+
+
+def _mels(encoder: OnnxEncoder) -> int:
+    return int(encoder.session.get_inputs()[0].shape[1])
+
+
+def _machine_key(graph: Path, candidate: Candidate) -> str:
+    """What the timing depends on: the graph, the CPU, the threads, both engines' releases
+    and the CTranslate2 path chosen by environment (MKL or oneDNN, instruction set)."""
+    import ctranslate2
+    import onnxruntime
+
+    parts = [
+        f"v{_CHOICE_VERSION}",
+        graph.name,
+        cpu_name(),
+        str(candidate.threads),
+        candidate.compute_type,
+        ctranslate2.__version__,
+        onnxruntime.__version__,
+        os.environ.get("CT2_USE_MKL", ""),
+        os.environ.get("CT2_FORCE_CPU_ISA", ""),
+    ]
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]

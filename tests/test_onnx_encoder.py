@@ -1,0 +1,154 @@
+"""The encoder graph written from a CTranslate2 model's weights, run on onnxruntime in place
+of CTranslate2's own encoder (kvscribe/models/onnx_encoder.py,
+backends/ctranslate2/encoder.py): the same function, the same int8 error, a choice timed
+once per machine and kept, and the transcript either way."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    from kvscribe import models
+
+    return models.resolve(None, ("ctranslate2",))
+
+
+@pytest.fixture(scope="module")
+def jfk_features(embedded):
+    """JFK's log-mel, padded to one 30 s window, [1, n_mels, 3000]."""
+    from faster_whisper import WhisperModel
+
+    from kvscribe.adapters import faster_whisper as adapter
+    from kvscribe.audio import load_audio
+
+    engine = WhisperModel(str(embedded.path), device="cpu", compute_type="int8", cpu_threads=2)
+    return adapter.window_features(engine, load_audio(SAMPLE))[None]
+
+
+def _ct2_encoded(model_dir, compute_type: str, features: np.ndarray) -> np.ndarray:
+    import ctranslate2
+
+    model = ctranslate2.models.Whisper(str(model_dir), device="cpu", compute_type=compute_type)
+    storage = ctranslate2.StorageView.from_array(np.ascontiguousarray(features))
+    return np.asarray(model.encode(storage, to_cpu=True))
+
+
+def _graph_encoded(embedded, tmp_path, precision: str, features: np.ndarray) -> np.ndarray:
+    from kvscribe.backends.ctranslate2.encoder import OnnxEncoder
+    from kvscribe.models import onnx_encoder
+
+    graph = onnx_encoder.write(embedded.path, tmp_path / f"{precision}.onnx", precision)
+    return OnnxEncoder(graph, threads=2, precision=precision)(features)
+
+
+@pytest.mark.parametrize("frames", [3000, 1000])
+def test_the_float32_graph_computes_ctranslate2s_encoder(embedded, jfk_features, tmp_path, frames):
+    """Any window up to 30 s (live mode encodes shorter ones): the positional embedding is
+    sliced to the frames given, as CTranslate2 slices it."""
+    features = np.ascontiguousarray(jfk_features[..., :frames])
+    ours = _graph_encoded(embedded, tmp_path, "float32", features)
+    theirs = _ct2_encoded(embedded.path, "float32", features)
+    assert ours.shape == theirs.shape == (1, frames // 2, 384)
+    assert np.abs(ours - theirs).max() < 1e-3 * np.abs(theirs).max()
+
+
+def test_the_int8_graph_errs_as_little_as_ctranslate2s_int8(embedded, jfk_features, tmp_path):
+    """Per-row activation scales, as CTranslate2 quantizes: onnxruntime's own dynamic
+    quantization (one scale per matrix) had twice CTranslate2's error on this window."""
+    exact = _ct2_encoded(embedded.path, "float32", jfk_features)
+    ours = np.abs(_graph_encoded(embedded, tmp_path, "int8", jfk_features) - exact).mean()
+    theirs = np.abs(_ct2_encoded(embedded.path, "int8", jfk_features) - exact).mean()
+    assert 0 < ours < 1.3 * theirs, (ours, theirs)
+
+
+def test_the_graph_is_written_whole_or_not_at_all(embedded, tmp_path, monkeypatch):
+    """A write that fails part-way leaves neither the graph nor its staging file."""
+    import onnx
+
+    from kvscribe.models import onnx_encoder
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(onnx, "save", disk_full)
+    with pytest.raises(OSError):
+        onnx_encoder.write(embedded.path, tmp_path / "int8.onnx", "int8")
+    assert list(tmp_path.iterdir()) == []
+
+
+def _loaded(setting: str | None):
+    """The ctranslate2 backend, loaded afresh, with `[ctranslate2] encoder = setting` (None:
+    the key left out)."""
+    from kvscribe import profile
+    from tests import loaded
+
+    chosen = profile.load("cpu-laptop")
+    section = dict(chosen.settings_for("ctranslate2"))
+    section.pop("encoder", None)
+    if setting is not None:
+        section["encoder"] = setting
+    return loaded.fresh("ctranslate2", backends={**chosen.backends, "ctranslate2": section})
+
+
+def test_auto_times_both_encoders_once_and_keeps_the_choice(tmp_path, monkeypatch):
+    from kvscribe.backends.ctranslate2.encoder import OnnxEncodedModel
+    from kvscribe.paths import cache_dir
+
+    monkeypatch.setenv("KVSCRIBE_CACHE_DIR", str(tmp_path))
+    first = _loaded(None)  # a profile without the key: "auto"
+    row = first.describe_settings()["encoder"]
+    (record,) = (cache_dir() / "encoders").glob("*.json")
+    timed = json.loads(record.read_text(encoding="utf-8"))["seconds_per_window"]
+    assert set(timed) == {"onnxruntime", "ctranslate2"} and all(s > 0 for s in timed.values())
+    faster = min(timed, key=timed.get)
+    assert row.startswith(faster) and "measured on this machine" in row
+    assert isinstance(first.engine.model, OnnxEncodedModel) == (faster == "onnxruntime")
+
+    # The kept record decides the next load: made to say the other way, it is obeyed.
+    slower = max(timed, key=timed.get)
+    swapped = {faster: timed[slower], slower: timed[faster]}
+    record.write_text(json.dumps({"seconds_per_window": swapped}), encoding="utf-8")
+    second = _loaded("auto")
+    assert second.describe_settings()["encoder"].startswith(slower)
+    assert isinstance(second.engine.model, OnnxEncodedModel) == (slower == "onnxruntime")
+
+
+@pytest.mark.parametrize("setting", ["onnxruntime", "ctranslate2"])
+def test_either_encoder_transcribes_jfk(setting):
+    from kvscribe.audio import load_audio
+    from kvscribe.backends.ctranslate2.encoder import OnnxEncodedModel
+    from kvscribe.contract import DecodeRequest
+
+    backend = _loaded(setting)
+    assert isinstance(backend.engine.model, OnnxEncodedModel) == (setting == "onnxruntime")
+    assert backend.describe_settings()["encoder"].startswith(setting)
+    run = backend.transcribe(load_audio(SAMPLE), DecodeRequest())
+    assert wer(SAMPLE_TEXT, " ".join(s.text for s in run.segments)) < 0.1
+
+
+def test_a_bad_encoder_setting_is_a_one_line_usage_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSCRIBE_CONFIG_DIR", str(tmp_path))
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "mine.toml").write_text('[ctranslate2]\nencoder = "gpu"\n')
+    result = run_cli(SAMPLE, "--profile", "mine")
+    assert result.code == 2, result.stderr
+    assert "encoder" in result.stderr and "auto" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_no_chunk_is_denied_the_tokens_a_full_window_allows():
+    """The token bound by audio length (kvscribe.decoding.tokens_heard) only cuts what a
+    chunk's seconds cannot hold: a full 30 s chunk keeps Whisper's 224 new tokens."""
+    from kvscribe.decoding import tokens_heard
+
+    assert tokens_heard(30.0) >= 448 // 2
+    assert tokens_heard(1.0) < 448 // 4
