@@ -5,7 +5,9 @@ process as a user would start it (interpreter start, imports, model load, decode
         [--threads 2] [--out longform_peers] [--made DIR]
 
 With --made DIR, recordings made by eval/realform/make_asterisk.py into DIR join the clips.
-Each run also counts the reference words lost in runs of five or more (`lost_in_runs`).
+Each run also counts the reference words lost in runs of five or more (`lost_in_runs`), and
+kvscribe's runs keep their `--stats-json` time by stage and cores busy (a table of the
+median run's).
 
 Configurations (CONFIGS):
 - fw-sequential: benchmarks/peers/faster_whisper_cli.py --mode sequential
@@ -16,6 +18,7 @@ Configurations (CONFIGS):
 - kvscribe-default: `kvscribe AUDIO -f txt` (profile auto = cpu-laptop on CPU: ctranslate2
   int8, beam 5, batch 8 on files over 30 s).
 - kvscribe-batch1: the same with --batch-size 1 (sequential, previous-text prompts).
+- kvscribe-default-srt: the default writing SRT (`-f srt`) instead of plain text.
 - kvscribe-default-ct2-encoder, kvscribe-batch1-ct2-encoder: either with CTranslate2's
   own encoder (a profile with `[ctranslate2] encoder = "ctranslate2"`) instead of the one
   `encoder = "auto"` measured faster on the machine.
@@ -54,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -160,6 +164,8 @@ CONFIGS |= {
 # measured faster (backends/ctranslate2/encoder.py), through a profile of that name
 # (made in a temporary config folder: encoder_profile_folder)
 CONFIGS["kvscribe-default-ct2-encoder"] = ("kvscribe", ["--profile", "ct2-encoder"])
+# the default writing SRT (segment times) instead of plain text
+CONFIGS["kvscribe-default-srt"] = ("kvscribe", ["-f", "srt"])
 CONFIGS["kvscribe-batch1-ct2-encoder"] = (
     "kvscribe",
     ["--profile", "ct2-encoder", "--batch-size", "1"],
@@ -213,7 +219,8 @@ def command(config: str, clip: Clip, threads: int) -> list[str]:
         peer = [sys.executable, str(PEER), str(clip.path), "--model-dir", model_dir]
         return [*peer, "--beam-size", "5", *shared]
     kvscribe = [sys.executable, "-c", FULL_EXIT] if engine == "kvscribe-full-exit" else [KVSCRIBE]
-    return [*kvscribe, str(clip.path), "--model", clip.model, "-f", "txt", "-q", *shared]
+    output = [] if "-f" in flags else ["-f", "txt"]
+    return [*kvscribe, str(clip.path), "--model", clip.model, *output, "-q", *shared]
 
 
 def text_of(config: str, stdout: str) -> str:
@@ -222,6 +229,8 @@ def text_of(config: str, stdout: str) -> str:
     lines = [line for line in stdout.splitlines() if line.strip()]
     if CONFIGS[config][0] == "fw":
         lines = [line.split("\t", 2)[2] for line in lines]
+    if "srt" in CONFIGS[config][1]:  # cue numbers and times left out
+        lines = [line for line in lines if not line.strip().isdigit() and "-->" not in line]
     return " ".join(line.strip() for line in lines)
 
 
@@ -230,9 +239,16 @@ def timed_run(config: str, clip: Clip, threads: int) -> dict:
     resident memory."""
     argv = command(config, clip, threads)
     environment = os.environ | environment_of(config)
-    returncode, stdout, stderr, seconds, peak_rss = _run_process(argv, environment)
+    with tempfile.TemporaryDirectory() as folder:
+        stats = Path(folder) / "stats.json"
+        if CONFIGS[config][0] != "fw":  # kvscribe's own figures: time by stage, cores busy
+            argv = [*argv, "--stats-json", str(stats)]
+        returncode, stdout, stderr, seconds, peak_rss = _run_process(argv, environment)
+        figures = json.loads(stats.read_text()) if stats.is_file() else {}
     run = {"clip": clip.name, "config": config, "seconds": seconds, "returncode": returncode}
     run["peak_rss_mb"] = peak_rss
+    run["stage_seconds"] = figures.get("stage_seconds")
+    run["cores_busy"] = figures.get("cores_busy")
     if returncode:
         run["error"] = stderr[-2000:]
         return run

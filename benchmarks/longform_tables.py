@@ -31,12 +31,43 @@ def summarise(clips: list, configs: list[str], runs: list[dict]) -> list[dict]:
                     if good
                     else None,
                     "wer": good[0]["wer"] if good else None,
+                    **_median_run_figures(good),
                     "texts_identical": len({r["text"] for r in good}) <= 1,
                     "text": good[0]["text"] if good else None,
                 }
             )
     _add_ratios(rows)
     return rows
+
+
+def _median_run_figures(good: list[dict]) -> dict:
+    """The run of median seconds' time by stage and cores busy (kvscribe's runs only)."""
+    if not good or good[0].get("cores_busy") is None:
+        return {}
+    ordered = sorted(good, key=lambda r: r["seconds"])
+    middle = ordered[(len(ordered) - 1) // 2]
+    return {"stage_seconds": middle.get("stage_seconds"), "cores_busy": middle["cores_busy"]}
+
+
+def stages_markdown(rows: list[dict]) -> list[str]:
+    """Where kvscribe's time went, per clip and configuration (the median run's)."""
+    timed = [r for r in rows if r.get("cores_busy") is not None]
+    if not timed:
+        return []
+    names = list(dict.fromkeys(k for r in timed for k in (r.get("stage_seconds") or {})))
+    lines = [
+        "",
+        "kvscribe's time by stage (s, the median run's `--stats-json`; the rest of the process: "
+        "start-up, model load, output) and cores busy (CPU seconds over wall seconds times cores):",
+        "",
+        "| clip | config | " + " | ".join(names) + " | cores busy |",
+        "|---|---|" + "---|" * len(names) + "---|",
+    ]
+    for r in timed:
+        stages = r.get("stage_seconds") or {}
+        cells = " | ".join(_cell(stages.get(n), ".2f") for n in names)
+        lines.append(f"| {r['clip']} | {r['config']} | {cells} | {r['cores_busy']:.0%} |")
+    return lines
 
 
 def _add_ratios(rows: list[dict]) -> None:
@@ -91,4 +122,4 @@ def markdown(rows: list[dict], pooled: list[dict], repeat: int, threads: int) ->
             f"| {p['config']} | {p['pooled_wer']:.3f} | {p['median_seconds_total']:.2f} |"
             for p in pooled
         ]
-    return "\n".join(lines)
+    return "\n".join(lines + stages_markdown(rows))

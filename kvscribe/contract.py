@@ -6,7 +6,9 @@ the `Backend` class and re-exports them for plug-ins written against it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,6 +155,19 @@ class DecoderReport:
     engine_timings_ms: dict[str, float] = field(default_factory=dict)
     engine_runs: dict[str, int] = field(default_factory=dict)
     engine_peak_rss_bytes: int | None = None
+    # Wall seconds by stage, where a backend times its own ("encoder", "decoder", ...):
+    # summed over the calls, on the thread that ran the stage (replicas run inside it).
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Time the block as stage `name` (added to what that stage took before)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - start
+            self.stage_seconds[name] = self.stage_seconds.get(name, 0.0) + elapsed
 
     @property
     def kv_estimated(self) -> bool:

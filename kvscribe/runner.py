@@ -19,6 +19,7 @@ from kvscribe.devices import device_for
 from kvscribe.errors import KvscribeError, UsageError
 from kvscribe.inputs import Input
 from kvscribe.machine import hardware
+from kvscribe.machine.capacity import process_cpu_seconds
 from kvscribe.machine.memtrace import HeapTrimmer, MemoryTrace
 from kvscribe.options import EngineOptions, TranscribeOptions
 from kvscribe.stats import FileStats, RunStats
@@ -53,6 +54,7 @@ class EngineChoice(Protocol):
 def load_backend(opts: EngineChoice) -> tuple[Backend, RunStats]:
     """Resolve profile, model and backend, and load the model (raises KvscribeError)."""
     run_started = time.perf_counter()  # wall time counts engine checks and model set-up too
+    cpu_started = process_cpu_seconds()
     backend_cls = registry.get(opts.backend)
     profile = profiles.load(opts.profile)
     if opts.kv_policy is not None or opts.kv_cross is not None:
@@ -71,7 +73,12 @@ def load_backend(opts: EngineChoice) -> tuple[Backend, RunStats]:
     model = models.resolve(opts.model, backend_cls.capabilities.model_formats)
     label = profile.name + (f" ({profile.chosen_by})" if profile.chosen_by else "")
     stats = RunStats(
-        backend=opts.backend, profile=label, model=model.name, device=device, started=run_started
+        backend=opts.backend,
+        profile=label,
+        model=model.name,
+        device=device,
+        started=run_started,
+        cpu_started=cpu_started,
     )
     backend = backend_cls(model, profile, device)
     backend.load()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscribe.contract import DecoderReport
+from kvscribe.machine.capacity import process_cpu_seconds, usable_cores
 from kvscribe.machine.memtrace import MemoryTrace, peak_rss_bytes
 from kvscribe.provenance import ESTIMATED, MEASURED, make_provenance, weakest_provenance
 
@@ -84,9 +85,16 @@ class RunStats:
     finished: float | None = None
     worker_peak_rss: int | None = None  # the largest worker process's (batch --jobs N)
     notes: list[str] = field(default_factory=list)  # e.g. why the device differs from the asked
+    # This process's CPU seconds when the run started (process_cpu_seconds), where the run
+    # is the whole process's work (a command's files, not a server's request): what the
+    # cores-busy figure counts from. None: no such figure.
+    cpu_started: float | None = None
+    cpu_finished: float | None = None
 
     def finish(self) -> None:
         self.finished = time.perf_counter()
+        if self.cpu_started is not None:
+            self.cpu_finished = process_cpu_seconds()
 
     @property
     def wall_seconds(self) -> float:
@@ -95,6 +103,18 @@ class RunStats:
     @property
     def done(self) -> list[FileStats]:
         return [f for f in self.files if f.error is None and f.report is not None]
+
+    def _busy(self, wall: float) -> dict[str, Any]:
+        """CPU seconds over the run and the fraction of the usable cores they kept busy."""
+        if self.cpu_started is None or wall <= 0:
+            return {}
+        cpu = (self.cpu_finished or process_cpu_seconds()) - self.cpu_started
+        cores = usable_cores()
+        return {
+            "cpu_seconds": round(cpu, 3),
+            "cores": cores,
+            "cores_busy": round(cpu / (wall * cores), 3),
+        }
 
     def to_dict(self) -> dict[str, Any]:
         done = self.done
@@ -135,6 +155,8 @@ class RunStats:
             )
             or None,
             **_rss_over_time(done),
+            **self._busy(wall),
+            "stage_seconds": _stages(reports),
             **_engine_figures(reports),
             "files": [_file_dict(f) for f in self.files],
         }
@@ -177,6 +199,15 @@ def _percentile_ms(ordered: list[float], fraction: float) -> float | None:
         return None
     index = min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))
     return round(1000 * ordered[index], 2)
+
+
+def _stages(reports: list[DecoderReport]) -> dict[str, float]:
+    """Seconds by stage, summed over the files, in the order the stages first ran."""
+    stages: dict[str, float] = {}
+    for report in reports:
+        for name, seconds in report.stage_seconds.items():
+            stages[name] = stages.get(name, 0.0) + seconds
+    return {name: round(seconds, 3) for name, seconds in stages.items()}
 
 
 def _largest_sampled(done: list[FileStats]) -> int:

@@ -181,8 +181,8 @@ def test_a_phrase_the_decoder_skips_in_a_chunk_is_decoded_again(monkeypatch, ski
     whole = _joined_real_text()
     decode, calls = ct2_batched.decode_group, []
 
-    def skipping(plan, audios, group):
-        results = decode(plan, audios, group)
+    def skipping(plan, audios, group, clock=None):
+        results = decode(plan, audios, group, clock)
         calls.append([(c.start, c.end) for c in group])
         if len(calls) == 1 and len(results) > 1:  # the first batch: its second chunk
             words = results[1].words

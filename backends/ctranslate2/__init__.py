@@ -14,6 +14,7 @@ dimensions (the engine does not expose its cache): backends/ctranslate2/report.p
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -168,20 +169,23 @@ class CTranslate2Backend(Backend):
         from kvscribe.backends.ctranslate2 import batched as ct2_batched
 
         self._load_replicas()  # while the file is scanned for speech
+        chunking_started = time.perf_counter()
         chunks = speech_chunks(audio, batched_rules(request.vad))
+        chunking_seconds = time.perf_counter() - chunking_started
         # A group's unfinished tails are decoded after the group: keep its span readable.
         hold_history(audio, batch * MAX_SECONDS + MAX_SECONDS)
         language, probability = self._language_of(audio, chunks, request)
         replicas = self._load_replicas().result()
         plan, tokenizer = ct2_batched.setup(self.engine, language, request, beams, batch, replicas)
         report = self._batched_report(beams, request, batch, replicas.workers, len(chunks))
+        report.stage_seconds[ct2_batched.STAGE_CHUNKS] = chunking_seconds
 
         def stream() -> Iterator[Segment]:
             windows = WindowCounter(self.dims, conditioned=False)
             yield from decoded_segments(
                 chunks,
                 batch,
-                lambda group: ct2_batched.decode_group(plan, (audio,), group),
+                lambda group: ct2_batched.decode_group(plan, (audio,), group, report),
                 tokenizer.decode,
                 plan.fallback,
                 plan.word_timestamps,

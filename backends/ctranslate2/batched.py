@@ -18,6 +18,7 @@ On a CPU the rows of a batch are shared out over single-thread replicas of the m
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -29,12 +30,16 @@ from kvscribe.audio.stream import Samples
 from kvscribe.backends.ctranslate2.encoder import OnnxEncodedModel
 from kvscribe.backends.ctranslate2.replicas import Replicas, rows_of
 from kvscribe.chunking import Chunk
-from kvscribe.contract import DecodeRequest
+from kvscribe.contract import DecodeRequest, DecoderReport
 from kvscribe.decoding import Fallback, compression_ratio, per_row, tokens_heard
 from kvscribe.timing.aligned_chunks import AlignedChunk, on_original_clock
 from kvscribe.timing.timed_words import TimedWord
 
 MEDIAN_FILTER_WIDTH = 7  # openai-whisper's smoothing of the alignment heads' weights
+# The stages a batched run times (the stats' "time by stage"); speech chunks are timed by
+# the backend, before any group.
+STAGE_CHUNKS, STAGE_FEATURES, STAGE_ENCODER = "speech chunks", "features", "encoder"
+STAGE_DECODER, STAGE_ALIGNMENT = "decoder", "alignment"
 
 
 @dataclass(frozen=True)
@@ -88,17 +93,28 @@ def chunk_features(engine, audio: Samples, chunk: Chunk) -> np.ndarray:
 
 
 def decode_group(
-    plan: BatchSetup, audios: Sequence[Samples], group: list[Chunk]
+    plan: BatchSetup,
+    audios: Sequence[Samples],
+    group: list[Chunk],
+    clock: DecoderReport | None = None,
 ) -> list[AlignedChunk]:
     """Encode and decode `group` (at most `plan.batch` chunks, each of `audios[chunk.source]`)
     in one batch; chunks whose decode fails the fallback rule are decoded again, together,
-    at the next temperature."""
-    features = np.stack(
-        [chunk_features(plan.engine, audios[chunk.source], chunk) for chunk in group]
-    )
-    encoded = encode_windows(plan.replicas, features)
-    decoded = _with_fallback(plan, encoded, group)
-    return _aligned(plan, encoded, group, decoded)
+    at the next temperature. `clock`: the report whose stage times this call adds to."""
+
+    def stage(name: str):
+        return clock.stage(name) if clock is not None else contextlib.nullcontext()
+
+    with stage(STAGE_FEATURES):
+        features = np.stack(
+            [chunk_features(plan.engine, audios[chunk.source], chunk) for chunk in group]
+        )
+    with stage(STAGE_ENCODER):
+        encoded = encode_windows(plan.replicas, features)
+    with stage(STAGE_DECODER):
+        decoded = _with_fallback(plan, encoded, group)
+    with stage(STAGE_ALIGNMENT):
+        return _aligned(plan, encoded, group, decoded)
 
 
 def encode_windows(replicas: Replicas, features: np.ndarray):

@@ -175,6 +175,25 @@ def figures_table(title: str, rows: list[tuple[str, str]]) -> Table:
     return table
 
 
+def _time_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """Where the time went: by stage, where the backend times its stages, and how busy the
+    cores were over the run."""
+    rows = []
+    stages = report.get("stage_seconds") or {}
+    if stages:
+        rows.append(("time by stage", ", ".join(f"{k} {v:.2f}" for k, v in stages.items()) + " s"))
+    if report.get("cores_busy") is not None:
+        busy, cores = report["cores_busy"], report["cores"]
+        rows.append(
+            (
+                "cores busy",
+                f"{busy * cores:.2f} of {cores} ({busy:.0%}): "
+                f"{report['cpu_seconds']:.2f} CPU s over the wall time",
+            )
+        )
+    return rows
+
+
 def stats_table(report: dict[str, Any]) -> Table:
     """The run's figures as a two-column table (the same numbers --stats-json writes)."""
     rtf = report["real_time_factor"]
@@ -197,6 +216,7 @@ def stats_table(report: dict[str, Any]) -> Table:
             else f"{report['ms_per_token_incl_encoder']:.1f}",
         ),
         *_measured_decoder_rows(report),
+        *_time_rows(report),
         *kv_rows(report),
         ("peak RSS", human_bytes(report["peak_rss_bytes"])),
         *_rss_rows(report),

@@ -22,6 +22,13 @@ def available_memory_bytes() -> int | None:
         return None
 
 
+def process_cpu_seconds() -> float:
+    """CPU seconds this process has used (user and system, every thread) and the child
+    processes it has waited for."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
 def usable_cores() -> int:
     """OMP_NUM_THREADS (a batch worker's share), else the cores this process may use."""
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():
