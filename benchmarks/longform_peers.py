@@ -186,7 +186,9 @@ def encoder_profile_folder() -> str:
     (folder / "profiles").mkdir()
     text = profile.available()["cpu-laptop"].read_text(encoding="utf-8")
     text = text.replace('name = "cpu-laptop"', 'name = "ct2-encoder"')
-    text = text.replace("[ctranslate2]\n", '[ctranslate2]\nencoder = "ctranslate2"\n')
+    text = text.replace('encoder = "auto"', 'encoder = "ctranslate2"')
+    if 'encoder = "ctranslate2"' not in text:
+        sys.exit("the cpu-laptop profile no longer sets `encoder`: update encoder_profile_folder")
     (folder / "profiles" / "ct2-encoder.toml").write_text(text, encoding="utf-8")
     return str(folder)
 
