@@ -67,7 +67,7 @@ class OnnxEncodedModel:
     """A CTranslate2 Whisper model whose `encode` runs on onnxruntime."""
 
     def __init__(self, model, encoder: OnnxEncoder):
-        self._model, self.encoder = model, encoder
+        self.ctranslate2_model, self.encoder = model, encoder
 
     def encode(self, features, to_cpu: bool = False):
         import ctranslate2
@@ -75,7 +75,7 @@ class OnnxEncodedModel:
         return ctranslate2.StorageView.from_array(self.encoder(np.asarray(features)))
 
     def __getattr__(self, name: str):
-        return getattr(self._model, name)
+        return getattr(self.ctranslate2_model, name)
 
 
 @dataclass(frozen=True)
