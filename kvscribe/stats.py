@@ -105,16 +105,9 @@ class RunStats:
         return [f for f in self.files if f.error is None and f.report is not None]
 
     def _busy(self, wall: float) -> dict[str, Any]:
-        """CPU seconds over the run and the fraction of the usable cores they kept busy."""
-        if self.cpu_started is None or wall <= 0:
+        if self.cpu_started is None:
             return {}
-        cpu = (self.cpu_finished or process_cpu_seconds()) - self.cpu_started
-        cores = usable_cores()
-        return {
-            "cpu_seconds": round(cpu, 3),
-            "cores": cores,
-            "cores_busy": round(cpu / (wall * cores), 3),
-        }
+        return cores_busy((self.cpu_finished or process_cpu_seconds()) - self.cpu_started, wall)
 
     def to_dict(self) -> dict[str, Any]:
         done = self.done
@@ -199,6 +192,19 @@ def _percentile_ms(ordered: list[float], fraction: float) -> float | None:
         return None
     index = min(len(ordered) - 1, max(0, round(fraction * len(ordered)) - 1))
     return round(1000 * ordered[index], 2)
+
+
+def cores_busy(cpu_seconds: float, wall: float) -> dict[str, Any]:
+    """CPU seconds over a run and the fraction of the usable cores they kept busy (file
+    runs and live sessions alike)."""
+    if wall <= 0:
+        return {}
+    cores = usable_cores()
+    return {
+        "cpu_seconds": round(cpu_seconds, 3),
+        "cores": cores,
+        "cores_busy": round(cpu_seconds / (wall * cores), 3),
+    }
 
 
 def _stages(reports: list[DecoderReport]) -> dict[str, float]:

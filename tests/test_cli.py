@@ -90,6 +90,22 @@ def test_one_format_without_a_folder_goes_to_stdout():
     assert wer(SAMPLE_TEXT, " ".join(c.content for c in srt.parse(result.stdout))) <= 0.1
 
 
+def test_a_batched_run_says_where_its_time_went(tmp_path, long_form_head):
+    """Time by stage and cores busy (docs/stats.md): the stages are parts of the transcribe
+    time, each took some, and the CPU seconds fit the cores the run had."""
+    path = tmp_path / "stats.json"
+    result = run_cli(long_form_head, "--stats-json", path, "-f", "txt")
+    assert result.code == 0, result.stderr
+    stats = json.loads(path.read_text())
+    stages = stats["stage_seconds"]
+    assert list(stages) == ["speech chunks", "features", "encoder", "decoder", "alignment"]
+    assert all(seconds > 0 for seconds in stages.values())
+    assert sum(stages.values()) <= stats["transcribe_seconds"] * 1.01
+    busy = stats["cpu_seconds"] / (stats["wall_seconds"] * stats["cores"])
+    assert 0 < stats["cores_busy"] == pytest.approx(busy, abs=0.002) and busy <= 1.05
+    assert "time by stage" in result.stderr and "cores busy" in result.stderr
+
+
 def test_stats_json_matches_the_run(tmp_path):
     path = tmp_path / "stats.json"
     # The first run on a machine times both encoders while the model loads

@@ -76,7 +76,10 @@ def test_replayed_file_commits_text_close_to_offline(tmp_path):
     assert stats["dropped_audio_seconds"] == 0 and stats["paced"] is False
     assert stats["audio_seconds"] == pytest.approx(11.0, abs=0.1)
     assert stats["kv_cross_bytes"] > 0 and stats["kv_self_peak_bytes"] > 0
+    busy = stats["cpu_seconds"] / (stats["wall_seconds"] * stats["cores"])
+    assert 0 < stats["cores_busy"] == pytest.approx(busy, abs=0.002) and busy <= 1.05
     assert "kvscribe live stats" in done.stderr.decode()
+    assert "cores busy" in done.stderr.decode()
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ from kvscribe.atomic_file import atomic_write_text
 from kvscribe.cli.live_parameters import PARAMETERS
 from kvscribe.cli.parameters import option_values, takes
 from kvscribe.cli.render import (
+    cores_busy_rows,
     exit_with,
     figures_table,
     human_bytes,
@@ -24,6 +25,7 @@ from kvscribe.cli.render import (
     stderr_console,
 )
 from kvscribe.errors import ExitCode
+from kvscribe.machine.capacity import process_cpu_seconds
 from kvscribe.options import LiveOptions
 from kvscribe.provenance import BYTES_UNIT
 
@@ -106,6 +108,7 @@ def _run(options: LiveOptions, console) -> int:
         notes=list(loaded.notes),
         settings=loaded.settings | {row.STREAMING: streaming.describe()},
         load_seconds=loaded.load_seconds,
+        cpu_started=process_cpu_seconds(),
     )
     transcript = TranscriptFile(options.output) if options.output is not None else None
     session = LiveSession(
@@ -190,6 +193,7 @@ def _live_rows(r: dict) -> list[tuple[str, str]]:
             f"{r['tails_read_again']} read on past words that stopped short of the speech)",
         ),
         ("dropped audio", secs(r["dropped_audio_seconds"])),
+        *cores_busy_rows(r),
         *kv_rows(r),
         ("peak RSS", human_bytes(r["peak_rss_bytes"])),
     ]

@@ -182,16 +182,16 @@ def _time_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     stages = report.get("stage_seconds") or {}
     if stages:
         rows.append(("time by stage", ", ".join(f"{k} {v:.2f}" for k, v in stages.items()) + " s"))
-    if report.get("cores_busy") is not None:
-        busy, cores = report["cores_busy"], report["cores"]
-        rows.append(
-            (
-                "cores busy",
-                f"{busy * cores:.2f} of {cores} ({busy:.0%}): "
-                f"{report['cpu_seconds']:.2f} CPU s over the wall time",
-            )
-        )
-    return rows
+    return rows + cores_busy_rows(report)
+
+
+def cores_busy_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """How busy the cores were over the run (file runs and live sessions)."""
+    if report.get("cores_busy") is None:
+        return []
+    busy, cores = report["cores_busy"], report["cores"]
+    figures = f"{busy * cores:.2f} of {cores} ({busy:.0%}): "
+    return [("cores busy", figures + f"{report['cpu_seconds']:.2f} CPU s over the wall time")]
 
 
 def stats_table(report: dict[str, Any]) -> Table:
