@@ -32,9 +32,10 @@ class AlignedChunk(ChunkResult):
     temperature: float = 0.0
     compression_ratio: float = 0.0
     words: tuple[TimedWord, ...] = ()  # aligned, on the original clock
-    # The decode stopped at its token bound (--max-new-tokens, or the window's), not at end
-    # of text: its words end where the bound fell, and the alignment spreads them over
-    # speech the decoder never read, so they cannot say what it skipped.
+    # The decode stopped at its token bound (--max-new-tokens, the window's, or what its
+    # audio can hold: kvscribe.decoding.tokens_heard), not at end of text: its words end
+    # where the bound fell, and the alignment spreads them over speech the decoder never
+    # read, so they cannot say what it skipped.
     cut_short: bool = False
 
     def implausible(self) -> bool:
