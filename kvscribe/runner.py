@@ -19,10 +19,9 @@ from kvscribe.devices import device_for
 from kvscribe.errors import KvscribeError, UsageError
 from kvscribe.inputs import Input
 from kvscribe.machine import hardware
-from kvscribe.machine.capacity import process_cpu_seconds
 from kvscribe.machine.memtrace import HeapTrimmer, MemoryTrace
 from kvscribe.options import EngineOptions, TranscribeOptions
-from kvscribe.stats import FileStats, RunStats
+from kvscribe.stats import CpuClock, FileStats, RunStats
 from kvscribe.types import Segment, Transcript
 from kvscribe.writers import write_outputs
 
@@ -54,7 +53,7 @@ class EngineChoice(Protocol):
 def load_backend(opts: EngineChoice) -> tuple[Backend, RunStats]:
     """Resolve profile, model and backend, and load the model (raises KvscribeError)."""
     run_started = time.perf_counter()  # wall time counts engine checks and model set-up too
-    cpu_started = process_cpu_seconds()
+    cpu = CpuClock()
     backend_cls = registry.get(opts.backend)
     profile = profiles.load(opts.profile)
     if opts.kv_policy is not None or opts.kv_cross is not None:
@@ -78,7 +77,7 @@ def load_backend(opts: EngineChoice) -> tuple[Backend, RunStats]:
         model=model.name,
         device=device,
         started=run_started,
-        cpu_started=cpu_started,
+        cpu=cpu,
     )
     backend = backend_cls(model, profile, device)
     backend.load()

@@ -85,16 +85,14 @@ class RunStats:
     finished: float | None = None
     worker_peak_rss: int | None = None  # the largest worker process's (batch --jobs N)
     notes: list[str] = field(default_factory=list)  # e.g. why the device differs from the asked
-    # This process's CPU seconds when the run started (process_cpu_seconds), where the run
-    # is the whole process's work (a command's files, not a server's request): what the
-    # cores-busy figure counts from. None: no such figure.
-    cpu_started: float | None = None
-    cpu_finished: float | None = None
+    # Where the run is the whole process's work (a command's files, not a server's
+    # request): the CPU it used, for the cores-busy figure. None: no such figure.
+    cpu: CpuClock | None = None
 
     def finish(self) -> None:
         self.finished = time.perf_counter()
-        if self.cpu_started is not None:
-            self.cpu_finished = process_cpu_seconds()
+        if self.cpu is not None:
+            self.cpu.stop()
 
     @property
     def wall_seconds(self) -> float:
@@ -103,11 +101,6 @@ class RunStats:
     @property
     def done(self) -> list[FileStats]:
         return [f for f in self.files if f.error is None and f.report is not None]
-
-    def _busy(self, wall: float) -> dict[str, Any]:
-        if self.cpu_started is None:
-            return {}
-        return cores_busy((self.cpu_finished or process_cpu_seconds()) - self.cpu_started, wall)
 
     def to_dict(self) -> dict[str, Any]:
         done = self.done
@@ -148,7 +141,7 @@ class RunStats:
             )
             or None,
             **_rss_over_time(done),
-            **self._busy(wall),
+            **(self.cpu.figures(wall) if self.cpu is not None else {}),
             "stage_seconds": _stages(reports),
             **_engine_figures(reports),
             "files": [_file_dict(f) for f in self.files],
@@ -194,17 +187,28 @@ def _percentile_ms(ordered: list[float], fraction: float) -> float | None:
     return round(1000 * ordered[index], 2)
 
 
-def cores_busy(cpu_seconds: float, wall: float) -> dict[str, Any]:
-    """CPU seconds over a run and the fraction of the usable cores they kept busy (file
-    runs and live sessions alike)."""
-    if wall <= 0:
-        return {}
-    cores = usable_cores()
-    return {
-        "cpu_seconds": round(cpu_seconds, 3),
-        "cores": cores,
-        "cores_busy": round(cpu_seconds / (wall * cores), 3),
-    }
+@dataclass
+class CpuClock:
+    """The CPU seconds this process uses from its start (process_cpu_seconds) to `stop()`,
+    and the fraction of the usable cores they kept busy over a wall time (file runs and
+    live sessions alike)."""
+
+    started: float = field(default_factory=process_cpu_seconds)
+    stopped: float | None = None
+
+    def stop(self) -> None:
+        self.stopped = process_cpu_seconds()
+
+    def figures(self, wall: float) -> dict[str, Any]:
+        if wall <= 0:
+            return {}
+        cpu = (self.stopped if self.stopped is not None else process_cpu_seconds()) - self.started
+        cores = usable_cores()
+        return {
+            "cpu_seconds": round(cpu, 3),
+            "cores": cores,
+            "cores_busy": round(cpu / (wall * cores), 3),
+        }
 
 
 def _stages(reports: list[DecoderReport]) -> dict[str, float]:

@@ -139,7 +139,7 @@ def test_silence_says_nothing_by_default(ct2_backend, make):
 
 
 def test_unspoken_text_rule():
-    from kvscribe.backends.ctranslate2 import unspoken
+    from kvscribe.decoding import unspoken
 
     rule = Fallback()
     assert unspoken(rule, 0.97, 0.6, " Thank you.")  # sampled text in a silent window

@@ -38,11 +38,11 @@ from kvscribe.contract import (
     DecoderReport,
     Transcription,
 )
-from kvscribe.decoding import SAMPLING_SEED, Fallback, unspoken
+from kvscribe.decoding import SAMPLING_SEED, Fallback
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.models.ct2_file import whisper_dims
 from kvscribe.timing.aligned_chunks import decoded_segments, shared_segments
-from kvscribe.types import Segment, Word
+from kvscribe.types import Segment
 
 _SETTINGS = {
     "compute_type": str,
@@ -331,7 +331,6 @@ class CTranslate2Backend(Backend):
     def _choose_encoder(self) -> str:
         """Run the encoder on onnxruntime where the profile says so or, by default, where it
         measures faster here (backends/ctranslate2/encoder.py); the stats row saying which."""
-        from kvscribe.adapters import faster_whisper as adapter
         from kvscribe.backends.ctranslate2 import encoder
 
         candidate = encoder.Candidate(
@@ -341,13 +340,9 @@ class CTranslate2Backend(Backend):
             self._cpu_threads(),
             self._encode_on_ctranslate2,
         )
-        choice = encoder.choose(self.settings.get("encoder", "auto"), self.device, candidate)
-        if choice.encoder is not None:
-            # in place: the replicas' `whole` engine is this one
-            adapter.install_model(
-                self.engine, encoder.OnnxEncodedModel(self.engine.model, choice.encoder)
-            )
-        return choice.row
+        return encoder.install(
+            self.engine, self.settings.get("encoder", "auto"), self.device, candidate
+        )
 
     def _encode_on_ctranslate2(self, windows) -> None:
         """CTranslate2's encoder over `windows` as the batched chunks run it."""
@@ -400,31 +395,5 @@ class CTranslate2Backend(Backend):
         fallback: Fallback,
     ) -> Iterator[Segment]:
         windows = WindowCounter(self.dims, conditioned)
-        kept = 0
-        for seg in raw:
-            windows.add(seg.seek, len(seg.tokens))
-            if unspoken(fallback, seg.no_speech_prob, seg.temperature, seg.text):
-                continue
-            kept += 1
-            yield Segment(
-                kept - 1,
-                float(seg.start),
-                float(seg.end),
-                seg.text,
-                tuple(seg.tokens),
-                seg.avg_logprob,
-                seg.no_speech_prob,
-                windows.count - 1,
-                seek=int(seg.seek),
-                temperature=float(seg.temperature),
-                compression_ratio=float(seg.compression_ratio),
-                words=tuple(_word(w) for w in seg.words or ()),
-            )
+        yield from ct2_stream.segments(raw, windows, fallback)
         ct2_report.count_windows(report, self._basis(), windows, beams)
-
-
-# -- request fields to faster-whisper's arguments ----------------------------------------
-
-
-def _word(word) -> Word:
-    return Word(float(word.start), float(word.end), word.word, float(word.probability))

@@ -138,6 +138,18 @@ def choose(setting: str, device: str, candidate: Candidate) -> Choice:
     return Choice(None, f"ctranslate2 (onnxruntime {precision}: {figures})")
 
 
+def install(engine, setting: str, device: str, candidate: Candidate) -> str:
+    """Choose the encoder (choose) and, where it is onnxruntime's, put it into `engine` (a
+    faster_whisper.WhisperModel) in place, so every copy sharing it (the replicas' `whole`
+    engine) encodes there too. Returns the stats row."""
+    from kvscribe.adapters import faster_whisper as adapter
+
+    choice = choose(setting, device, candidate)
+    if choice.encoder is not None:
+        adapter.install_model(engine, OnnxEncodedModel(engine.model, choice.encoder))
+    return choice.row
+
+
 def cached_graph(model_dir: Path, model_name: str, precision: str) -> Path:
     """The encoder graph of this model and precision, written once into the cache (keyed
     by the weights' content and the writer's version)."""

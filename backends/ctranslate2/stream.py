@@ -28,11 +28,16 @@ the input's length (`np.broadcast_to`: an ndarray with the right shape, no sampl
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.audio.stream import Samples
 from kvscribe.audio.streamed_mel import NumpyFrontEnd, StreamedMel
+from kvscribe.backends.ctranslate2.windows import WindowCounter
+from kvscribe.decoding import Fallback, unspoken
+from kvscribe.types import Segment, Word
 
 _DEFAULT_PADDING = 160  # FeatureExtractor.__call__'s, which NumpyFrontEnd reproduces
 
@@ -72,3 +77,32 @@ class _FeaturesFor:
 
     def __getattr__(self, name: str):
         return getattr(self._extractor, name)
+
+
+def segments(raw: Iterator, windows: WindowCounter, fallback: Fallback) -> Iterator[Segment]:
+    """faster-whisper's segments as kvscribe's, numbered from 0, each counted in `windows`;
+    those the model itself judges unspoken (kvscribe.decoding.unspoken) left out."""
+    kept = 0
+    for seg in raw:
+        windows.add(seg.seek, len(seg.tokens))
+        if unspoken(fallback, seg.no_speech_prob, seg.temperature, seg.text):
+            continue
+        kept += 1
+        yield Segment(
+            kept - 1,
+            float(seg.start),
+            float(seg.end),
+            seg.text,
+            tuple(seg.tokens),
+            seg.avg_logprob,
+            seg.no_speech_prob,
+            windows.count - 1,
+            seek=int(seg.seek),
+            temperature=float(seg.temperature),
+            compression_ratio=float(seg.compression_ratio),
+            words=tuple(_word(w) for w in seg.words or ()),
+        )
+
+
+def _word(word) -> Word:
+    return Word(float(word.start), float(word.end), word.word, float(word.probability))

@@ -25,9 +25,9 @@ from kvscribe.cli.render import (
     stderr_console,
 )
 from kvscribe.errors import ExitCode
-from kvscribe.machine.capacity import process_cpu_seconds
 from kvscribe.options import LiveOptions
 from kvscribe.provenance import BYTES_UNIT
+from kvscribe.stats import CpuClock
 
 
 @takes(PARAMETERS)
@@ -108,7 +108,7 @@ def _run(options: LiveOptions, console) -> int:
         notes=list(loaded.notes),
         settings=loaded.settings | {row.STREAMING: streaming.describe()},
         load_seconds=loaded.load_seconds,
-        cpu_started=process_cpu_seconds(),
+        cpu=CpuClock(),
     )
     transcript = TranscriptFile(options.output) if options.output is not None else None
     session = LiveSession(

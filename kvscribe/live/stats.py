@@ -7,10 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscribe.contract import DecoderReport
-from kvscribe.machine.capacity import process_cpu_seconds
 from kvscribe.machine.memtrace import MAX_SAMPLES as _MAX_SAMPLES
 from kvscribe.machine.memtrace import current_rss_bytes, peak_rss_bytes
-from kvscribe.stats import KvTally, cores_busy
+from kvscribe.stats import CpuClock, KvTally
 
 
 def percentile(values: list[float], fraction: float) -> float | None:
@@ -46,10 +45,9 @@ class LiveStats:
     memory: list[tuple[float, int]] = field(default_factory=list)  # (audio seconds, RSS bytes)
     started: float = field(default_factory=time.perf_counter)
     finished: float | None = None
-    # The process's CPU seconds at the start (process_cpu_seconds), where the session is the
-    # process's whole work (`kvscribe mic`, not a server's session): the cores-busy figure.
-    cpu_started: float | None = None
-    cpu_finished: float | None = None
+    # Where the session is the process's whole work (`kvscribe mic`, not a server's
+    # session): the CPU it used, for the cores-busy figure.
+    cpu: CpuClock | None = None
 
     def record_utterance(self, latency: float, committed_at_pause: bool) -> None:
         self.utterances += 1
@@ -78,14 +76,9 @@ class LiveStats:
 
     def finish(self) -> None:
         self.finished = time.perf_counter()
-        if self.cpu_started is not None:
-            self.cpu_finished = process_cpu_seconds()
+        if self.cpu is not None:
+            self.cpu.stop()
         self.sample_memory()
-
-    def _cores_busy(self, wall: float) -> dict[str, Any]:
-        if self.cpu_started is None:
-            return {}
-        return cores_busy((self.cpu_finished or process_cpu_seconds()) - self.cpu_started, wall)
 
     def memory_growth(self) -> tuple[int, int] | None:
         """RSS after the first utterances had warmed the engine up (the sample a quarter into
@@ -111,7 +104,7 @@ class LiveStats:
             "wall_seconds": round(wall, 3),
             "busy_seconds": round(self.busy_seconds, 3),
             "real_time_factor": _ratio(self.busy_seconds, self.audio_seconds),
-            **self._cores_busy(wall),
+            **(self.cpu.figures(wall) if self.cpu is not None else {}),
             "dropped_audio_seconds": round(self.dropped_seconds, 3),
             "utterances": self.utterances,
             "latency_p50_seconds": _rounded(percentile(self.latencies, 0.5)),
