@@ -317,8 +317,8 @@ class Scheduler:
             job.sink(Started(run.language, run.language_probability))
             for segment in segments:
                 job.sink(Decoded(segment))
+            self._decoded(job)  # counted before the answer: a client may read /metrics next
             job.sink(Finished(run.report, elapsed * job.seconds / total, elapsed))
-            self._decoded(job)
 
     def _group_done(self, lane: _Lane) -> None:
         """The group's rows are gone (decoded, or failed one by one): its bytes go back."""
@@ -354,8 +354,8 @@ class Scheduler:
                 segment = next(running.segments)
             except StopIteration:
                 elapsed = time.perf_counter() - running.started
+                self._decoded(job)  # counted before the answer, as above
                 job.sink(Finished(running.report, elapsed, running.first))
-                self._decoded(job)
                 self._leave(lane, running)
                 continue
             except Exception:
