@@ -239,24 +239,31 @@ def _aligned(
 
 
 def _alignments(plan: BatchSetup, encoded, tokens: list[list[int]], frames: list[int]) -> list:
-    """CTranslate2's alignment of each row, the rows shared out over the replicas."""
+    """CTranslate2's alignment of each row, the rows shared out over the replicas. On a CPU
+    each row is aligned in a call of its own: a call of several rows pads them all to the
+    longest text and filters and aligns the padding too (tiny.en, 4 rows of 13-73 tokens on
+    one thread: 0.28-0.34 s together, 0.15-0.18 s one at a time)."""
     replicas = plan.replicas
+    alone = encoded.device == "cpu"
+
+    def align(engine, share: list[int]) -> list:
+        calls = [[row] for row in share] if alone else [share]
+        found = []
+        for rows in calls:
+            found += adapter.align(
+                engine,
+                plan.tokenizer,
+                [tokens[row] for row in rows],
+                encoded if len(rows) == len(tokens) else rows_of(encoded, rows),
+                [frames[row] for row in rows],
+                MEDIAN_FILTER_WIDTH,
+            )
+        return found
+
     if not replicas.split(len(tokens)):
-        return adapter.align(
-            plan.engine, plan.tokenizer, tokens, encoded, frames, MEDIAN_FILTER_WIDTH
-        )
-
-    def align(share: list[int]) -> list:
-        return adapter.align(
-            replicas.engine,
-            plan.tokenizer,
-            [tokens[row] for row in share],
-            rows_of(encoded, share),
-            [frames[row] for row in share],
-            MEDIAN_FILTER_WIDTH,
-        )
-
-    return replicas.over_rows(align, len(tokens), [len(row) for row in tokens])  # work: tokens
+        return align(plan.engine, list(range(len(tokens))))
+    weights = [len(row) for row in tokens]  # the work: tokens
+    return replicas.over_rows(lambda share: align(replicas.engine, share), len(tokens), weights)
 
 
 def _timed(word: dict) -> TimedWord:
