@@ -179,7 +179,8 @@ def decode_chunks(
 def _with_tails(group, results, decode_group) -> list[list[tuple]]:
     """Per chunk of `group`: its (chunk, result) pieces, the parts it skipped decoded again
     after it (each round looks for skipped speech in the last round's decodes, on shorter
-    parts each time; kvscribe.timing.aligned_chunks puts their segments in time order)."""
+    parts each time, the round's parts packed into as few chunks as hold them: `packed`;
+    kvscribe.timing.aligned_chunks puts their segments in time order)."""
     decoded = [[(chunk, result)] for chunk, result in zip(group, results, strict=True)]
     fresh = [(i, *pair) for i, pair in enumerate(zip(group, results, strict=True))]
     for _ in range(MAX_TAIL_ROUNDS):
@@ -187,11 +188,44 @@ def _with_tails(group, results, decode_group) -> list[list[tuple]]:
         if not parts:
             break
         fresh = []
-        for (i, part), result in zip(parts, decode_group([p for _, p in parts]), strict=True):
-            if not result.implausible():
-                decoded[i].append((part, result))
-                fresh.append((i, part, result))
+        packs = packed(parts)
+        results = decode_group([chunk for _, chunk in packs])
+        for (members, _), result in zip(packs, results, strict=True):
+            for i, part in members:
+                piece = result if len(members) == 1 else result.within(part)
+                if not piece.implausible():
+                    decoded[i].append((part, piece))
+                    fresh.append((i, part, piece))
     return decoded
+
+
+Pack = tuple[list[tuple[int, Chunk]], Chunk]  # (chunk number, stretch) members, joined chunk
+
+
+def packed(parts: list[tuple[int, Chunk]]) -> list[Pack]:
+    """Stretches to read again (each with its chunk's number), joined end to end, an input's
+    in time order, into as few chunks of at most MAX_SECONDS of audio as hold them: alone,
+    a stretch of a second or two is padded to a whole window, and each costs the encoder
+    one (the French telephone recording: 4 stretches of 1-3 s, 0.9 s of its 6 s). The
+    decode of a pack is shared back out by time (ChunkResult.within)."""
+    limit = MAX_SECONDS * SAMPLE_RATE
+    packs: list[list[tuple[int, Chunk]]] = []
+    for member in sorted(parts, key=lambda member: (member[1].source, member[1].start)):
+        last = packs[-1] if packs else None
+        same_input = last is not None and last[-1][1].source == member[1].source
+        seconds = sum(part.seconds for _, part in last) if last else 0.0
+        if same_input and (seconds + member[1].seconds) * SAMPLE_RATE <= limit:
+            last.append(member)
+        else:
+            packs.append([member])
+    return [(members, _joined_parts([part for _, part in members])) for members in packs]
+
+
+def _joined_parts(parts: list[Chunk]) -> Chunk:
+    if len(parts) == 1:
+        return parts[0]
+    spans = tuple(span for part in parts for span in part.spans)
+    return Chunk(parts[0].start, parts[-1].end, parts[-1].speech_end, spans, parts[0].source, True)
 
 
 def join_regions(
@@ -267,6 +301,11 @@ class ChunkResult:
         """(start, end) samples (original clock) of each decoded word; empty when the result
         cannot tell."""
         return []
+
+    def within(self, chunk: Chunk) -> ChunkResult:
+        """The part of this decode that falls in `chunk` (a stretch of the chunk decoded; the
+        whole decode when the result cannot tell where its words fall)."""
+        return self
 
 
 def shared_by_language(

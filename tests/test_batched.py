@@ -17,6 +17,7 @@ from kvscribe.chunking import (
     Chunk,
     ChunkRules,
     join_regions,
+    packed,
     speech_chunks,
     uncovered,
     unfinished,
@@ -135,6 +136,35 @@ def test_speech_the_decoder_skipped_before_between_or_after_its_words_is_decoded
     cut = Chunk(0, 27 * s, speech_end=26 * s, spans=((0, 10 * s), (14 * s, 27 * s)))
     assert uncovered(cut, _words_at((0.2, 9.8), (14.3, 25.5))) == []  # the gap was the pause
     assert uncovered(chunk, AlignedChunk([], -0.2, 0.9)) == []
+
+
+def test_stretches_read_again_share_a_window_per_input_and_each_gets_its_own_words_back():
+    """Three stretches of two chunks of one input and one of another: the first input's join
+    into one chunk (in time order, its pauses cut out), up to 30 s of audio, the other
+    input's stay apart; a packed decode's words go back to the stretch each starts in."""
+    s = SAMPLE_RATE
+    first = Chunk(0, 30 * s).between(10 * s, 12 * s)
+    tail = Chunk(0, 30 * s).between(27 * s, 30 * s)
+    second = Chunk(30 * s, 60 * s).between(31 * s, 33 * s)
+    other = Chunk(0, 30 * s, source=1).between(5 * s, 7 * s)
+    long = Chunk(60 * s, 90 * s).between(61 * s, 89 * s)
+    packs = packed([(1, second), (0, tail), (0, first), (2, long), (0, other)])
+    assert [[(n, part.start) for n, part in members] for members, _ in packs] == [
+        [(0, 10 * s), (0, 27 * s), (1, 31 * s)],  # 7 s
+        [(2, 61 * s)],  # 28 s more would pass 30 s
+        [(0, 5 * s)],  # another input
+    ]
+    joined = packs[0][1]
+    assert joined.reread and joined.spans == (
+        (10 * s, 12 * s),
+        (27 * s, 30 * s),
+        (31 * s, 33 * s),
+    )
+    assert joined.seconds == 7.0 and packs[2][1].source == 1
+
+    decode = _words_at((10.2, 11.0), (11.1, 11.8), (27.5, 29.0), (31.2, 32.5))
+    assert [len(decode.within(part).words) for part in (first, tail, second)] == [2, 1, 1]
+    assert decode.within(second).tokens == [400]
 
 
 def test_a_stretch_read_again_gets_one_attempt_and_its_chunk_every_temperature():

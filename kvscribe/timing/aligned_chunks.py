@@ -58,6 +58,12 @@ class AlignedChunk(ChunkResult):
             (round(w.start * SAMPLE_RATE), round(w.end * SAMPLE_RATE)) for w in self.kept_words()
         ]
 
+    def within(self, chunk: Chunk) -> AlignedChunk:
+        """The words that start in `chunk` (a stretch of a packed decode: its time map keeps
+        every word inside one of the joined stretches) and their tokens."""
+        words = tuple(w for w in self.words if chunk.start <= w.start * SAMPLE_RATE < chunk.end)
+        return replace(self, tokens=[t for w in words for t in w.tokens], words=words)
+
     def kept_words(self) -> list[TimedWord]:
         """The words of the segments the output keeps. A segment squeezed past any speaking
         rate is dropped (segments_of), and the speech under it goes with it: a hallucinated
