@@ -12,6 +12,8 @@ from typing import Protocol
 from kvscribe import audio, models, registry
 from kvscribe import profile as profiles
 from kvscribe import setting_rows as row
+from kvscribe.audio import ahead
+from kvscribe.audio.ahead import OpenedAhead
 from kvscribe.audio.stream import Samples, open_streamed
 from kvscribe.backends.base import Backend
 from kvscribe.contract import DecodeRequest, Transcription
@@ -150,17 +152,36 @@ class Runner:
         self.options = options
         self.backend: Backend | None = None
         self.stats: RunStats | None = None
+        self._ahead: OpenedAhead | None = None
 
-    def prepare(self) -> RunStats:
-        """Resolve profile, model and backend, and load the model (raises KvscribeError)."""
+    def prepare(self, first: Path | None = None) -> RunStats:
+        """Resolve profile, model and backend, and load the model (raises KvscribeError);
+        `first`, the run's first file, is opened and its speech scanned meanwhile, where its
+        decode will read the scan (kvscribe.audio.ahead)."""
+        capabilities = registry.get(self.options.backend).capabilities
+        if first is not None and ahead.wanted(capabilities, decode_request(self.options)):
+            self._ahead = OpenedAhead.open(first)
         self.backend, self.stats = load_backend(self.options)
         return self.stats
+
+    def opened_ahead(self, path: Path) -> Samples | None:
+        """`path`'s audio if prepare() opened it (its scan done), once; None otherwise."""
+        opened, self._ahead = self._ahead, None
+        if opened is None:
+            return None
+        samples = opened.take(path)
+        if samples is not None and opened.seconds is not None and self.stats is not None:
+            self.stats.notes.append(
+                f"the first file's speech was scanned while the model loaded ({opened.seconds:.2f}"
+                " s, not in the time by stage)"
+            )
+        return samples
 
     def run(self, inputs: list[Input], listener: Listener) -> RunStats:
         """Transcribe every input in order, transcripts to the listener (no files: a run
         into an output folder is a batch.Batch); bad ones are reported, the rest still run."""
         if self.backend is None or self.stats is None:
-            self.prepare()
+            self.prepare(next((entry.path for entry in inputs if entry.error is None), None))
         assert self.stats is not None  # set by prepare()
         for entry in inputs:
             error = entry.error
@@ -190,7 +211,7 @@ class Runner:
         memory, heap = MemoryTrace(), HeapTrimmer()
         memory.sample(0.0)
         if samples is None:
-            samples = open_streamed(path)  # scanned whole; decoded as the backend reads it
+            samples = self.opened_ahead(path) or open_streamed(path)  # decoded as it is read
         duration = samples.size / audio.SAMPLE_RATE
         listener.file_started(path, duration)
         request = decode_request(opts)

@@ -99,7 +99,10 @@ def test_a_batched_run_says_where_its_time_went(tmp_path, long_form_head):
     stats = json.loads(path.read_text())
     stages = stats["stage_seconds"]
     assert list(stages) == ["speech chunks", "features", "encoder", "decoder", "alignment"]
-    assert all(seconds > 0 for seconds in stages.values())
+    # The file's speech was scanned while the model loaded (kvscribe/audio/ahead.py): its
+    # stage is left only the cuts, and a note gives the scan's own time.
+    assert all(seconds > 0 for stage, seconds in stages.items() if stage != "speech chunks")
+    assert any("scanned while the model loaded" in note for note in stats["notes"])
     assert sum(stages.values()) <= stats["transcribe_seconds"] * 1.01
     busy = stats["cpu_seconds"] / (stats["wall_seconds"] * stats["cores"])
     assert 0 < stats["cores_busy"] == pytest.approx(busy, abs=0.002) and busy <= 1.05

@@ -85,7 +85,7 @@ class InProcess:
         self.options = options
 
     def results(self, todo: list[Task], events: TaskEvents) -> Iterator[Result]:
-        worker = Worker(self.options)
+        worker = Worker(self.options, todo[0].path if todo else None)
         for parcel in parcels(todo, self.options, 1, worker.shares_batches()):
             for task in parcel:
                 events.started(task)

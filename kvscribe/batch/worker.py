@@ -85,14 +85,15 @@ class _Relay:
 class Worker:
     """One loaded model; a load error is kept and returned as every task's fatal result."""
 
-    def __init__(self, options: TranscribeOptions):
+    def __init__(self, options: TranscribeOptions, first: Path | None = None):
+        """`first`: the file this worker will take first, if known, opened while it loads."""
         from kvscribe.runner import Runner
 
         self.runner = Runner(options)
         self.info_sent = False
         self.load_error: KvscribeError | None = None
         try:
-            self.runner.prepare()
+            self.runner.prepare(first)
         except KvscribeError as exc:
             self.load_error = exc
 
@@ -140,7 +141,7 @@ class Worker:
         short: list[_Opened] = []
         for task, source in zip(tasks, sources, strict=True):
             result = Result(task)
-            samples = _opened(result, source, shipped)
+            samples = _opened(result, source, shipped, self.runner.opened_ahead(source))
             if samples is None:
                 results.append(self._finished(result))
             elif _is_short(samples):
@@ -186,7 +187,7 @@ class Worker:
         task = result.task
         try:
             if samples is None:
-                samples = open_streamed(source)
+                samples = self.runner.opened_ahead(source) or open_streamed(source)
             if self.runner.shares_batches() and _is_short(samples):
                 with contextlib.closing(samples):
                     [(stats, transcript)] = self.runner.transcribe_together(
@@ -223,13 +224,16 @@ class _Opened:
     samples: Samples | None = None
 
 
-def _opened(result: Result, source: Path, shipped: bool) -> Samples | None:
-    """`result`'s file opened from `source` (scanned whole) and fingerprinted (unless
-    `shipped`: the driver took it), or None with its error in `result`: an unexpected
-    exception too, as work_guarded makes it, so one file fails, not its parcel."""
-    samples = None
+def _opened(
+    result: Result, source: Path, shipped: bool, ahead: Samples | None = None
+) -> Samples | None:
+    """`result`'s file opened from `source` (scanned whole; `ahead`: opened already) and
+    fingerprinted (unless `shipped`: the driver took it), or None with its error in
+    `result`: an unexpected exception too, as work_guarded makes it, so one file fails, not
+    its parcel."""
+    samples = ahead
     try:
-        samples = open_streamed(source)
+        samples = samples or open_streamed(source)
         if not shipped:
             result.fingerprint = fingerprint(source, result.task.known)
         return samples

@@ -5,6 +5,7 @@ a time, turned into padded (start, end) regions by the same hysteresis live mode
 from __future__ import annotations
 
 import functools
+import weakref
 
 import numpy as np
 
@@ -19,14 +20,30 @@ from kvscribe.voice.silero import WINDOW, SileroVad, VadSettings, VoiceDetector
 FILE_VAD = VadSettings(min_silence=0.3, min_speech=0.25, pad=0.3, min_utterance=0.0)
 
 
+# Scans made ahead (scan_ahead), each kept until the decode asks for it, or its audio is gone.
+_scanned: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def speech_probabilities(audio: Samples) -> np.ndarray:
     """Silero's speech probability of every 32 ms window of `audio`, fed 30 s at a time: the
     same values as feeding it whole (the VAD keeps its state), in memory that does not grow
-    with the file (whole, an hour would make a 260 MB batch of windows)."""
+    with the file (whole, an hour would make a 260 MB batch of windows). A scan made ahead
+    of `audio` is taken instead (once)."""
+    kept = _scanned.pop(audio, None)
+    return kept if kept is not None else _scan(audio)
+
+
+def scan_ahead(audio: Samples) -> None:
+    """Scan `audio` now (kvscribe.audio.ahead: while the model loads) and keep the result for
+    its decode's speech_probabilities."""
+    _scanned[audio] = _scan(audio, threads=1)
+
+
+def _scan(audio: Samples, threads: int | None = None) -> np.ndarray:
     from kvscribe.machine.capacity import usable_cores
 
     # Nothing decodes while the file is scanned, so the scan may use every core.
-    vad = _scanner(min(4, usable_cores()))
+    vad = _scanner(threads or min(4, usable_cores()))
     vad.reset()
     found = [vad.probabilities(block) for block in blocks(audio)]
     return np.concatenate(found) if found else np.zeros(0, dtype=np.float32)
