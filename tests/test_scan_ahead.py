@@ -69,6 +69,7 @@ def test_the_cli_says_the_first_long_file_was_scanned_while_the_model_loaded(tmp
     result = run_cli(LONG_FORM, "-q", "-f", "txt", "-o", tmp_path / "out", "--stats-json", stats)
     assert result.code == 0, result.stderr
     figures = json.loads(stats.read_text())
-    assert any("scanned while the model loaded" in note for note in figures["notes"]), figures["notes"]
+    notes = figures["notes"]
+    assert any("scanned while the model loaded" in note for note in notes), notes
     assert figures["stage_seconds"]["speech chunks"] < 0.05  # the scan was already done
     assert "bridge" in (tmp_path / "out" / "espeak_longform_en.txt").read_text()
