@@ -196,13 +196,19 @@ def _joined_real_text() -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("skipped", [slice(0, 10), slice(12, 24)], ids=["start", "middle"])
-def test_a_phrase_the_decoder_skips_in_a_chunk_is_decoded_again(monkeypatch, skipped):
+@pytest.mark.parametrize(
+    ("skipped", "rows"),
+    [(slice(0, 10), (1,)), (slice(12, 24), (1,)), (slice(0, 10), (0, 1))],
+    ids=["start", "middle", "start of two chunks"],
+)
+def test_a_phrase_the_decoder_skips_in_a_chunk_is_decoded_again(monkeypatch, skipped, rows):
     """The real model and audio, with one fault injected where the model makes it: the
     second chunk of the joined real clips comes back without ten or twelve of its words, at
     its start (as Whisper returned a Spanish menu's chunk cut just before a phrase,
-    docs/long-files.md) or in its middle. The stretch the words leave uncovered is decoded
-    again, its segments take their place in time, and no run of words is lost."""
+    docs/long-files.md) or in its middle; or both chunks of the first batch lose their
+    first words. The stretch the words leave uncovered is decoded again (two chunks'
+    stretches packed into one window), its segments take their place in time, and no run
+    of words is lost."""
     from kvscribe.backends.ctranslate2 import batched as ct2_batched
 
     clip = JOINED_REAL
@@ -214,17 +220,19 @@ def test_a_phrase_the_decoder_skips_in_a_chunk_is_decoded_again(monkeypatch, ski
     def skipping(plan, audios, group, clock=None):
         results = decode(plan, audios, group, clock)
         calls.append([(c.start, c.end) for c in group])
-        if len(calls) == 1 and len(results) > 1:  # the first batch: its second chunk
-            words = results[1].words
-            kept = words[: skipped.start] + words[skipped.stop :]
-            tokens = [t for w in kept for t in w.tokens]
-            results[1] = replace(results[1], tokens=tokens, words=kept)
+        if len(calls) == 1 and len(results) > 1:  # the first batch: its chunks `rows`
+            for row in rows:
+                words = results[row].words
+                kept = words[: skipped.start] + words[skipped.stop :]
+                tokens = [t for w in kept for t in w.tokens]
+                results[row] = replace(results[row], tokens=tokens, words=kept)
         return results
 
     monkeypatch.setattr(ct2_batched, "decode_group", skipping)
     segments, _ = _decode(backend, load_audio(clip), batch_size=8)
     text = "".join(s.text for s in segments)
     assert len(calls) >= 2, calls  # the skipped stretch went back to the decoder
+    assert len(calls[1]) == 1, calls  # two chunks' stretches: packed into one window
     assert [s.start for s in segments] == sorted(s.start for s in segments)
     assert [s.id for s in segments] == list(range(len(segments)))
     assert longest_deleted_run(reference, text) < 5, text
