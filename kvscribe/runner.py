@@ -161,7 +161,11 @@ class Runner:
         capabilities = registry.get(self.options.backend).capabilities
         if first is not None and ahead.wanted(capabilities, decode_request(self.options)):
             self._ahead = OpenedAhead.open(first)
-        self.backend, self.stats = load_backend(self.options)
+        try:
+            self.backend, self.stats = load_backend(self.options)
+        except BaseException:
+            self.opened_ahead(Path())  # nothing will read it: closed
+            raise
         return self.stats
 
     def opened_ahead(self, path: Path) -> Samples | None:
