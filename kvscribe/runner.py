@@ -12,8 +12,6 @@ from typing import Protocol
 from kvscribe import audio, models, registry
 from kvscribe import profile as profiles
 from kvscribe import setting_rows as row
-from kvscribe.audio import ahead
-from kvscribe.audio.ahead import OpenedAhead
 from kvscribe.audio.stream import Samples, open_streamed
 from kvscribe.backends.base import Backend
 from kvscribe.contract import DecodeRequest, Transcription
@@ -25,6 +23,8 @@ from kvscribe.machine.memtrace import HeapTrimmer, MemoryTrace
 from kvscribe.options import EngineOptions, TranscribeOptions
 from kvscribe.stats import CpuClock, FileStats, RunStats
 from kvscribe.types import Segment, Transcript
+from kvscribe.voice import ahead
+from kvscribe.voice.ahead import OpenedAhead
 from kvscribe.writers import write_outputs
 
 SHARED_NOTE = (
@@ -157,7 +157,7 @@ class Runner:
     def prepare(self, first: Path | None = None) -> RunStats:
         """Resolve profile, model and backend, and load the model (raises KvscribeError);
         `first`, the run's first file, is opened and its speech scanned meanwhile, where its
-        decode will read the scan (kvscribe.audio.ahead)."""
+        decode will read the scan (kvscribe.voice.ahead)."""
         capabilities = registry.get(self.options.backend).capabilities
         if first is not None and ahead.wanted(capabilities, decode_request(self.options)):
             self._ahead = OpenedAhead.open(first)

@@ -99,7 +99,7 @@ def test_a_batched_run_says_where_its_time_went(tmp_path, long_form_head):
     stats = json.loads(path.read_text())
     stages = stats["stage_seconds"]
     assert list(stages) == ["speech chunks", "features", "encoder", "decoder", "alignment"]
-    # The file's speech was scanned while the model loaded (kvscribe/audio/ahead.py): its
+    # The file's speech was scanned while the model loaded (kvscribe/voice/ahead.py): its
     # stage is left only the cuts, and a note gives the scan's own time.
     assert all(seconds > 0 for stage, seconds in stages.items() if stage != "speech chunks")
     assert any("scanned while the model loaded" in note for note in stats["notes"])

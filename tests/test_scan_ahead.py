@@ -1,5 +1,5 @@
 """A run's first file opened and its speech scanned while the model loads
-(kvscribe/audio/ahead.py): the decode takes that scan instead of scanning again, gets the
+(kvscribe/voice/ahead.py): the decode takes that scan instead of scanning again, gets the
 same probabilities a scan of its own gives, and a file that is not the one asked for, or
 cannot be opened, is left to the usual path."""
 
@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 
 from kvscribe import registry
-from kvscribe.audio.ahead import OpenedAhead, wanted
 from kvscribe.audio.stream import open_streamed
 from kvscribe.contract import DecodeRequest
 from kvscribe.decoding import VadFilter
 from kvscribe.voice import regions
+from kvscribe.voice.ahead import OpenedAhead, wanted
 from tests.conftest import LONG_FORM, SAMPLE, run_cli
 
 pytestmark = pytest.mark.model

@@ -34,7 +34,7 @@ def speech_probabilities(audio: Samples) -> np.ndarray:
 
 
 def scan_ahead(audio: Samples) -> None:
-    """Scan `audio` now (kvscribe.audio.ahead: while the model loads) and keep the result for
+    """Scan `audio` now (kvscribe.voice.ahead: while the model loads) and keep the result for
     its decode's speech_probabilities."""
     _scanned[audio] = _scan(audio, threads=1)
 
