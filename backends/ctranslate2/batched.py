@@ -215,8 +215,8 @@ def _decoded(plan: BatchSetup, result, temperature: float, max_length: int) -> A
 def _aligned(
     plan: BatchSetup, encoded, group: list[Chunk], decoded: list[AlignedChunk]
 ) -> list[AlignedChunk]:
-    """Each spoken chunk's words, timed by cross-attention alignment in one `align` call
-    for the group, punctuation glued to its word as faster-whisper glues it."""
+    """Each spoken chunk's words, timed by cross-attention alignment (`_alignments`),
+    punctuation glued to its word as faster-whisper glues it."""
     rows = [
         row
         for row, result in enumerate(decoded)
