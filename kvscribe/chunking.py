@@ -184,7 +184,12 @@ def _with_tails(group, results, decode_group) -> list[list[tuple]]:
     decoded = [[(chunk, result)] for chunk, result in zip(group, results, strict=True)]
     fresh = [(i, *pair) for i, pair in enumerate(zip(group, results, strict=True))]
     for _ in range(MAX_TAIL_ROUNDS):
-        parts = [(i, part) for i, chunk, result in fresh for part in uncovered(chunk, result)]
+        around = {}  # each part: the decode it is a gap of
+        parts = []
+        for i, chunk, result in fresh:
+            for part in uncovered(chunk, result):
+                around[part] = result
+                parts.append((i, part))
         if not parts:
             break
         fresh = []
@@ -193,6 +198,7 @@ def _with_tails(group, results, decode_group) -> list[list[tuple]]:
         for (members, _), result in zip(packs, results, strict=True):
             for i, part in members:
                 piece = result if len(members) == 1 else result.within(part)
+                piece = piece.without_echoes(part, around[part])
                 if not piece.implausible():
                     decoded[i].append((part, piece))
                     fresh.append((i, part, piece))
@@ -301,6 +307,11 @@ class ChunkResult:
         """(start, end) samples (original clock) of each decoded word; empty when the result
         cannot tell."""
         return []
+
+    def without_echoes(self, part: Chunk, around: ChunkResult) -> ChunkResult:
+        """This decode of `part` (a stretch `around` left uncovered) without a word at its
+        edge that repeats the word of `around` beside it (the result cannot tell: itself)."""
+        return self
 
     def within(self, chunk: Chunk) -> ChunkResult:
         """The part of this decode that falls in `chunk` (a stretch of the chunk decoded; the

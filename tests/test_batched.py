@@ -167,6 +167,40 @@ def test_stretches_read_again_share_a_window_per_input_and_each_gets_its_own_wor
     assert decode.within(second).tokens == [400]
 
 
+def test_a_word_beside_a_stretch_heard_again_at_its_edge_is_dropped_from_its_decode():
+    """Alignment started "Please" of "Please enter" late (10.28 s), so the stretch before it
+    held the word's first sound, and its decode ended "Please," again (a telephone
+    recording: "3D audio enabled. Please, Please enter..."). That echo is dropped, at
+    either edge; a word that does not reach the edge, or is another word, stays."""
+    s = SAMPLE_RATE
+    chunk = Chunk(0, 30 * s)
+    around = AlignedChunk(
+        [1, 2, 3],
+        -0.2,
+        0.01,
+        words=(
+            TimedWord(6.8, 8.86, " enabled.", 0.9, (1,)),
+            TimedWord(10.28, 10.6, " Please", 0.9, (2,)),
+            TimedWord(10.6, 11.0, " enter", 0.9, (3,)),
+        ),
+    )
+    part = chunk.between(round(8.86 * s), round(10.28 * s))
+
+    def decoded(*words: tuple[float, float, str]) -> AlignedChunk:
+        timed = tuple(TimedWord(a, b, w, 0.9, (n,)) for n, (a, b, w) in enumerate(words, 10))
+        return AlignedChunk([w.tokens[0] for w in timed], -0.2, 0.01, words=timed)
+
+    echo = decoded((9.0, 9.4, " yes"), (9.62, 10.24, " Please,"))
+    assert [w.word for w in echo.without_echoes(part, around).words] == [" yes"]
+    assert echo.without_echoes(part, around).tokens == [10]
+    early = decoded((9.0, 9.4, " yes"), (9.5, 9.8, " please"))  # ends 0.48 s before the edge
+    assert early.without_echoes(part, around) == early
+    other = decoded((9.62, 10.24, " Pleased"))
+    assert other.without_echoes(part, around) == other
+    first = decoded((8.9, 9.1, " enabled"), (9.3, 9.9, " now"))
+    assert [w.word for w in first.without_echoes(part, around).words] == [" now"]
+
+
 def test_a_stretch_read_again_gets_one_attempt_and_its_chunk_every_temperature():
     """Both rows fail the logprob test at every temperature: the chunk's row is sampled at
     each one, the re-read stretch's is not (kvscribe.decoding.per_row's `once`)."""

@@ -64,6 +64,31 @@ class AlignedChunk(ChunkResult):
         words = tuple(w for w in self.words if chunk.start <= w.start * SAMPLE_RATE < chunk.end)
         return replace(self, tokens=[t for w in words for t in w.tokens], words=words)
 
+    def without_echoes(self, part: Chunk, around: ChunkResult) -> AlignedChunk:
+        """The stretch's decode without a word at its edge that repeats the word beside the
+        stretch, heard again: alignment can start a word late (or end it early), and the
+        stretch then holds the word's first (or last) sound, which the decoder reads as the
+        whole word ("Please, Please enter your..." on a telephone recording). Only a word
+        that runs up to the edge, within ECHO_SECONDS, is taken for an echo."""
+        if not isinstance(around, AlignedChunk) or not self.words:
+            return self
+        begin, end = part.start / SAMPLE_RATE, part.end / SAMPLE_RATE
+        after = next((w for w in around.words if w.start >= end - ECHO_SECONDS), None)
+        before = next((w for w in reversed(around.words) if w.end <= begin + ECHO_SECONDS), None)
+        words = list(self.words)
+        if after and _same_word(words[-1], after) and words[-1].end >= end - ECHO_SECONDS:
+            words.pop()
+        if (
+            words
+            and before
+            and _same_word(words[0], before)
+            and words[0].start <= begin + ECHO_SECONDS
+        ):
+            words.pop(0)
+        if len(words) == len(self.words):
+            return self
+        return replace(self, tokens=[t for w in words for t in w.tokens], words=tuple(words))
+
     def kept_words(self) -> list[TimedWord]:
         """The words of the segments the output keeps. A segment squeezed past any speaking
         rate is dropped (segments_of), and the speech under it goes with it: a hallucinated
@@ -71,6 +96,16 @@ class AlignedChunk(ChunkResult):
         JFK ten times over, batch 8: one "And so my fellow Americans" lost). Counted as
         uncovered, that speech is decoded again (kvscribe.chunking.uncovered)."""
         return [w for words in split_segments(self.words) if not is_squeezed(words) for w in words]
+
+
+ECHO_SECONDS = 0.3  # how near a stretch's edge a repeated word must reach to be an echo
+
+
+def _same_word(a: TimedWord, b: TimedWord) -> bool:
+    def bare(word: TimedWord) -> str:
+        return "".join(c for c in word.word.lower() if c.isalnum())
+
+    return bool(bare(a)) and bare(a) == bare(b)
 
 
 def on_original_clock(words: Sequence[TimedWord], chunk: Chunk) -> tuple[TimedWord, ...]:
