@@ -164,7 +164,9 @@ class Runner:
         try:
             self.backend, self.stats = load_backend(self.options)
         except BaseException:
-            self.opened_ahead(Path())  # nothing will read it: closed
+            if self._ahead is not None:
+                self._ahead.close()
+                self._ahead = None
             raise
         return self.stats
 

@@ -10,9 +10,9 @@ sentence ends in the audio, which is where the buffer is cut.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
+from kvscribe.timing.words import normalized
 from kvscribe.types import Segment
 
 _SENTENCE_END = (".", "?", "!", "\u3002", "\uff1f", "\uff01")  # and CJK full stops
@@ -24,23 +24,6 @@ _ATTACHED = ("-", "'")
 # ending at most this long after it (the VAD's pad, a word's timed end).
 _MAX_WORDS_PER_SECOND = 4
 _END_SLACK = 0.3
-
-
-# Whisper writes a small number in digits in one decode and in words in the next ("7 or 9",
-# "seven or nine"): the same speech, so the same word here.
-_NUMBER_WORDS = (
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen twenty"
-)
-_NUMBERS = {word: str(value) for value, word in enumerate(_NUMBER_WORDS.split(" "))}
-
-
-def normalized(word: str) -> str:
-    """What two hypotheses must share for a word to count as agreed: case, punctuation and
-    a small number's form differ between re-decodes of the same speech ("Americans," vs
-    "Americans", "Seven" vs "7")."""
-    plain = re.sub(r"[^\w']", "", word.casefold())
-    return _NUMBERS.get(plain, plain)
 
 
 def ends_sentence(word: str) -> bool:

@@ -22,6 +22,7 @@ from kvscribe.audio.mel import FRAMES_PER_SECOND
 from kvscribe.chunking import Chunk, ChunkResult, decode_chunks
 from kvscribe.decoding import Fallback, unspoken
 from kvscribe.timing.timed_words import TimedWord, is_anomalous, is_squeezed, split_segments, tidy
+from kvscribe.timing.words import normalized
 from kvscribe.types import Segment, Word
 
 
@@ -102,10 +103,7 @@ ECHO_SECONDS = 0.3  # how near a stretch's edge a repeated word must reach to be
 
 
 def _same_word(a: TimedWord, b: TimedWord) -> bool:
-    def bare(word: TimedWord) -> str:
-        return "".join(c for c in word.word.lower() if c.isalnum())
-
-    return bool(bare(a)) and bare(a) == bare(b)
+    return bool(normalized(a.word)) and normalized(a.word) == normalized(b.word)
 
 
 def on_original_clock(words: Sequence[TimedWord], chunk: Chunk) -> tuple[TimedWord, ...]:

@@ -8,11 +8,30 @@ every backend's words read alike.
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kvscribe.types import Word
+
+# Whisper writes a small number in digits in one decode and in words in the next ("7 or 9",
+# "seven or nine"): the same speech, so the same word here.
+_NUMBER_WORDS = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty"
+)
+_NUMBERS = {word: str(value) for value, word in enumerate(_NUMBER_WORDS.split(" "))}
+
+
+def normalized(word: str) -> str:
+    """What two decodes of the same speech must share for a word to count as the same one:
+    case, punctuation and a small number's form differ between them ("Americans," vs
+    "Americans", "Seven" vs "7"). Live mode's agreement and the batched paths' echo rule
+    (kvscribe.timing.aligned_chunks) both compare words by it."""
+    plain = re.sub(r"[^\w']", "", word.casefold())
+    return _NUMBERS.get(plain, plain)
+
 
 # openai-whisper's defaults (transcribe(prepend_punctuations=..., append_punctuations=...));
 # the full-width marks are CJK punctuation, meant.

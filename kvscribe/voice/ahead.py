@@ -1,13 +1,13 @@
 """A run's first file opened, and its speech scanned, while the model loads.
 
 Loading the engine (tiny.en on CTranslate2: 0.25-0.3 s on 2 cores) and the VAD's scan of a
-long file (0.3 s for 6 minutes of audio) each leave a core partly idle; one after the
-other they also stand between the command and its first decode. Side by side, the scan
-is done when the load is. It runs on a thread of its own and nothing else reads the file
-until it has finished (`take` waits), so the file's decoder is never read from two
-threads. Only a long file is scanned, and only for a run whose decode reads the scan
-(`wanted`); a file that cannot be opened here is simply opened again later, where its
-error is reported as usual.
+long file (0.3 s for 6 minutes of audio on both cores, about 0.5 s on one) each stand
+between the command and its first decode. Side by side (the scan on one thread of its
+own, beside the load), the decode starts sooner. Nothing else reads the file until the
+scan has finished (`take` waits), so the file's decoder is never read from two threads.
+Only a long file is scanned, and only for a run whose decode reads the scan (`wanted`); a
+file that cannot be opened here is simply opened again later, where its error is
+reported as usual.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from pathlib import Path
 
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio.stream import StreamedAudio, open_streamed
+from kvscribe.chunking import MAX_SECONDS
 from kvscribe.contract import DecodeRequest
 from kvscribe.errors import KvscribeError
-
-LONGER_THAN = 30.0  # seconds: a file that fits one window is never cut into speech chunks
 
 
 def wanted(capabilities, request: DecodeRequest) -> bool:
@@ -40,7 +39,7 @@ class OpenedAhead:
         self.seconds: float | None = None  # how long the scan took, once it has run
         self._failed = False
         self._thread: threading.Thread | None = None
-        if samples.size > LONGER_THAN * SAMPLE_RATE:
+        if samples.size > MAX_SECONDS * SAMPLE_RATE:  # one window is never cut into chunks
             self._thread = threading.Thread(target=self._scan, name="kvscribe-scan", daemon=True)
             self._thread.start()
 
@@ -68,5 +67,11 @@ class OpenedAhead:
             self._thread.join()
         if path == self.path and not self._failed:
             return self.samples
-        self.samples.close()
+        self.close()
         return None
+
+    def close(self) -> None:
+        """Nothing will read the file: wait for the scan, then close it."""
+        if self._thread is not None:
+            self._thread.join()
+        self.samples.close()
