@@ -1,0 +1,129 @@
+"""Speech a batched chunk's decode left uncovered, read again (kvscribe/chunking.py
+`uncovered`, `packed`; kvscribe/timing/aligned_chunks.py `within`, `without_echoes`): where
+the stretches are, how they share windows and get their words back, and what a re-read
+keeps. The real model's side of it is in tests/test_batched.py."""
+
+from __future__ import annotations
+
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.chunking import Chunk, packed, uncovered, unfinished
+from kvscribe.decoding import Fallback, per_row
+from kvscribe.timing.aligned_chunks import AlignedChunk
+from kvscribe.timing.timed_words import TimedWord
+
+
+def test_a_chunk_the_decoder_left_early_is_decoded_again_from_where_it_stopped():
+    """Where the last aligned word ends (1.0 s + 21.4 s here) the rest of the chunk is
+    decoded again, unless less than a second of its speech is left, or it said nothing."""
+    chunk = Chunk(16_000, 16_000 + 27 * SAMPLE_RATE, speech_end=16_000 + 26 * SAMPLE_RATE)
+
+    def decoded(last_word_end: float, tokens=(400,)) -> AlignedChunk:
+        word = TimedWord(last_word_end - 0.4, last_word_end, " word", 0.9, tuple(tokens))
+        return AlignedChunk(list(tokens), -0.2, 0.01, words=(word,) if tokens else ())
+
+    tail = unfinished(chunk, decoded(22.4))
+    start = 16_000 + round(21.4 * SAMPLE_RATE)
+    assert tail == Chunk(start, chunk.end, chunk.speech_end, reread=True)
+    assert unfinished(chunk, decoded(26.6)) is None  # less than 1 s of speech left
+    assert unfinished(chunk, decoded(5.0, tokens=())) is None  # silence: no text
+
+
+def _words_at(*spans: tuple[float, float]) -> AlignedChunk:
+    words = tuple(TimedWord(a, b, " word", 0.9, (400,)) for a, b in spans)
+    return AlignedChunk([400] * len(words), -0.2, 0.01, words=words)
+
+
+def test_speech_the_decoder_skipped_before_between_or_after_its_words_is_decoded_again():
+    """A 27 s chunk (speech to 26 s) whose words leave 3 s unheard at its start, 2 s in its
+    middle and 4 s at its end: each is decoded again, on its own part of the chunk. A gap
+    shorter than a second (a word's alignment slack) is not, nor a pause the chunk cut out
+    of its decoded audio, nor a chunk judged silent."""
+    s = SAMPLE_RATE
+    chunk = Chunk(0, 27 * s, speech_end=26 * s)
+    parts = uncovered(chunk, _words_at((3.0, 3.5), (3.9, 10.0), (12.0, 22.0)))
+    assert [(p.start, p.end) for p in parts] == [(0, 3 * s), (10 * s, 12 * s), (22 * s, 27 * s)]
+    assert all(p.reread for p in parts) and not chunk.reread
+    assert uncovered(chunk, _words_at((0.5, 10.0), (10.8, 25.5))) == []
+    cut = Chunk(0, 27 * s, speech_end=26 * s, spans=((0, 10 * s), (14 * s, 27 * s)))
+    assert uncovered(cut, _words_at((0.2, 9.8), (14.3, 25.5))) == []  # the gap was the pause
+    assert uncovered(chunk, AlignedChunk([], -0.2, 0.9)) == []
+
+
+def test_stretches_read_again_share_a_window_per_input_and_each_gets_its_own_words_back():
+    """Three stretches of two chunks of one input and one of another: the first input's join
+    into one chunk (in time order, its pauses cut out), up to 30 s of audio, the other
+    input's stay apart; a packed decode's words go back to the stretch each starts in."""
+    s = SAMPLE_RATE
+    first = Chunk(0, 30 * s).between(10 * s, 12 * s)
+    tail = Chunk(0, 30 * s).between(27 * s, 30 * s)
+    second = Chunk(30 * s, 60 * s).between(31 * s, 33 * s)
+    other = Chunk(0, 30 * s, source=1).between(5 * s, 7 * s)
+    long = Chunk(60 * s, 90 * s).between(61 * s, 89 * s)
+    packs = packed([(1, second), (0, tail), (0, first), (2, long), (0, other)])
+    assert [[(n, part.start) for n, part in members] for members, _ in packs] == [
+        [(0, 10 * s), (0, 27 * s), (1, 31 * s)],  # 7 s
+        [(2, 61 * s)],  # 28 s more would pass 30 s
+        [(0, 5 * s)],  # another input
+    ]
+    joined = packs[0][1]
+    assert joined.reread and joined.spans == (
+        (10 * s, 12 * s),
+        (27 * s, 30 * s),
+        (31 * s, 33 * s),
+    )
+    assert joined.seconds == 7.0 and packs[2][1].source == 1
+
+    decode = _words_at((10.2, 11.0), (11.1, 11.8), (27.5, 29.0), (31.2, 32.5))
+    assert [len(decode.within(part).words) for part in (first, tail, second)] == [2, 1, 1]
+    assert decode.within(second).tokens == [400]
+
+
+def test_a_word_beside_a_stretch_heard_again_at_its_edge_is_dropped_from_its_decode():
+    """Alignment started "Please" of "Please enter" late (10.28 s), so the stretch before it
+    held the word's first sound, and its decode ended "Please," again (a telephone
+    recording: "3D audio enabled. Please, Please enter..."). That echo is dropped, at
+    either edge; a word that does not reach the edge, or is another word, stays."""
+    s = SAMPLE_RATE
+    chunk = Chunk(0, 30 * s)
+    around = AlignedChunk(
+        [1, 2, 3],
+        -0.2,
+        0.01,
+        words=(
+            TimedWord(6.8, 8.86, " enabled.", 0.9, (1,)),
+            TimedWord(10.28, 10.6, " Please", 0.9, (2,)),
+            TimedWord(10.6, 11.0, " enter", 0.9, (3,)),
+        ),
+    )
+    part = chunk.between(round(8.86 * s), round(10.28 * s))
+
+    def decoded(*words: tuple[float, float, str]) -> AlignedChunk:
+        timed = tuple(TimedWord(a, b, w, 0.9, (n,)) for n, (a, b, w) in enumerate(words, 10))
+        return AlignedChunk([w.tokens[0] for w in timed], -0.2, 0.01, words=timed)
+
+    echo = decoded((9.0, 9.4, " yes"), (9.62, 10.24, " Please,"))
+    assert [w.word for w in echo.without_echoes(part, around).words] == [" yes"]
+    assert echo.without_echoes(part, around).tokens == [10]
+    early = decoded((9.0, 9.4, " yes"), (9.5, 9.8, " please"))  # ends 0.48 s before the edge
+    assert early.without_echoes(part, around) == early
+    other = decoded((9.62, 10.24, " Pleased"))
+    assert other.without_echoes(part, around) == other
+    first = decoded((8.9, 9.1, " enabled"), (9.3, 9.9, " now"))
+    assert [w.word for w in first.without_echoes(part, around).words] == [" now"]
+
+
+def test_a_stretch_read_again_gets_one_attempt_and_its_chunk_every_temperature():
+    """Both rows fail the logprob test at every temperature: the chunk's row is sampled at
+    each one, the re-read stretch's is not (kvscribe.decoding.per_row's `once`)."""
+    fallback = Fallback(temperatures=(0.0, 0.2, 0.4, 0.6))
+    asked: list[tuple[list[int], float]] = []
+
+    def decode(rows: list[int], _round: int, temperature: float) -> list[AlignedChunk]:
+        asked.append((rows, temperature))
+        return [AlignedChunk([1, 2], -2.0, 0.1, temperature=temperature) for _ in rows]
+
+    kept = per_row(fallback, 2, decode, once=[False, True])
+    assert asked == [([0, 1], 0.0), ([0], 0.2), ([0], 0.4), ([0], 0.6)]
+    assert kept[1].temperature == 0.0
+    assert per_row(fallback, 2, decode)  # without `once`, both rows go on
+    assert asked[-3:] == [([0, 1], 0.2), ([0, 1], 0.4), ([0, 1], 0.6)]
