@@ -13,6 +13,7 @@ dimensions (the engine does not expose its cache): backends/ctranslate2/report.p
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -23,6 +24,7 @@ from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio.mel import ENCODER_MARGIN, encoder_frames
 from kvscribe.audio.stream import Samples, hold_history
 from kvscribe.backends.base import Backend
+from kvscribe.backends.ctranslate2 import halves
 from kvscribe.backends.ctranslate2 import report as ct2_report
 from kvscribe.backends.ctranslate2 import stream as ct2_stream
 from kvscribe.backends.ctranslate2.silence import (
@@ -128,28 +130,12 @@ class CTranslate2Backend(Backend):
         decoded = to_decode(audio, clock)
         frames = self._encoder_frames(decoded, request, report)
         engine = self._one_row_engine(report)
-        raw, info = ct2_stream.transcribe(
-            engine,
-            decoded,
-            frames,
-            language=request.language,
-            task=request.task,
-            beam_size=beams,
-            best_of=fallback.best_of,
-            temperature=list(fallback.temperatures or (0.0,)),
-            compression_ratio_threshold=fallback.compression_ratio_threshold,
-            log_prob_threshold=fallback.logprob_threshold,
-            no_speech_threshold=fallback.no_speech_threshold,
-            condition_on_previous_text=conditioned,
-            initial_prompt=request.prompt or None,
-            word_timestamps=request.word_timestamps,
-            vad_filter=False,  # done above (its functions, block-fed), to restore times better
-            hotwords=request.hotwords,
-            max_new_tokens=request.max_new_tokens,
-            suppress_tokens=list(request.suppress_tokens),
-            hallucination_silence_threshold=request.hallucination_silence_threshold,
-            repetition_penalty=request.repetition_penalty,
-        )
+        options = _transcribe_options(request, beams, conditioned)
+        at = halves.cut(decoded) if frames is None and engine is not self.engine else None
+        if at is None:
+            raw, info = ct2_stream.transcribe(engine, decoded, frames, **options)
+        else:
+            raw, info = self._side_by_side(engine, decoded, at, options, report)
         if clock is not None:
             raw = map(clock.restore, raw)
         # faster-whisper says 1 for a language it was given or an English-only model's;
@@ -350,6 +336,43 @@ class CTranslate2Backend(Backend):
 
         encode_windows(self._load_replicas().result(), windows)
 
+    def _side_by_side(self, engine, decoded: Samples, at: int, options: dict, report):
+        """faster-whisper's (segments, info) of `decoded` cut at `at`, its halves decoded at
+        once (backends/ctranslate2/halves.py): the second half in the first's language, its
+        sampled windows on a model of its own."""
+        first, second = halves.halves(decoded, at)
+        raw, info = ct2_stream.transcribe(engine, first, **options)
+        sampler = functools.cache(self._sampling_model)
+        second_engine = self._load_replicas().result().beside(sampler)
+
+        def second_half() -> Iterator:
+            try:
+                segments, _ = ct2_stream.transcribe(
+                    second_engine, second, **options | {"language": info.language}
+                )
+                yield from halves.shifted(segments, at)
+            finally:
+                if second.source is not decoded:
+                    second.source.close()  # the long file's second reader
+
+        threads = self._cpu_threads()
+        report.settings[row.ENGINE_THREADS] = (
+            f"{threads} (two halves side by side, cut at a pause at {at / SAMPLE_RATE:.1f} s; "
+            f"each beam search on 1 of {threads} single-thread replicas)"
+        )
+        return halves.side_by_side(raw, second_half), info
+
+    def _sampling_model(self):
+        """A one-thread model for the sampled windows of a second transcribe (halves.py)."""
+        import ctranslate2
+
+        return ctranslate2.models.Whisper(
+            str(self.model.path),
+            device=self.device,
+            compute_type=self.engine.model.compute_type,
+            intra_threads=1,
+        )
+
     def _load_replicas(self) -> Future:
         """The model as single-thread replicas for decoder calls (backends/ctranslate2/replicas.py),
         loaded with the engine and kept. It loads on a thread of its own while the caller
@@ -397,3 +420,27 @@ class CTranslate2Backend(Backend):
         windows = WindowCounter(self.dims, conditioned)
         yield from ct2_stream.segments(raw, windows, fallback)
         ct2_report.count_windows(report, self._basis(), windows, beams)
+
+
+def _transcribe_options(request: DecodeRequest, beams: int, conditioned: bool) -> dict:
+    """faster-whisper's `transcribe` arguments for `request` (the audio aside)."""
+    fallback = request.fallback
+    return {
+        "language": request.language,
+        "task": request.task,
+        "beam_size": beams,
+        "best_of": fallback.best_of,
+        "temperature": list(fallback.temperatures or (0.0,)),
+        "compression_ratio_threshold": fallback.compression_ratio_threshold,
+        "log_prob_threshold": fallback.logprob_threshold,
+        "no_speech_threshold": fallback.no_speech_threshold,
+        "condition_on_previous_text": conditioned,
+        "initial_prompt": request.prompt or None,
+        "word_timestamps": request.word_timestamps,
+        "vad_filter": False,  # done by the caller (block-fed), to restore times better
+        "hotwords": request.hotwords,
+        "max_new_tokens": request.max_new_tokens,
+        "suppress_tokens": list(request.suppress_tokens),
+        "hallucination_silence_threshold": request.hallucination_silence_threshold,
+        "repetition_penalty": request.repetition_penalty,
+    }

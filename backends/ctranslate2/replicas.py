@@ -101,6 +101,14 @@ class Replicas:
 
         return adapter.with_model(self.whole, OneRowModel(self.whole.model, self.engine.model))
 
+    def beside(self, sampler: Callable[[], object]):
+        """A one-row engine for a transcribe running beside another (halves.py): the same
+        replicas and encoder, its sampled calls on `sampler()`'s model."""
+        from kvscribe.adapters import faster_whisper as adapter
+
+        model = OneRowModel(self.whole.model, self.engine.model, sampler)
+        return adapter.with_model(self.whole, model)
+
     def _one_row(self) -> bool:
         return self.one_row and self.workers > 1
 
@@ -127,15 +135,19 @@ class OneRowModel:
     to run) and everything else on `whole`: the encoder, the alignment and language
     detection are each one pass over a window or a text, which threads do speed up."""
 
-    def __init__(self, whole, replicas):
+    def __init__(self, whole, replicas, sampler: Callable[[], object] | None = None):
+        """`sampler`: the model for sampled calls, asked for at the first one (default:
+        `whole`); a second transcribe running beside another needs a generator of its own
+        (backends/ctranslate2/halves.py)."""
         self._whole, self._replicas = whole, replicas
+        self._sampler = sampler or (lambda: whole)
 
     def encode(self, *args, **kwargs):
         return self._whole.encode(*args, **kwargs)
 
     def generate(self, *args, **kwargs):
         sampled = kwargs.get("sampling_topk", 1) != 1  # CTranslate2's 1: the best token
-        return (self._whole if sampled else self._replicas).generate(*args, **kwargs)
+        return (self._sampler() if sampled else self._replicas).generate(*args, **kwargs)
 
     def __getattr__(self, name: str):
         return getattr(self._whole, name)

@@ -110,6 +110,16 @@ class StreamedAudio(_ReadInSlices):
         """Read from `samples` (the whole file, decoded already) and never decode again."""
         self._buffer, self._low, self.history = samples, 0, self.size
 
+    @property
+    def held(self) -> bool:
+        """Whether every sample is held (hold_all): reads then decode nothing, from any thread."""
+        return self.history >= self.size and self._low == 0 and self._buffer.size == self.size
+
+    def twin(self) -> StreamedAudio:
+        """Another reader of the same file, with a decoder of its own (no second scan): a
+        reader of each part of a long file from its own thread."""
+        return StreamedAudio(self.path, self.size, self.peaks)
+
     def close(self) -> None:
         if self._chunks is not None:
             self._chunks.close()  # type: ignore[attr-defined]  # a generator: closes PyAV

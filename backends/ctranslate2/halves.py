@@ -1,0 +1,138 @@
+"""`--batch-size 1` on a CPU with single-thread replicas: a long input decoded as two halves
+side by side.
+
+faster-whisper's sequential transcribe decodes one window after another, and each window's
+beam search runs on one single-thread replica (backends/ctranslate2/replicas.py), so on 2
+cores the other core waits through most of a run (cores busy 56-63 %,
+benchmarks/results/longform_peers_today_avx512.md). Cut at the quietest stretch near its
+middle, the input is decoded as two sequential transcribes at once, one per replica, each
+window still prompted with the text before it; only the second half's first window has no
+text before it, as the first window of a file of its own has none. The second half's
+segments are held until the first half's are out, so they come in time order.
+
+A window that falls back to sampling draws from the generator of the engine thread that
+runs it (CTranslate2 seeds one per thread, once): the first half samples on the backend's
+engine, the second on a model of its own, loaded when it first samples, so neither
+half's samples depend on how the two happen to interleave.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.audio.stream import Joined, Samples, StreamedAudio, frame_peaks
+
+MIN_SECONDS = 30.0  # what fits one window stays whole
+PAUSE_SECONDS = 0.5  # the stretch whose mean loudness finds the cut
+MIDDLE = (0.4, 0.6)  # where the cut is looked for, as fractions of the input
+_FRAME = SAMPLE_RATE // 100  # frame_peaks' 10 ms frames
+_FRAMES_PER_SECOND = 100  # faster-whisper's `seek` counts 10 ms feature frames
+
+
+def cut(samples: Samples) -> int | None:
+    """The sample at the middle of the quietest PAUSE_SECONDS (mean of the 10 ms peaks) in the
+    MIDDLE of `samples`, on a 10 ms frame; None when it is too short to halve, or cannot be
+    read from two threads."""
+    if samples.size < MIN_SECONDS * SAMPLE_RATE or not _two_readers(samples):
+        return None
+    peaks = frame_peaks(samples).astype(np.float64)
+    width = int(PAUSE_SECONDS * _FRAMES_PER_SECOND)
+    low, high = (int(fraction * peaks.size) for fraction in MIDDLE)
+    sums = np.convolve(peaks[low : high + width], np.ones(width), mode="valid")
+    quietest = low + int(np.argmin(sums))
+    return (quietest + width // 2) * _FRAME
+
+
+def _two_readers(samples: Samples) -> bool:
+    """Whether two threads can read `samples` at once: an array or a file as they are (a
+    long file through a second reader: halves); a file's speech joined by a VAD filter only
+    where the file is held (its reader would otherwise decode it for both halves)."""
+    if isinstance(samples, Joined):
+        source = samples.source
+        return isinstance(source, np.ndarray) or (isinstance(source, StreamedAudio) and source.held)
+    return isinstance(samples, np.ndarray | StreamedAudio)
+
+
+def halves(samples: Samples, at: int) -> tuple[Samples, Samples]:
+    """`samples` before and from `at`, each readable from its own thread: a file too long to
+    be held decodes once per half, each with a reader of its own."""
+    second_source = samples
+    if isinstance(samples, StreamedAudio) and not samples.held:
+        second_source = samples.twin()
+    return Joined(samples, [(0, at)]), Joined(second_source, [(at, samples.size)])
+
+
+def shifted(segments: Iterator, at: int) -> Iterator:
+    """faster-whisper's segments of the second half, on the whole input's clock."""
+    seconds = at / SAMPLE_RATE
+    frames = round(seconds * _FRAMES_PER_SECOND)
+    for segment in segments:
+        words = segment.words and [
+            dataclasses.replace(w, start=w.start + seconds, end=w.end + seconds)
+            for w in segment.words
+        ]
+        yield dataclasses.replace(
+            segment,
+            seek=segment.seek + frames,
+            start=segment.start + seconds,
+            end=segment.end + seconds,
+            words=words,
+        )
+
+
+_END = object()
+
+
+def side_by_side(first: Iterator, second: Callable[[], Iterator]) -> Iterator:
+    """`first`'s items, then `second()`'s, the second produced on a thread of its own from
+    the start. Its error, if any, is raised where its items would have come; a consumer
+    that stops early stops it after the item it is on."""
+    ahead = _Ahead(second)
+    try:
+        yield from first
+        yield from ahead
+    finally:
+        ahead.stop()
+
+
+class _Ahead:
+    """An iterator consumed on a thread of its own, its items queued for the caller."""
+
+    def __init__(self, make: Callable[[], Iterator]):
+        self._items: queue.SimpleQueue = queue.SimpleQueue()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, args=(make,), name="kvscribe-second-half", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, make: Callable[[], Iterator]) -> None:
+        try:
+            for item in make():
+                if self._stopped.is_set():
+                    return
+                self._items.put((item, None))
+        except BaseException as exc:  # handed to the consumer, raised there
+            self._items.put((_END, exc))
+            return
+        self._items.put((_END, None))
+
+    def __iter__(self) -> Iterator:
+        while True:
+            item, error = self._items.get()
+            if error is not None:
+                raise error
+            if item is _END:
+                return
+            yield item
+
+    def stop(self) -> None:
+        """Stop after the item being made (at most one window's decode), and wait for it."""
+        self._stopped.set()
+        self._thread.join()
