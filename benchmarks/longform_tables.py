@@ -60,13 +60,13 @@ def stages_markdown(rows: list[dict]) -> list[str]:
         "kvscribe's time by stage (s, the median run's `--stats-json`; the rest of the process: "
         "start-up, model load, output) and cores busy (CPU seconds over wall seconds times cores):",
         "",
-        "| clip | config | " + " | ".join(names) + " | cores busy |",
-        "|---|---|" + "---|" * len(names) + "---|",
+        "| " + " | ".join(["clip", "config", *names, "cores busy"]) + " |",
+        "|" + "---|" * (len(names) + 3),
     ]
     for r in timed:
         stages = r.get("stage_seconds") or {}
-        cells = " | ".join(_cell(stages.get(n), ".2f") for n in names)
-        lines.append(f"| {r['clip']} | {r['config']} | {cells} | {r['cores_busy']:.0%} |")
+        cells = [r["clip"], r["config"], *(_cell(stages.get(n), ".2f") for n in names)]
+        lines.append("| " + " | ".join([*cells, f"{r['cores_busy']:.0%}"]) + " |")
     return lines
 
 

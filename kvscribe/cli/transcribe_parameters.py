@@ -59,7 +59,8 @@ PARAMETERS: ParameterTable = {
             show_default="profile's",
             help="Speech chunks decoded at once on audio over 30 s (cut at pauses by the VAD), "
             "and in -o by short files sharing them; 1 = one 30 s window after another, each "
-            "prompted with the text before it.",
+            "prompted with the text before it (ctranslate2 on 2+ threads: the two halves of "
+            "audio over 30 s side by side, cut at a pause).",
         ),
     ),
     "compute_type": (
