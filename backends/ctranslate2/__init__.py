@@ -27,6 +27,7 @@ from kvscribe.backends.base import Backend
 from kvscribe.backends.ctranslate2 import halves
 from kvscribe.backends.ctranslate2 import report as ct2_report
 from kvscribe.backends.ctranslate2 import stream as ct2_stream
+from kvscribe.backends.ctranslate2.replicas import replica_model, replicas_of
 from kvscribe.backends.ctranslate2.silence import (
     SpeechClock,
     to_decode,
@@ -91,14 +92,19 @@ class CTranslate2Backend(Backend):
         # seeded when the thread first samples and never again: without a seed set first,
         # from the OS, so the same file gave other text in every process.
         ctranslate2.set_random_seed(SAMPLING_SEED)
+        replica_model = self._start_replica_load()
         self.engine = WhisperModel(
             str(self.model.path),
             device=self.device,
             compute_type=self._compute_type(),
             cpu_threads=self._cpu_threads(),
         )
-        self._row_replicas: Future | None = None
-        self._load_replicas()  # on a thread of its own, while the caller reads its audio
+        self._row_replicas: Future = _then(
+            replica_model,
+            lambda model: replicas_of(
+                self.engine, model, self._cpu_threads(), self.dims.n_text_state
+            ),
+        )
         self._encoder_row = self._choose_encoder()
 
     def describe_settings(self) -> dict[str, str]:
@@ -154,7 +160,6 @@ class CTranslate2Backend(Backend):
     ) -> Transcription:
         from kvscribe.backends.ctranslate2 import batched as ct2_batched
 
-        self._load_replicas()  # while the file is scanned for speech
         chunking_started = time.perf_counter()
         chunks = speech_chunks(audio, batched_rules(request.vad))
         chunking_seconds = time.perf_counter() - chunking_started
@@ -194,7 +199,6 @@ class CTranslate2Backend(Backend):
         self.check_language(request, self.dims.is_multilingual, self.engine.supported_languages)
         beams = request.beam_size
         batch = self.batch_size_for(request, math.inf)  # what a long file's chunks get
-        self._load_replicas()  # while the inputs are scanned for speech
 
         def decode(language: str, runs: list[list[Chunk]]):
             replicas = self._load_replicas().result()
@@ -373,25 +377,25 @@ class CTranslate2Backend(Backend):
             intra_threads=1,
         )
 
-    def _load_replicas(self) -> Future:
-        """The model as single-thread replicas for decoder calls (backends/ctranslate2/replicas.py),
-        loaded with the engine and kept. It loads on a thread of its own while the caller
-        goes on (a second model load, about as long as the first: CTranslate2 lets go of
-        the GIL while it loads)."""
-        from kvscribe.backends.ctranslate2.replicas import replicas
+    def _start_replica_load(self) -> Future:
+        """The model's single-thread replicas for decoder calls (backends/ctranslate2/replicas.py)
+        loading on a thread of its own, beside the engine's load and the caller's reading
+        of its audio (a second load, about as long as the first: CTranslate2 lets go of the
+        GIL while it loads; started first, it was waited for 0.07-0.15 s before the first
+        decode when it followed the engine's)."""
+        loader = ThreadPoolExecutor(1, thread_name_prefix="kvscribe-replicas")
+        model = loader.submit(
+            replica_model,
+            str(self.model.path),
+            self.device,
+            self._compute_type(),
+            self._cpu_threads(),
+        )
+        loader.shutdown(wait=False)  # the load goes on; the thread ends with it
+        return model
 
-        if self._row_replicas is None:
-            loader = ThreadPoolExecutor(1, thread_name_prefix="kvscribe-replicas")
-            self._row_replicas = loader.submit(
-                replicas,
-                self.engine,
-                str(self.model.path),
-                self.device,
-                self.engine.model.compute_type,
-                self._cpu_threads(),
-                self.dims.n_text_state,
-            )
-            loader.shutdown(wait=False)  # the load goes on; the thread ends with it
+    def _load_replicas(self) -> Future:
+        """The replicas (`Replicas`), once their model has loaded (_start_replica_load)."""
         return self._row_replicas
 
     def _compute_type(self) -> str:
@@ -444,3 +448,18 @@ def _transcribe_options(request: DecodeRequest, beams: int, conditioned: bool) -
         "hallucination_silence_threshold": request.hallucination_silence_threshold,
         "repetition_penalty": request.repetition_penalty,
     }
+
+
+def _then(future: Future, make) -> Future:
+    """A Future of `make(future's result)`, made where the first one completes (at once, here,
+    if it has already)."""
+    made: Future = Future()
+
+    def done(finished: Future) -> None:
+        try:
+            made.set_result(make(finished.result()))
+        except BaseException as exc:  # the caller's .result() raises it
+            made.set_exception(exc)
+
+    future.add_done_callback(done)
+    return made

@@ -169,13 +169,26 @@ def replicas(
     """`engine` (a WhisperModel of one replica with `threads` threads) and, on a CPU with
     more than one thread, the same model as `threads` single-thread replicas (`width`:
     the decoder's, which decides where one row goes)."""
+    model = replica_model(path, device, compute_type, threads)
+    return replicas_of(engine, model, threads, width)
+
+
+def replica_model(path: str, device: str, compute_type: str, threads: int):
+    """The model as `threads` single-thread replicas: a second load of it, on a CPU with
+    more than one thread; None elsewhere (the engine alone)."""
     if device != "cpu" or threads < 2:
-        return Replicas(engine, engine, 1)
+        return None
     import ctranslate2
 
-    from kvscribe.adapters import faster_whisper as adapter
-
-    model = ctranslate2.models.Whisper(
+    return ctranslate2.models.Whisper(
         path, device=device, compute_type=compute_type, inter_threads=threads, intra_threads=1
     )
+
+
+def replicas_of(engine, model, threads: int, width: int) -> Replicas:
+    """Replicas of `engine` running on `model` (replica_model's; None: the engine alone)."""
+    if model is None:
+        return Replicas(engine, engine, 1)
+    from kvscribe.adapters import faster_whisper as adapter
+
     return Replicas(adapter.with_model(engine, model), engine, threads, width <= ONE_ROW_WIDTH)
