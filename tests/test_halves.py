@@ -189,17 +189,32 @@ def test_sampled_text_of_both_halves_is_the_same_run_after_run():
     assert texts[0].strip() and texts[0] == texts[1] == texts[2]
 
 
-def test_a_long_files_speech_joined_by_a_vad_filter_stays_whole(tmp_path):
-    """Speech joined from a file too long to hold has one reader under it: not halved."""
+def test_a_long_files_parts_get_a_reader_of_their_own(tmp_path):
+    """Digital silence or a VAD filter's pauses cut out of a file too long to hold: the
+    second half reads the same parts through a second decoder, closed after it; a held
+    file's parts are read as they are."""
     from kvscribe.audio.stream import Joined
 
     path = tmp_path / "speech.wav"
     media.write_wav(path, _speech(70.0))
     streamed = open_streamed(path, hold_seconds=10.0)
     held = open_streamed(path)
+    regions = [(SAMPLE_RATE, 30 * SAMPLE_RATE), (32 * SAMPLE_RATE, 69 * SAMPLE_RATE)]
+    parts = Joined(streamed, regions)
     try:
-        assert halves.cut(Joined(streamed, [(0, streamed.size)])) is None
-        assert halves.cut(Joined(held, [(0, held.size)])) is not None
-        assert halves.cut(streamed) is not None  # the file itself gets a second reader
+        at = halves.cut(parts)
+        assert at is not None
+        first, second = halves.halves(parts, at)
+        twin = second.source.source
+        assert isinstance(twin, type(streamed)) and twin is not streamed
+        whole = Joined(held, regions)
+        assert np.array_equal(second[:SAMPLE_RATE], whole[at : at + SAMPLE_RATE])
+        assert np.array_equal(first[at - SAMPLE_RATE : at], whole[at - SAMPLE_RATE : at])
+        assert twin._chunks is not None  # its decoder is open: it has read
+        halves.close_second(parts, second.source)
+        assert twin._chunks is None  # and closed
+        _, of_held = halves.halves(Joined(held, regions), at)
+        assert of_held.source.source is held
+        halves.close_second(Joined(held, regions), of_held.source)  # nothing to close
     finally:
         streamed.close()

@@ -356,12 +356,12 @@ class CTranslate2Backend(Backend):
                 )
                 yield from halves.shifted(segments, at)
             finally:
-                if second.source is not decoded:
-                    second.source.close()  # the long file's second reader
+                halves.close_second(decoded, second.source)  # a long file's second reader
 
         threads = self._cpu_threads()
         report.settings[row.ENGINE_THREADS] = (
-            f"{threads} (two halves side by side, cut at a pause at {at / SAMPLE_RATE:.1f} s; "
+            f"{threads} (two halves side by side, cut at a pause {at / SAMPLE_RATE:.1f} s into "
+            "the audio decoded; "
             f"each beam search on 1 of {threads} single-thread replicas)"
         )
         return halves.side_by_side(raw, second_half), info

@@ -50,22 +50,37 @@ def cut(samples: Samples) -> int | None:
 
 
 def _two_readers(samples: Samples) -> bool:
-    """Whether two threads can read `samples` at once: an array or a file as they are (a
-    long file through a second reader: halves); a file's speech joined by a VAD filter only
-    where the file is held (its reader would otherwise decode it for both halves)."""
+    """Whether a second thread can read `samples` beside the first: arrays and files can (a
+    file too long to hold through a reader of its own: `second_reader`), and so can their
+    parts joined (digital silence or a VAD filter's pauses cut out)."""
     if isinstance(samples, Joined):
-        source = samples.source
-        return isinstance(source, np.ndarray) or (isinstance(source, StreamedAudio) and source.held)
+        return _two_readers(samples.source)
     return isinstance(samples, np.ndarray | StreamedAudio)
 
 
-def halves(samples: Samples, at: int) -> tuple[Samples, Samples]:
-    """`samples` before and from `at`, each readable from its own thread: a file too long to
-    be held decodes once per half, each with a reader of its own."""
-    second_source = samples
+def second_reader(samples: Samples) -> Samples:
+    """`samples` for a second thread: the same arrays, a held file and parts of them; a file
+    too long to hold, with a decoder of its own (StreamedAudio.twin; close it with
+    `close_second`)."""
+    if isinstance(samples, Joined):
+        return Joined(second_reader(samples.source), samples.regions)
     if isinstance(samples, StreamedAudio) and not samples.held:
-        second_source = samples.twin()
-    return Joined(samples, [(0, at)]), Joined(second_source, [(at, samples.size)])
+        return samples.twin()
+    return samples
+
+
+def close_second(samples: Samples, second: Samples) -> None:
+    """Close the file reader second_reader(`samples`) opened, if it opened one."""
+    while isinstance(samples, Joined) and isinstance(second, Joined):
+        samples, second = samples.source, second.source
+    if second is not samples and isinstance(second, StreamedAudio):
+        second.close()
+
+
+def halves(samples: Samples, at: int) -> tuple[Samples, Samples]:
+    """`samples` before and from `at`, each readable from its own thread (the second through
+    second_reader)."""
+    return Joined(samples, [(0, at)]), Joined(second_reader(samples), [(at, samples.size)])
 
 
 def shifted(segments: Iterator, at: int) -> Iterator:
