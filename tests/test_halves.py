@@ -218,3 +218,24 @@ def test_a_long_files_parts_get_a_reader_of_their_own(tmp_path):
         halves.close_second(Joined(held, regions), of_held.source)  # nothing to close
     finally:
         streamed.close()
+
+
+def test_parts_of_a_file_find_their_pause_from_the_files_scan(tmp_path):
+    """The cut in parts joined from a file too long to hold is found from the file's scan,
+    without decoding it again, and falls in the same pause as in the same parts held."""
+    from kvscribe.audio.stream import Joined
+
+    audio = np.concatenate([_speech(32.0), _quiet(0.8), _speech(32.0)])
+    path = tmp_path / "speech.wav"
+    media.write_wav(path, audio)
+    streamed = open_streamed(path, hold_seconds=10.0)
+    regions = [(2 * SAMPLE_RATE + 37, 40 * SAMPLE_RATE), (41 * SAMPLE_RATE, 64 * SAMPLE_RATE)]
+    try:
+        at = halves.cut(Joined(streamed, regions))
+        assert streamed._chunks is None  # the file was not decoded for it
+        pause_start = 32.0 * SAMPLE_RATE - regions[0][0]  # in the joined parts (61 s)
+        assert at is not None
+        assert pause_start + 0.1 * SAMPLE_RATE <= at <= pause_start + 0.7 * SAMPLE_RATE
+        assert at == halves.cut(Joined(audio, regions))
+    finally:
+        streamed.close()

@@ -41,12 +41,23 @@ def cut(samples: Samples) -> int | None:
     read from two threads."""
     if samples.size < MIN_SECONDS * SAMPLE_RATE or not _two_readers(samples):
         return None
-    peaks = frame_peaks(samples).astype(np.float64)
+    peaks = _peaks(samples).astype(np.float64)
     width = int(PAUSE_SECONDS * _FRAMES_PER_SECOND)
     low, high = (int(fraction * peaks.size) for fraction in MIDDLE)
     sums = np.convolve(peaks[low : high + width], np.ones(width), mode="valid")
     quietest = low + int(np.argmin(sums))
     return (quietest + width // 2) * _FRAME
+
+
+def _peaks(samples: Samples) -> np.ndarray:
+    """frame_peaks of `samples`; of parts joined, the peak of the source's frame where each
+    of their frames starts (near enough to find a pause): reading the parts of a file too
+    long to hold would decode it once more."""
+    if isinstance(samples, Joined):
+        source = _peaks(samples.source)
+        starts = samples.source_positions(np.arange(0, samples.size, _FRAME, dtype=np.int64))
+        return source[np.minimum(starts // _FRAME, source.size - 1)]
+    return frame_peaks(samples)
 
 
 def _two_readers(samples: Samples) -> bool:

@@ -203,6 +203,13 @@ class Joined(_ReadInSlices):
     def hold_history(self, seconds: float) -> None:
         hold_history(self.source, seconds)
 
+    def source_positions(self, positions: np.ndarray) -> np.ndarray:
+        """Where the joined samples at `positions` are in `source`."""
+        index = np.searchsorted(self._starts, positions, side="right") - 1
+        index = np.clip(index, 0, len(self.regions) - 1)
+        begins = np.array([begin for begin, _ in self.regions], dtype=np.int64)
+        return begins[index] + (positions - self._starts[index])
+
     def __getitem__(self, key: slice) -> np.ndarray:
         start, stop = self._bounds(key)
         parts = []
