@@ -117,6 +117,8 @@ class BatchView:
         path = result.task.path
         bar = self._bars.pop(path, None)
         if self._progress is not None and bar is not None:
+            if result.error is None:
+                self._draw_whole(bar)
             self._progress.remove_task(bar)
         seconds = round(result.stats.decode_seconds, 3) if result.stats else 0.0
         if result.error is None:
@@ -187,6 +189,15 @@ class BatchView:
         for label, value in rows:
             table.add_row(label, value)
         return table
+
+    def _draw_whole(self, bar) -> None:
+        """A file's bar drawn once at all its audio before it goes: a file decoded between two
+        of the display's refreshes would otherwise leave its last frame short of the end."""
+        total = next((task.total for task in self._progress.tasks if task.id == bar), None)
+        if total is None:  # never started decoding: nothing to complete
+            return
+        self._progress.update(bar, completed=total, done=audio_done(total, total))
+        self._progress.refresh()
 
     def _advance(self) -> None:
         if self._progress is None or self._task is None:
