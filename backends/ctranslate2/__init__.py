@@ -136,7 +136,7 @@ class CTranslate2Backend(Backend):
         decoded = to_decode(audio, clock)
         frames = self._encoder_frames(decoded, request, report)
         engine = self._one_row_engine(report)
-        options = _transcribe_options(request, beams, conditioned)
+        options = ct2_stream.transcribe_options(request, beams, conditioned)
         at = halves.cut(decoded) if frames is None and engine is not self.engine else None
         if at is None:
             raw, info = ct2_stream.transcribe(engine, decoded, frames, **options)
@@ -166,7 +166,7 @@ class CTranslate2Backend(Backend):
         # A group's unfinished tails are decoded after the group: keep its span readable.
         hold_history(audio, batch * MAX_SECONDS + MAX_SECONDS)
         language, probability = self._language_of(audio, chunks, request)
-        replicas = self._load_replicas().result()
+        replicas = self._replicas()
         plan, tokenizer = ct2_batched.setup(self.engine, language, request, beams, batch, replicas)
         report = self._batched_report(beams, request, batch, replicas.workers, len(chunks))
         report.stage_seconds[ct2_batched.STAGE_CHUNKS] = chunking_seconds
@@ -201,7 +201,7 @@ class CTranslate2Backend(Backend):
         batch = self.batch_size_for(request, math.inf)  # what a long file's chunks get
 
         def decode(language: str, runs: list[list[Chunk]]):
-            replicas = self._load_replicas().result()
+            replicas = self._replicas()
             plan, tokenizer = ct2_batched.setup(
                 self.engine, language, request, beams, batch, replicas
             )
@@ -310,7 +310,7 @@ class CTranslate2Backend(Backend):
     def _one_row_engine(self, report: DecoderReport):
         """The engine for faster-whisper's sequential transcribe: on a CPU with several
         threads, its beam search on a single-thread replica (backends/ctranslate2/replicas.py)."""
-        engine = self._load_replicas().result().one_row_engine
+        engine = self._replicas().one_row_engine
         if engine is not self.engine:
             threads = self._cpu_threads()
             report.settings[row.ENGINE_THREADS] = (
@@ -338,7 +338,7 @@ class CTranslate2Backend(Backend):
         """CTranslate2's encoder over `windows` as the batched chunks run it."""
         from kvscribe.backends.ctranslate2.batched import encode_windows
 
-        encode_windows(self._load_replicas().result(), windows)
+        encode_windows(self._replicas(), windows)
 
     def _side_by_side(self, engine, decoded: Samples, at: int, options: dict, report):
         """faster-whisper's (segments, info) of `decoded` cut at `at`, its halves decoded at
@@ -347,7 +347,7 @@ class CTranslate2Backend(Backend):
         first, second = halves.halves(decoded, at)
         raw, info = ct2_stream.transcribe(engine, first, **options)
         sampler = functools.cache(self._sampling_model)
-        second_engine = self._load_replicas().result().beside(sampler)
+        second_engine = self._replicas().beside(sampler)
 
         def second_half() -> Iterator:
             try:
@@ -394,9 +394,9 @@ class CTranslate2Backend(Backend):
         loader.shutdown(wait=False)  # the load goes on; the thread ends with it
         return model
 
-    def _load_replicas(self) -> Future:
-        """The replicas (`Replicas`), once their model has loaded (_start_replica_load)."""
-        return self._row_replicas
+    def _replicas(self):
+        """The `Replicas`, once their model has loaded (_start_replica_load)."""
+        return self._row_replicas.result()
 
     def _compute_type(self) -> str:
         wanted = self.settings.get("compute_type", "int8" if self.device == "cpu" else "float16")
@@ -424,30 +424,6 @@ class CTranslate2Backend(Backend):
         windows = WindowCounter(self.dims, conditioned)
         yield from ct2_stream.segments(raw, windows, fallback)
         ct2_report.count_windows(report, self._basis(), windows, beams)
-
-
-def _transcribe_options(request: DecodeRequest, beams: int, conditioned: bool) -> dict:
-    """faster-whisper's `transcribe` arguments for `request` (the audio aside)."""
-    fallback = request.fallback
-    return {
-        "language": request.language,
-        "task": request.task,
-        "beam_size": beams,
-        "best_of": fallback.best_of,
-        "temperature": list(fallback.temperatures or (0.0,)),
-        "compression_ratio_threshold": fallback.compression_ratio_threshold,
-        "log_prob_threshold": fallback.logprob_threshold,
-        "no_speech_threshold": fallback.no_speech_threshold,
-        "condition_on_previous_text": conditioned,
-        "initial_prompt": request.prompt or None,
-        "word_timestamps": request.word_timestamps,
-        "vad_filter": False,  # done by the caller (block-fed), to restore times better
-        "hotwords": request.hotwords,
-        "max_new_tokens": request.max_new_tokens,
-        "suppress_tokens": list(request.suppress_tokens),
-        "hallucination_silence_threshold": request.hallucination_silence_threshold,
-        "repetition_penalty": request.repetition_penalty,
-    }
 
 
 def _then(future: Future, make) -> Future:

@@ -36,6 +36,7 @@ from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.audio.stream import Samples
 from kvscribe.audio.streamed_mel import NumpyFrontEnd, StreamedMel
 from kvscribe.backends.ctranslate2.windows import WindowCounter
+from kvscribe.contract import DecodeRequest
 from kvscribe.decoding import Fallback, unspoken
 from kvscribe.types import Segment, Word
 
@@ -58,6 +59,30 @@ def transcribe(engine, audio: Samples, encoder_frames: int | None = None, **opti
     if encoder_frames is not None:
         view = adapter.with_encoder_frames(view, encoder_frames)
     return view.transcribe(standin, **options)
+
+
+def transcribe_options(request: DecodeRequest, beams: int, conditioned: bool) -> dict:
+    """faster-whisper's `transcribe` arguments for `request` (the audio aside)."""
+    fallback = request.fallback
+    return {
+        "language": request.language,
+        "task": request.task,
+        "beam_size": beams,
+        "best_of": fallback.best_of,
+        "temperature": list(fallback.temperatures or (0.0,)),
+        "compression_ratio_threshold": fallback.compression_ratio_threshold,
+        "log_prob_threshold": fallback.logprob_threshold,
+        "no_speech_threshold": fallback.no_speech_threshold,
+        "condition_on_previous_text": conditioned,
+        "initial_prompt": request.prompt or None,
+        "word_timestamps": request.word_timestamps,
+        "vad_filter": False,  # done by the caller (block-fed), to restore times better
+        "hotwords": request.hotwords,
+        "max_new_tokens": request.max_new_tokens,
+        "suppress_tokens": list(request.suppress_tokens),
+        "hallucination_silence_threshold": request.hallucination_silence_threshold,
+        "repetition_penalty": request.repetition_penalty,
+    }
 
 
 class _FeaturesFor:
