@@ -17,7 +17,7 @@ import functools
 import math
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from kvscribe import setting_rows as row
 from kvscribe.audio import SAMPLE_RATE
@@ -27,7 +27,7 @@ from kvscribe.backends.base import Backend
 from kvscribe.backends.ctranslate2 import halves
 from kvscribe.backends.ctranslate2 import report as ct2_report
 from kvscribe.backends.ctranslate2 import stream as ct2_stream
-from kvscribe.backends.ctranslate2.replicas import replica_model, replicas_of
+from kvscribe.backends.ctranslate2.replicas import replicas_of, start_loading, then
 from kvscribe.backends.ctranslate2.silence import (
     SpeechClock,
     to_decode,
@@ -92,15 +92,18 @@ class CTranslate2Backend(Backend):
         # seeded when the thread first samples and never again: without a seed set first,
         # from the OS, so the same file gave other text in every process.
         ctranslate2.set_random_seed(SAMPLING_SEED)
-        replica_model = self._start_replica_load()
+        # The replicas' load starts first, on a thread of its own (replicas.start_loading).
+        loading = start_loading(
+            str(self.model.path), self.device, self._compute_type(), self._cpu_threads()
+        )
         self.engine = WhisperModel(
             str(self.model.path),
             device=self.device,
             compute_type=self._compute_type(),
             cpu_threads=self._cpu_threads(),
         )
-        self._row_replicas: Future = _then(
-            replica_model,
+        self._row_replicas: Future = then(
+            loading,
             lambda model: replicas_of(
                 self.engine, model, self._cpu_threads(), self.dims.n_text_state
             ),
@@ -141,7 +144,10 @@ class CTranslate2Backend(Backend):
         if at is None:
             raw, info = ct2_stream.transcribe(engine, decoded, frames, **options)
         else:
-            raw, info = self._side_by_side(engine, decoded, at, options, report)
+            engines = halves.HalfEngines(engine, self._second_half_engine)
+            raw, info = halves.transcribe(
+                engines, decoded, at, options, report, self._cpu_threads()
+            )
         if clock is not None:
             raw = map(clock.restore, raw)
         # faster-whisper says 1 for a language it was given or an English-only model's;
@@ -340,62 +346,25 @@ class CTranslate2Backend(Backend):
 
         encode_windows(self._replicas(), windows)
 
-    def _side_by_side(self, engine, decoded: Samples, at: int, options: dict, report):
-        """faster-whisper's (segments, info) of `decoded` cut at `at`, its halves decoded at
-        once (backends/ctranslate2/halves.py): the second half in the first's language, its
-        sampled windows on a model of its own."""
-        first, second = halves.halves(decoded, at)
-        raw, info = ct2_stream.transcribe(engine, first, **options)
-        sampler = functools.cache(self._sampling_model)
-        second_engine = self._replicas().beside(sampler)
+    def _second_half_engine(self):
+        """The engine of a second transcribe beside the first (halves.py): the same replicas
+        and encoder, its sampled windows on a one-thread model of its own, loaded at the
+        first (a generator of its own: the text stays the same run after run)."""
 
-        def second_half() -> Iterator:
-            try:
-                segments, _ = ct2_stream.transcribe(
-                    second_engine, second, **options | {"language": info.language}
-                )
-                yield from halves.shifted(segments, at)
-            finally:
-                halves.close_second(decoded, second.source)  # a long file's second reader
+        def sampling_model():
+            import ctranslate2
 
-        threads = self._cpu_threads()
-        report.settings[row.ENGINE_THREADS] = (
-            f"{threads} (two halves side by side, cut at a pause {at / SAMPLE_RATE:.1f} s into "
-            "the audio decoded; "
-            f"each beam search on 1 of {threads} single-thread replicas)"
-        )
-        return halves.side_by_side(raw, second_half), info
+            return ctranslate2.models.Whisper(
+                str(self.model.path),
+                device=self.device,
+                compute_type=self.engine.model.compute_type,
+                intra_threads=1,
+            )
 
-    def _sampling_model(self):
-        """A one-thread model for the sampled windows of a second transcribe (halves.py)."""
-        import ctranslate2
-
-        return ctranslate2.models.Whisper(
-            str(self.model.path),
-            device=self.device,
-            compute_type=self.engine.model.compute_type,
-            intra_threads=1,
-        )
-
-    def _start_replica_load(self) -> Future:
-        """The model's single-thread replicas for decoder calls (backends/ctranslate2/replicas.py)
-        loading on a thread of its own, beside the engine's load and the caller's reading
-        of its audio (a second load, about as long as the first: CTranslate2 lets go of the
-        GIL while it loads; started first, it was waited for 0.07-0.15 s before the first
-        decode when it followed the engine's)."""
-        loader = ThreadPoolExecutor(1, thread_name_prefix="kvscribe-replicas")
-        model = loader.submit(
-            replica_model,
-            str(self.model.path),
-            self.device,
-            self._compute_type(),
-            self._cpu_threads(),
-        )
-        loader.shutdown(wait=False)  # the load goes on; the thread ends with it
-        return model
+        return self._replicas().beside(functools.cache(sampling_model))
 
     def _replicas(self):
-        """The `Replicas`, once their model has loaded (_start_replica_load)."""
+        """The `Replicas`, once their model has loaded (replicas.start_loading)."""
         return self._row_replicas.result()
 
     def _compute_type(self) -> str:
@@ -424,18 +393,3 @@ class CTranslate2Backend(Backend):
         windows = WindowCounter(self.dims, conditioned)
         yield from ct2_stream.segments(raw, windows, fallback)
         ct2_report.count_windows(report, self._basis(), windows, beams)
-
-
-def _then(future: Future, make) -> Future:
-    """A Future of `make(future's result)`, made where the first one completes (at once, here,
-    if it has already)."""
-    made: Future = Future()
-
-    def done(finished: Future) -> None:
-        try:
-            made.set_result(make(finished.result()))
-        except BaseException as exc:  # the caller's .result() raises it
-            made.set_exception(exc)
-
-    future.add_done_callback(done)
-    return made

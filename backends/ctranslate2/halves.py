@@ -22,17 +22,19 @@ import dataclasses
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
+from kvscribe import setting_rows as row
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.audio.stream import Joined, Samples, StreamedAudio, frame_peaks
+from kvscribe.audio.mel import FRAMES_PER_SECOND
+from kvscribe.audio.stream import PEAK_FRAME, Joined, Samples, StreamedAudio, frame_peaks
+from kvscribe.backends.ctranslate2 import stream as ct2_stream
 
 MIN_SECONDS = 30.0  # what fits one window stays whole
 PAUSE_SECONDS = 0.5  # the stretch whose mean loudness finds the cut
 MIDDLE = (0.4, 0.6)  # where the cut is looked for, as fractions of the input
-_FRAME = SAMPLE_RATE // 100  # frame_peaks' 10 ms frames
-_FRAMES_PER_SECOND = 100  # faster-whisper's `seek` counts 10 ms feature frames
 
 
 def cut(samples: Samples) -> int | None:
@@ -42,11 +44,11 @@ def cut(samples: Samples) -> int | None:
     if samples.size < MIN_SECONDS * SAMPLE_RATE or not _two_readers(samples):
         return None
     peaks = _peaks(samples).astype(np.float64)
-    width = int(PAUSE_SECONDS * _FRAMES_PER_SECOND)
+    width = int(PAUSE_SECONDS * SAMPLE_RATE / PEAK_FRAME)
     low, high = (int(fraction * peaks.size) for fraction in MIDDLE)
     sums = np.convolve(peaks[low : high + width], np.ones(width), mode="valid")
     quietest = low + int(np.argmin(sums))
-    return (quietest + width // 2) * _FRAME
+    return (quietest + width // 2) * PEAK_FRAME
 
 
 def _peaks(samples: Samples) -> np.ndarray:
@@ -55,8 +57,8 @@ def _peaks(samples: Samples) -> np.ndarray:
     long to hold would decode it once more."""
     if isinstance(samples, Joined):
         source = _peaks(samples.source)
-        starts = samples.source_positions(np.arange(0, samples.size, _FRAME, dtype=np.int64))
-        return source[np.minimum(starts // _FRAME, source.size - 1)]
+        starts = samples.source_positions(np.arange(0, samples.size, PEAK_FRAME, dtype=np.int64))
+        return source[np.minimum(starts // PEAK_FRAME, source.size - 1)]
     return frame_peaks(samples)
 
 
@@ -94,10 +96,44 @@ def halves(samples: Samples, at: int) -> tuple[Samples, Samples]:
     return Joined(samples, [(0, at)]), Joined(second_reader(samples), [(at, samples.size)])
 
 
+@dataclass(frozen=True)
+class HalfEngines:
+    """`first`: the one-row engine of the first half; `second()`: the second's, made on its
+    own thread when it starts."""
+
+    first: object
+    second: Callable[[], object]
+
+
+def transcribe(
+    engines: HalfEngines, decoded: Samples, at: int, options: dict, report, threads: int
+):
+    """faster-whisper's (segments, info) of `decoded` cut at `at`, its halves decoded at once:
+    the first on `engines.first`, the second on `engines.second` in the first's language
+    (HalfEngines); the stats' engine-threads row says where it cut."""
+    first, second = halves(decoded, at)
+    raw, info = ct2_stream.transcribe(engines.first, first, **options)
+
+    def second_half() -> Iterator:
+        try:
+            segments, _ = ct2_stream.transcribe(
+                engines.second(), second, **options | {"language": info.language}
+            )
+            yield from shifted(segments, at)
+        finally:
+            close_second(decoded, second.source)  # a long file's second reader
+
+    report.settings[row.ENGINE_THREADS] = (
+        f"{threads} (two halves side by side, cut at a pause {at / SAMPLE_RATE:.1f} s into "
+        f"the audio decoded; each beam search on 1 of {threads} single-thread replicas)"
+    )
+    return side_by_side(raw, second_half), info
+
+
 def shifted(segments: Iterator, at: int) -> Iterator:
     """faster-whisper's segments of the second half, on the whole input's clock."""
     seconds = at / SAMPLE_RATE
-    frames = round(seconds * _FRAMES_PER_SECOND)
+    frames = round(seconds * FRAMES_PER_SECOND)
     for segment in segments:
         words = segment.words and [
             dataclasses.replace(w, start=w.start + seconds, end=w.end + seconds)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -192,3 +192,29 @@ def replicas_of(engine, model, threads: int, width: int) -> Replicas:
     from kvscribe.adapters import faster_whisper as adapter
 
     return Replicas(adapter.with_model(engine, model), engine, threads, width <= ONE_ROW_WIDTH)
+
+
+def start_loading(path: str, device: str, compute_type: str, threads: int) -> Future:
+    """replica_model's load on a thread of its own, beside the engine's load and the
+    caller's reading of its audio (a second load, about as long as the first: CTranslate2
+    lets go of the GIL while it loads; started after the engine's, it was waited for
+    0.07-0.15 s before the first decode)."""
+    loader = ThreadPoolExecutor(1, thread_name_prefix="kvscribe-replicas")
+    model = loader.submit(replica_model, path, device, compute_type, threads)
+    loader.shutdown(wait=False)  # the load goes on; the thread ends with it
+    return model
+
+
+def then(future: Future, make: Callable) -> Future:
+    """A Future of `make(future's result)`, made where the first one completes (at once, here,
+    if it has already)."""
+    made: Future = Future()
+
+    def done(finished: Future) -> None:
+        try:
+            made.set_result(make(finished.result()))
+        except BaseException as exc:  # the caller's .result() raises it
+            made.set_exception(exc)
+
+    future.add_done_callback(done)
+    return made
