@@ -1,20 +1,27 @@
 """Decoder calls on single-thread CTranslate2 replicas (backends/ctranslate2/replicas.py): batched
 rows shared out, and one row's calls, give the same encoder outputs, tokens and word times
-as one replica with every thread, on real speech."""
+as one replica with every thread, on real speech; that every-thread engine is loaded only
+when a call needs it."""
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 import numpy as np
 import pytest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.backends.ctranslate2 import batched as ct2_batched
-from kvscribe.backends.ctranslate2.replicas import OneRowModel, Replicas, replicas
+from kvscribe.backends.ctranslate2.replicas import OnDemand, OneRowModel, Replicas, load
 from kvscribe.chunking import ChunkRules, speech_chunks
 from kvscribe.contract import DecodeRequest
+from kvscribe.decoding import Fallback
+from kvscribe.pipeline import transcribe_speech
+from tests import loaded
 from tests.conftest import EVAL_DIR
+
+JOINED_REAL = EVAL_DIR.parent / "clips_joined" / "joined_real.wav"
 
 pytestmark = pytest.mark.model
 
@@ -41,29 +48,55 @@ def test_long_rows_are_dealt_apart():
 
 @pytest.fixture(scope="module")
 def group(ct2_backend):
-    """Four speech chunks of the long-form clip (each up to 30 s), their features and the
-    backend's batch plan with two replicas beside its one-replica engine."""
+    """Four speech chunks of the long-form clip (each up to 30 s), their features and a batch
+    plan on the backend's model loaded as two replicas (its every-thread engine on demand)."""
     audio = load_audio(EVAL_DIR / "espeak_longform_en.wav")[: 100 * SAMPLE_RATE]
     chunks = speech_chunks(audio, ChunkRules(max_gap=None, cut_pauses=True))[:4]
-    engine = ct2_backend.engine
-    two = replicas(
-        engine,
+    two = load(
         str(ct2_backend.model.path),
         "cpu",
-        engine.model.compute_type,
+        ct2_backend.engine.model.compute_type,
         threads=2,
         width=ct2_backend.dims.n_text_state,
     )
+    engine = two.engine
     plan, _ = ct2_batched.setup(engine, "en", DecodeRequest(), 5, 8, two)
     features = np.stack([ct2_batched.chunk_features(engine, audio, c) for c in chunks])
     return plan, chunks, features
 
 
-def test_two_replicas_are_the_same_weights_as_threads_of_one(group):
+def test_two_replicas_are_one_load_and_the_whole_engine_waits_for_a_call(group):
     plan, _, _ = group
-    assert plan.replicas.workers == 2 and plan.replicas.whole is plan.engine
-    assert plan.replicas.engine.model is not plan.engine.model
-    assert plan.replicas.split(2) and not plan.replicas.split(1)
+    two = plan.replicas
+    assert two.workers == 2 and two.engine is plan.engine
+    assert two.engine.model.num_workers == 2  # one load, two single-thread replicas
+    assert two.split(2) and not two.split(1)
+    assert isinstance(two.on_demand, OnDemand) and two.whole.model is two.on_demand
+    # what the engine is, answered without loading it
+    assert two.whole.model.compute_type == plan.engine.model.compute_type
+    assert two.whole.model.is_multilingual is False
+    assert not two.whole_started
+
+
+def test_a_model_on_demand_loads_once_at_its_first_call(ct2_backend):
+    import ctranslate2
+
+    loads = []
+
+    def loaded():
+        loads.append(threading.current_thread().name)
+        return ctranslate2.models.Whisper(str(ct2_backend.model.path), intra_threads=2)
+
+    model = OnDemand(loaded, like=ct2_backend.engine.model)
+    assert model.n_mels == 80 and not model.started and model.seconds is None
+    found = []
+    callers = [threading.Thread(target=lambda: found.append(model.num_workers)) for _ in range(4)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join(timeout=60)
+    assert found == [1, 1, 1, 1]  # the every-thread load: one worker
+    assert len(loads) == 1 and model.started and model.seconds > 0
 
 
 @pytest.mark.slow
@@ -73,7 +106,7 @@ def test_replicas_encode_decode_and_align_as_one_engine_does(group):
     plan, chunks, features = group
     # CTranslate2's own encoder, whichever one the backend chose to run (its model wraps
     # CTranslate2's where onnxruntime encodes: backends/ctranslate2/encoder.py)
-    own = getattr(plan.engine.model, "ctranslate2_model", plan.engine.model)
+    own = plan.replicas.on_demand
     whole = np.asarray(own.encode(ctranslate2.StorageView.from_array(features)))
     shared = plan.replicas.map(
         lambda window: np.asarray(
@@ -101,11 +134,11 @@ def test_one_row_goes_to_a_replica_and_a_sampled_call_to_the_whole_engine(group)
     two = plan.replicas
     assert two.one_row  # tiny.en: a decoder 384 wide
     assert two.decoder(1, sampled=False) is two.engine
-    assert two.decoder(1, sampled=True) is plan.engine
-    assert two.decoder(3, sampled=False) is plan.engine
+    assert two.decoder(1, sampled=True) is two.whole
+    assert two.decoder(3, sampled=False) is two.whole
     wide = dataclasses.replace(two, one_row=False)  # a decoder wider than measured
-    assert wide.decoder(1, sampled=False) is plan.engine
-    assert wide.one_row_engine is plan.engine
+    assert wide.decoder(1, sampled=False) is two.whole
+    assert wide.one_row_engine is two.whole
 
 
 def test_faster_whispers_transcribe_calls_go_where_they_run_fastest(group):
@@ -115,7 +148,7 @@ def test_faster_whispers_transcribe_calls_go_where_they_run_fastest(group):
     two = plan.replicas
     calls: list[tuple[str, str]] = []
     whole, pool = (
-        _Recorded(plan.engine.model, "whole", calls),
+        _Recorded(two.whole.model, "whole", calls),
         _Recorded(two.engine.model, "replica", calls),
     )
     model = OneRowModel(whole, pool)
@@ -124,11 +157,14 @@ def test_faster_whispers_transcribe_calls_go_where_they_run_fastest(group):
     found = model.generate(encoded, [prompt], beam_size=5, max_length=40)[0]
     model.generate(encoded, [prompt], beam_size=1, sampling_topk=0, sampling_temperature=0.4)
     model.align(encoded, plan.tokenizer.sot_sequence, found.sequences_ids, [1500])
+    with pytest.raises(RuntimeError, match="multilingual"):  # tiny.en's reaches a replica
+        model.detect_language(encoded)
     assert calls == [
         ("whole", "encode"),
         ("replica", "generate"),
         ("whole", "generate"),
         ("whole", "align"),
+        ("replica", "detect_language"),
     ]
     assert model.is_multilingual is plan.engine.model.is_multilingual
 
@@ -145,7 +181,7 @@ def test_a_row_transcribed_on_a_replica_is_the_same_as_on_every_thread(group, ct
     on_replica = plan.replicas.one_row_engine
     assert isinstance(on_replica.model, OneRowModel)
     split = transcript(on_replica)
-    assert split == transcript(plan.engine)
+    assert split == transcript(plan.replicas.whole)
     assert sum(len(words) for _, words in split) > 40  # real speech, timed word by word
 
 
@@ -175,5 +211,45 @@ def _window(mel: np.ndarray):
 
 
 def _alone(plan):
-    """The plan with its engine alone: one replica, every thread."""
-    return dataclasses.replace(plan, replicas=Replicas(plan.engine, plan.engine, 1))
+    """The plan on its every-thread engine alone: one replica, every thread."""
+    whole = plan.replicas.whole
+    return dataclasses.replace(plan, engine=whole, replicas=Replicas(whole, whole, 1))
+
+
+def _two_thread_backend():
+    """A CTranslate2 backend of the test's own on 2 threads, as on a 2-core machine (the
+    suite's workers get one thread each, and one thread has no replicas)."""
+    from kvscribe import profile
+
+    chosen = profile.load("cpu-laptop")
+    section = {**chosen.settings_for("ctranslate2"), "cpu_threads": 2}
+    return loaded.fresh("ctranslate2", backends={**chosen.backends, "ctranslate2": section})
+
+
+def test_a_batched_run_of_real_speech_needs_one_load_of_the_model():
+    """The joined real recordings (50 s, two chunks) decoded as the default decodes them:
+    every call runs on the replicas (and the encoder on onnxruntime, where it was chosen),
+    so the every-thread engine is never loaded."""
+    backend = _two_thread_backend()
+    run = transcribe_speech(backend, load_audio(JOINED_REAL), DecodeRequest())
+    text = " ".join(segment.text for segment in run.segments).lower()
+    assert "ask not what your country can do for you" in " ".join(text.replace(".", " ").split())
+    assert "2 replicas" in run.report.settings["engine threads"]
+    if "onnxruntime" in backend.describe_settings()["encoder"]:
+        assert not backend._engines.whole_started
+        assert "loaded again" not in run.report.settings["engine threads"]
+
+
+def test_a_sampled_window_loads_the_every_thread_engine_and_the_stats_say_so():
+    """At temperature 1.0 every window is sampled, on one seeded generator: the every-thread
+    engine is loaded at the first, and that run's stats say so (the next run's do not)."""
+    backend = _two_thread_backend()
+    request = DecodeRequest(fallback=Fallback(temperatures=(1.0,)))
+    audio = load_audio(JOINED_REAL)
+    first = transcribe_speech(backend, audio, request)
+    assert " ".join(segment.text for segment in first.segments).strip()
+    assert backend._engines.whole_started and backend._engines.on_demand.seconds > 0
+    assert "loaded again with every thread" in first.report.settings["engine threads"]
+    second = transcribe_speech(backend, audio, request)
+    list(second.segments)
+    assert "loaded again" not in second.report.settings["engine threads"]

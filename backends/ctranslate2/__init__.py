@@ -17,7 +17,6 @@ import functools
 import math
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future
 
 from kvscribe import setting_rows as row
 from kvscribe.audio import SAMPLE_RATE
@@ -27,7 +26,7 @@ from kvscribe.backends.base import Backend
 from kvscribe.backends.ctranslate2 import halves
 from kvscribe.backends.ctranslate2 import report as ct2_report
 from kvscribe.backends.ctranslate2 import stream as ct2_stream
-from kvscribe.backends.ctranslate2.replicas import replicas_of, start_loading, then
+from kvscribe.backends.ctranslate2.replicas import load as load_engines
 from kvscribe.backends.ctranslate2.silence import (
     SpeechClock,
     to_decode,
@@ -78,7 +77,6 @@ class CTranslate2Backend(Backend):
 
     def load(self) -> None:
         import ctranslate2
-        from faster_whisper import WhisperModel
 
         self.settings = self.profile_settings(_SETTINGS)
         if self.device == "cuda" and ctranslate2.get_cuda_device_count() == 0:
@@ -92,22 +90,14 @@ class CTranslate2Backend(Backend):
         # seeded when the thread first samples and never again: without a seed set first,
         # from the OS, so the same file gave other text in every process.
         ctranslate2.set_random_seed(SAMPLING_SEED)
-        # The replicas' load starts first, on a thread of its own (replicas.start_loading).
-        loading = start_loading(
-            str(self.model.path), self.device, self._compute_type(), self._cpu_threads()
-        )
-        self.engine = WhisperModel(
+        self._engines = load_engines(
             str(self.model.path),
-            device=self.device,
-            compute_type=self._compute_type(),
-            cpu_threads=self._cpu_threads(),
+            self.device,
+            self._compute_type(),
+            self._cpu_threads(),
+            self.dims.n_text_state,
         )
-        self._row_replicas: Future = then(
-            loading,
-            lambda model: replicas_of(
-                self.engine, model, self._cpu_threads(), self.dims.n_text_state
-            ),
-        )
+        self.engine = self._engines.engine
         self._encoder_row = self._choose_encoder()
 
     def describe_settings(self) -> dict[str, str]:
@@ -140,7 +130,8 @@ class CTranslate2Backend(Backend):
         frames = self._encoder_frames(decoded, request, report)
         engine = self._one_row_engine(report)
         options = ct2_stream.transcribe_options(request, beams, conditioned)
-        at = halves.cut(decoded) if frames is None and engine is not self.engine else None
+        on_replica = self._engines.rows_on_replica
+        at = halves.cut(decoded) if frames is None and on_replica else None
         if at is None:
             raw, info = ct2_stream.transcribe(engine, decoded, frames, **options)
         else:
@@ -166,13 +157,14 @@ class CTranslate2Backend(Backend):
     ) -> Transcription:
         from kvscribe.backends.ctranslate2 import batched as ct2_batched
 
+        whole_before = self._engines.whole_started
         chunking_started = time.perf_counter()
         chunks = speech_chunks(audio, batched_rules(request.vad))
         chunking_seconds = time.perf_counter() - chunking_started
         # A group's unfinished tails are decoded after the group: keep its span readable.
         hold_history(audio, batch * MAX_SECONDS + MAX_SECONDS)
         language, probability = self._language_of(audio, chunks, request)
-        replicas = self._replicas()
+        replicas = self._engines
         plan, tokenizer = ct2_batched.setup(self.engine, language, request, beams, batch, replicas)
         report = self._batched_report(beams, request, batch, replicas.workers, len(chunks))
         report.stage_seconds[ct2_batched.STAGE_CHUNKS] = chunking_seconds
@@ -190,6 +182,7 @@ class CTranslate2Backend(Backend):
             )
             rows = min(batch, max(1, len(chunks)))
             ct2_report.count_windows(report, self._basis(), windows, beams, rows)
+            ct2_report.note_whole_load(report, self._engines.on_demand, whole_before)
 
         return Transcription(language, probability, stream(), report)
 
@@ -207,7 +200,7 @@ class CTranslate2Backend(Backend):
         batch = self.batch_size_for(request, math.inf)  # what a long file's chunks get
 
         def decode(language: str, runs: list[list[Chunk]]):
-            replicas = self._replicas()
+            replicas = self._engines
             plan, tokenizer = ct2_batched.setup(
                 self.engine, language, request, beams, batch, replicas
             )
@@ -316,8 +309,8 @@ class CTranslate2Backend(Backend):
     def _one_row_engine(self, report: DecoderReport):
         """The engine for faster-whisper's sequential transcribe: on a CPU with several
         threads, its beam search on a single-thread replica (backends/ctranslate2/replicas.py)."""
-        engine = self._replicas().one_row_engine
-        if engine is not self.engine:
+        engine = self._engines.one_row_engine
+        if self._engines.rows_on_replica:
             threads = self._cpu_threads()
             report.settings[row.ENGINE_THREADS] = (
                 f"{threads} (beam search: 1 of {threads} single-thread replicas)"
@@ -326,7 +319,9 @@ class CTranslate2Backend(Backend):
 
     def _choose_encoder(self) -> str:
         """Run the encoder on onnxruntime where the profile says so or, by default, where it
-        measures faster here (backends/ctranslate2/encoder.py); the stats row saying which."""
+        measures faster here (backends/ctranslate2/encoder.py); the stats row saying which.
+        Where the one-row paths would run every window on the every-thread engine (its
+        CTranslate2 encoder, or a decoder too wide for a replica), its load starts now."""
         from kvscribe.backends.ctranslate2 import encoder
 
         candidate = encoder.Candidate(
@@ -336,15 +331,21 @@ class CTranslate2Backend(Backend):
             self._cpu_threads(),
             self._encode_on_ctranslate2,
         )
-        return encoder.install(
-            self.engine, self.settings.get("encoder", "auto"), self.device, candidate
+        engines = self._engines
+        wholes = [] if engines.whole is engines.engine else [engines.whole]
+        choice = encoder.install(
+            [engines.engine, *wholes], self.settings.get("encoder", "auto"), self.device, candidate
         )
+        if choice.encoder is None or not engines.rows_on_replica:
+            # every window of a one-row path runs on the every-thread engine: load it now
+            engines.start_whole()
+        return choice.row
 
     def _encode_on_ctranslate2(self, windows) -> None:
         """CTranslate2's encoder over `windows` as the batched chunks run it."""
         from kvscribe.backends.ctranslate2.batched import encode_windows
 
-        encode_windows(self._replicas(), windows)
+        encode_windows(self._engines, windows)
 
     def _second_half_engine(self):
         """The engine of a second transcribe beside the first (halves.py): the same replicas
@@ -361,11 +362,7 @@ class CTranslate2Backend(Backend):
                 intra_threads=1,
             )
 
-        return self._replicas().beside(functools.cache(sampling_model))
-
-    def _replicas(self):
-        """The `Replicas`, once their model has loaded (replicas.start_loading)."""
-        return self._row_replicas.result()
+        return self._engines.beside(functools.cache(sampling_model))
 
     def _compute_type(self) -> str:
         wanted = self.settings.get("compute_type", "int8" if self.device == "cpu" else "float16")
@@ -390,6 +387,8 @@ class CTranslate2Backend(Backend):
         conditioned: bool,
         fallback: Fallback,
     ) -> Iterator[Segment]:
+        whole_before = self._engines.whole_started
         windows = WindowCounter(self.dims, conditioned)
         yield from ct2_stream.segments(raw, windows, fallback)
         ct2_report.count_windows(report, self._basis(), windows, beams)
+        ct2_report.note_whole_load(report, self._engines.on_demand, whole_before)

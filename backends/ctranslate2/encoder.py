@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,16 +138,17 @@ def choose(setting: str, device: str, candidate: Candidate) -> Choice:
     return Choice(None, f"ctranslate2 (onnxruntime {precision}: {figures})")
 
 
-def install(engine, setting: str, device: str, candidate: Candidate) -> str:
-    """Choose the encoder (choose) and, where it is onnxruntime's, put it into `engine` (a
-    faster_whisper.WhisperModel) in place, so every copy sharing it (the replicas' `whole`
-    engine) encodes there too. Returns the stats row."""
+def install(engines: Sequence, setting: str, device: str, candidate: Candidate) -> Choice:
+    """Choose the encoder (choose) and, where it is onnxruntime's, put it into each of
+    `engines` (faster_whisper.WhisperModel objects) in place, so every copy sharing one
+    encodes there too; all of them run the one session."""
     from kvscribe.adapters import faster_whisper as adapter
 
     choice = choose(setting, device, candidate)
     if choice.encoder is not None:
-        adapter.install_model(engine, OnnxEncodedModel(engine.model, choice.encoder))
-    return choice.row
+        for engine in engines:
+            adapter.install_model(engine, OnnxEncodedModel(engine.model, choice.encoder))
+    return choice
 
 
 def cached_graph(model_dir: Path, model_name: str, precision: str) -> Path:

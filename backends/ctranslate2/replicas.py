@@ -19,19 +19,24 @@ avoid that wait:
 The tokens are the same: a row's decode does not depend on the rows beside it or on the
 thread count (tests/test_ct2_replicas.py).
 
-The replicas are a second load of the model beside the backend's one-replica engine
-(tiny.en int8: about 80 MB to load, 100-190 MB more RSS in use), loaded with it, on a
-thread of its own while the first file is read (backends/ctranslate2/__init__.py). That engine
-keeps the encoder of one window and the calls that draw samples (temperature
-fallback): CTranslate2 seeds a sampling generator per worker thread, and which replica
-takes a call is a race, so sampled text would change from run to run. With one thread
-(`--threads 1`) there are no replicas: the engine is already single-threaded, and no
-second load is held.
+On a CPU with several threads the model is loaded once, as the replicas, and the
+engine with every thread (for a window's alignment and language detection on the one-row
+paths, CTranslate2's own encoder there, a decoder too wide for a replica, and the calls
+that draw samples) is a second load of the same weights made only when a call first
+needs it (`OnDemand`; tiny.en int8: about 80 MB to load, 100-190 MB more RSS in use).
+Where every one-row window needs it (CTranslate2's encoder chosen, or a wide decoder) its
+load starts at once, beside the first file's reading (backends/ctranslate2/__init__.py).
+Sampled calls (temperature fallback) go to it because CTranslate2 seeds a sampling
+generator per worker thread, and which replica takes a call is a race, so sampled text
+would change from run to run. With one thread (`--threads 1`) or on a GPU there are no
+replicas: one engine with every thread does everything.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -51,13 +56,15 @@ ONE_ROW_WIDTH = 512
 @dataclass(frozen=True)
 class Replicas:
     """`engine`: a faster_whisper.WhisperModel whose model runs as `workers` single-thread
-    replicas; `whole`: the same weights as one replica with every thread, for a window's
-    encoder and sampled calls; `one_row`: whether a call of one row goes to a replica."""
+    replicas; `whole`: the same weights as one replica with every thread (loaded on
+    demand where there are replicas), for sampled calls and a one-row path's encoder and
+    alignment; `one_row`: whether a call of one row goes to a replica."""
 
     engine: object
     whole: object
     workers: int
     one_row: bool = False
+    on_demand: OnDemand | None = None  # `whole`'s model, where it is loaded on demand
 
     def shares(self, rows: int, weights: Sequence[float] | None = None) -> list[list[int]]:
         """`rows` dealt into at most `workers` shares, each in row order: the heaviest row
@@ -88,14 +95,14 @@ class Replicas:
     def decoder(self, rows: int, sampled: bool):
         """The engine for a beam search that is not shared out: a replica for one row,
         else the whole engine."""
-        return self.engine if rows == 1 and not sampled and self._one_row() else self.whole
+        return self.engine if rows == 1 and not sampled and self.rows_on_replica else self.whole
 
     @functools.cached_property
     def one_row_engine(self):
         """The engine for faster-whisper's own transcribe, which decodes one row at a time:
         its beam search on a replica, the rest on every thread (OneRowModel). Made once:
         live mode asks for it at every decode."""
-        if not self._one_row():
+        if not self.rows_on_replica:
             return self.whole
         from kvscribe.adapters import faster_whisper as adapter
 
@@ -109,8 +116,20 @@ class Replicas:
         model = OneRowModel(self.whole.model, self.engine.model, sampler)
         return adapter.with_model(self.whole, model)
 
-    def _one_row(self) -> bool:
+    @property
+    def rows_on_replica(self) -> bool:
+        """Whether a one-row beam search runs on a replica (else on `whole`)."""
         return self.one_row and self.workers > 1
+
+    @property
+    def whole_started(self) -> bool:
+        """Whether `whole` is loaded or loading (always, where it is the engine itself)."""
+        return self.on_demand is None or self.on_demand.started
+
+    def start_whole(self) -> None:
+        """Start loading `whole` now, where it is loaded on demand."""
+        if self.on_demand is not None:
+            self.on_demand.start_loading()
 
     def over_rows(
         self,
@@ -130,10 +149,11 @@ class Replicas:
 
 class OneRowModel:
     """A CTranslate2 Whisper model for calls of one row, run on two loads of its weights:
-    beam search (a decoder step at a time) on `replicas` (a free single-thread replica
-    takes each); sampled search (its one generator keeps sampled text the same from run
-    to run) and everything else on `whole`: the encoder, the alignment and language
-    detection are each one pass over a window or a text, which threads do speed up."""
+    beam search (a decoder step at a time) and language detection (one step) on
+    `replicas` (a free single-thread replica takes each); sampled search (its one
+    generator keeps sampled text the same from run to run) and everything else on
+    `whole`: the encoder and the alignment are each one pass over a window or a text,
+    which threads do speed up."""
 
     def __init__(self, whole, replicas, sampler: Callable[[], object] | None = None):
         """`sampler`: the model for sampled calls, asked for at the first one (default:
@@ -149,6 +169,9 @@ class OneRowModel:
         sampled = kwargs.get("sampling_topk", 1) != 1  # CTranslate2's 1: the best token
         return (self._sampler() if sampled else self._replicas).generate(*args, **kwargs)
 
+    def detect_language(self, *args, **kwargs):
+        return self._replicas.detect_language(*args, **kwargs)
+
     def __getattr__(self, name: str):
         return getattr(self._whole, name)
 
@@ -163,58 +186,74 @@ def rows_of(encoded, rows: list[int]):
     return ctranslate2.StorageView.from_array(np.ascontiguousarray(np.asarray(encoded)[rows]))
 
 
-def replicas(
-    engine, path: str, device: str, compute_type: str, threads: int, width: int
-) -> Replicas:
-    """`engine` (a WhisperModel of one replica with `threads` threads) and, on a CPU with
-    more than one thread, the same model as `threads` single-thread replicas (`width`:
-    the decoder's, which decides where one row goes)."""
-    model = replica_model(path, device, compute_type, threads)
-    return replicas_of(engine, model, threads, width)
+def load(path: str, device: str, compute_type: str, threads: int, width: int) -> Replicas:
+    """The backend's engines. On a CPU with more than one thread: the model loaded once, as
+    `threads` single-thread replicas, and its every-thread engine (`whole`) loaded only
+    when a call first needs it (OnDemand). Elsewhere one engine with every thread.
+    `width`: the decoder's, which decides where one row goes."""
+    from faster_whisper import WhisperModel
 
-
-def replica_model(path: str, device: str, compute_type: str, threads: int):
-    """The model as `threads` single-thread replicas: a second load of it, on a CPU with
-    more than one thread; None elsewhere (the engine alone)."""
     if device != "cpu" or threads < 2:
-        return None
+        engine = WhisperModel(path, device=device, compute_type=compute_type, cpu_threads=threads)
+        return Replicas(engine, engine, 1)
     import ctranslate2
 
-    return ctranslate2.models.Whisper(
-        path, device=device, compute_type=compute_type, inter_threads=threads, intra_threads=1
-    )
-
-
-def replicas_of(engine, model, threads: int, width: int) -> Replicas:
-    """Replicas of `engine` running on `model` (replica_model's; None: the engine alone)."""
-    if model is None:
-        return Replicas(engine, engine, 1)
     from kvscribe.adapters import faster_whisper as adapter
 
-    return Replicas(adapter.with_model(engine, model), engine, threads, width <= ONE_ROW_WIDTH)
+    engine = WhisperModel(
+        path, device=device, compute_type=compute_type, cpu_threads=1, num_workers=threads
+    )
+    whole = OnDemand(
+        lambda: ctranslate2.models.Whisper(
+            path, device=device, compute_type=compute_type, intra_threads=threads
+        ),
+        like=engine.model,
+    )
+    one_row = width <= ONE_ROW_WIDTH
+    return Replicas(engine, adapter.with_model(engine, whole), threads, one_row, whole)
 
 
-def start_loading(path: str, device: str, compute_type: str, threads: int) -> Future:
-    """replica_model's load on a thread of its own, beside the engine's load and the
-    caller's reading of its audio (a second load, about as long as the first: CTranslate2
-    lets go of the GIL while it loads; started after the engine's, it was waited for
-    0.07-0.15 s before the first decode)."""
-    loader = ThreadPoolExecutor(1, thread_name_prefix="kvscribe-replicas")
-    model = loader.submit(replica_model, path, device, compute_type, threads)
-    loader.shutdown(wait=False)  # the load goes on; the thread ends with it
-    return model
+class OnDemand:
+    """A CTranslate2 Whisper model loaded at its first call, or from `start_loading()` on, on
+    a thread of its own. What it is (device, compute type, languages) is answered by
+    `like`, a loaded model of the same weights, without loading it.
 
+    The replicas' every-thread engine is one: most runs never call it (the batched chunks
+    encode on onnxruntime and decode and align on the replicas; a lone row decodes on a
+    replica), and a second load held 100 MB more RSS (tiny.en) and took cores from the
+    start of every run."""
 
-def then(future: Future, make: Callable) -> Future:
-    """A Future of `make(future's result)`, made where the first one completes (at once, here,
-    if it has already)."""
-    made: Future = Future()
+    DESCRIBED_BY_LIKE = frozenset(
+        {"device", "device_index", "compute_type", "is_multilingual", "num_languages", "n_mels"}
+    )
 
-    def done(finished: Future) -> None:
-        try:
-            made.set_result(make(finished.result()))
-        except BaseException as exc:  # the caller's .result() raises it
-            made.set_exception(exc)
+    def __init__(self, load: Callable[[], object], like: object):
+        self._load, self._like = load, like
+        self._lock = threading.Lock()
+        self._model: Future | None = None
+        self.seconds: float | None = None  # how long the load took, once it has
 
-    future.add_done_callback(done)
-    return made
+    def start_loading(self) -> None:
+        with self._lock:
+            if self._model is None:
+                loader = ThreadPoolExecutor(1, thread_name_prefix="kvscribe-whole")
+                self._model = loader.submit(self._timed_load)
+                loader.shutdown(wait=False)  # the load goes on; the thread ends with it
+
+    @property
+    def started(self) -> bool:
+        return self._model is not None
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in self.DESCRIBED_BY_LIKE:
+            return getattr(self._like, name)
+        self.start_loading()
+        return getattr(self._model.result(), name)
+
+    def _timed_load(self):
+        started = time.perf_counter()
+        model = self._load()
+        self.seconds = time.perf_counter() - started
+        return model

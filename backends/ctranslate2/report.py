@@ -106,3 +106,15 @@ def row_bytes(basis: ReportBasis, beams: int) -> tuple[int, str]:
     dims, nbytes = basis.dims, basis.value_bytes
     self_bytes = estimate.self_attention_bytes(dims, dims.n_text_ctx, beams, nbytes)
     return self_bytes + estimate.cross_attention_bytes(dims, beams, nbytes), ESTIMATED
+
+
+def note_whole_load(report: DecoderReport, on_demand, started_before: bool) -> None:
+    """Say so in the stats where this decode loaded the every-thread engine (`on_demand`:
+    backends/ctranslate2/replicas.py OnDemand, None where there is none): a second load of
+    the model, for a call no replica takes."""
+    if started_before or on_demand is None or not on_demand.started:
+        return
+    took = f"{on_demand.seconds:.2f} s" if on_demand.seconds is not None else "still loading"
+    threads = report.settings.get(row.ENGINE_THREADS)
+    note = f"the model loaded again with every thread, for a call no replica takes ({took})"
+    report.settings[row.ENGINE_THREADS] = f"{threads}; {note}" if threads else note
