@@ -78,6 +78,11 @@ class Backend(abc.ABC):
     def load(self) -> None:
         """Load the model; raise BackendUnavailableError or ModelNotFoundError."""
 
+    def expect(self, request: DecodeRequest) -> None:
+        """Decodes like `request` will follow (a file run's or a live session's one request):
+        the engine may start loading now what they will need. Default: nothing."""
+        del request  # an engine that loads everything in load() has nothing to start
+
     def transcribe(self, audio: Samples, request: DecodeRequest) -> Transcription:
         """Start decoding `audio` (mono 16 kHz float32); segments stream lazily.
 

@@ -83,6 +83,8 @@ def load_backend(opts: EngineChoice) -> tuple[Backend, RunStats]:
     )
     backend = backend_cls(model, profile, device)
     backend.load()
+    if isinstance(opts, EngineOptions):  # a run of one request (not the server's many)
+        backend.expect(decode_request(opts))
     stats.load_seconds = time.perf_counter() - started
     stats.settings = backend.describe_settings()
     chosen = from_command_line(opts)

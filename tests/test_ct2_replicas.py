@@ -253,3 +253,19 @@ def test_a_sampled_window_loads_the_every_thread_engine_and_the_stats_say_so():
     second = transcribe_speech(backend, audio, request)
     list(second.segments)
     assert "loaded again" not in second.report.settings["engine threads"]
+
+
+def test_a_run_that_asks_for_word_times_starts_the_every_thread_load_up_front():
+    """Live mode asks for word times at every decode, and a one-row path aligns them on the
+    every-thread engine: its load starts when the run says what it will decode, not at the
+    first utterance. A run without word times leaves it unloaded."""
+    backend = _two_thread_backend()
+    backend.expect(DecodeRequest())
+    assert not backend._engines.whole_started
+    backend.expect(DecodeRequest(word_timestamps=True))
+    assert backend._engines.whole_started
+    audio = load_audio(JOINED_REAL)[: 11 * SAMPLE_RATE]
+    run = transcribe_speech(backend, audio, DecodeRequest(word_timestamps=True))
+    words = [word for segment in run.segments for word in segment.words]
+    assert len(words) >= 10 and all(w.end >= w.start for w in words)
+    assert "loaded again" not in run.report.settings["engine threads"]

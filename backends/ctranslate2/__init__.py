@@ -100,6 +100,12 @@ class CTranslate2Backend(Backend):
         self.engine = self._engines.engine
         self._encoder_row = self._choose_encoder()
 
+    def expect(self, request: DecodeRequest) -> None:
+        """Word times on a one-row path (live mode asks for them at every decode) are aligned
+        on the every-thread engine: start its load now rather than at the first decode."""
+        if request.word_timestamps:
+            self._engines.start_whole()
+
     def describe_settings(self) -> dict[str, str]:
         return {
             row.COMPUTE_TYPE: self.engine.model.compute_type,
