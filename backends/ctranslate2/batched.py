@@ -120,16 +120,19 @@ def decode_group(
 def encode_windows(replicas: Replicas, features: np.ndarray):
     """The group's encoder output. On onnxruntime (backends/ctranslate2/encoder.py) the
     windows go one at a time through its one session, on every thread. On CTranslate2's
-    CPU encoder a window at a time, the replicas taking one each (a lone window too: the
-    every-thread engine is loaded only on demand): the encoder's attention scratch grows
-    with the windows encoded together (tiny, 8 windows: about 0.4 GB more peak RSS) while
-    the work is the same, and a short file would otherwise peak lower than a long one only
-    because it fills fewer rows. On a GPU the batch stays whole."""
+    CPU encoder a window at a time, the replicas taking one each (a lone window goes to
+    the every-thread engine, which that choice loads with the model): the encoder's
+    attention scratch grows with the windows encoded together (tiny, 8 windows: about
+    0.4 GB more peak RSS) while the work is the same, and a short file would otherwise
+    peak lower than a long one only because it fills fewer rows. On a GPU the batch stays
+    whole."""
     import ctranslate2
 
     engine = replicas.engine
     if engine.model.device != "cpu" or isinstance(engine.model, OnnxEncodedModel):
         return adapter.encode(engine, features)
+    if len(features) == 1 and replicas.whole_started:
+        return adapter.encode(replicas.whole, features)
     rows = replicas.map(
         lambda window: np.asarray(adapter.encode(engine, window[None])), list(features)
     )
