@@ -269,3 +269,17 @@ def test_a_run_that_asks_for_word_times_starts_the_every_thread_load_up_front():
     words = [word for segment in run.segments for word in segment.words]
     assert len(words) >= 10 and all(w.end >= w.start for w in words)
     assert "loaded again" not in run.report.settings["engine threads"]
+
+
+def test_ctranslate2s_own_encoder_loads_the_every_thread_engine_with_the_model():
+    """Where the profile (or the timed choice) runs CTranslate2's encoder, every window of a
+    one-row path encodes on every thread: that engine's load starts with the model."""
+    from kvscribe import profile
+
+    chosen = profile.load("cpu-laptop")
+    section = {**chosen.settings_for("ctranslate2"), "cpu_threads": 2, "encoder": "ctranslate2"}
+    backend = loaded.fresh("ctranslate2", backends={**chosen.backends, "ctranslate2": section})
+    assert backend._engines.whole_started
+    run = transcribe_speech(backend, load_audio(JOINED_REAL), DecodeRequest())
+    assert "fellow americans" in " ".join(s.text for s in run.segments).lower()
+    assert "loaded again" not in run.report.settings["engine threads"]
