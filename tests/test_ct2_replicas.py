@@ -283,3 +283,17 @@ def test_ctranslate2s_own_encoder_loads_the_every_thread_engine_with_the_model()
     run = transcribe_speech(backend, load_audio(JOINED_REAL), DecodeRequest())
     assert "fellow americans" in " ".join(s.text for s in run.segments).lower()
     assert "loaded again" not in run.report.settings["engine threads"]
+
+
+def test_a_second_load_that_fails_is_a_one_line_error_naming_the_fix(ct2_backend):
+    """Out of memory cannot be caused here on demand: the load raises as CTranslate2 does."""
+    from kvscribe.errors import BackendUnavailableError
+
+    def out_of_memory():
+        raise RuntimeError("std::bad_alloc")
+
+    model = OnDemand(out_of_memory, like=ct2_backend.engine.model)
+    with pytest.raises(BackendUnavailableError, match="second load") as failed:
+        model.generate([], [])
+    assert "--threads 1" in failed.value.hint
+    assert model.compute_type == ct2_backend.engine.model.compute_type  # still answered

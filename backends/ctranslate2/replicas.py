@@ -44,6 +44,8 @@ from typing import TypeVar
 
 import numpy as np
 
+from kvscribe.errors import BackendUnavailableError
+
 Item = TypeVar("Item")
 Result = TypeVar("Result")
 
@@ -254,6 +256,13 @@ class OnDemand:
 
     def _timed_load(self):
         started = time.perf_counter()
-        model = self._load()
+        try:
+            model = self._load()
+        except (RuntimeError, OSError, ValueError) as exc:  # out of memory, the files gone
+            raise BackendUnavailableError(
+                f"the model's second load, with every thread, failed: {exc}",
+                subject="ctranslate2",
+                hint="free some memory, or run with --threads 1, which loads the model once",
+            ) from exc
         self.seconds = time.perf_counter() - started
         return model
