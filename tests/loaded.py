@@ -42,6 +42,17 @@ def fresh(name: str, profile_name: str = "cpu-laptop", model: str | None = None,
     return loaded
 
 
+def ctranslate2_on_threads(threads: int, **settings):
+    """The CTranslate2 backend of the test's own on `threads` threads, as on a machine of that
+    many cores (the suite's workers get one thread each, and one thread has no replicas),
+    with other `[ctranslate2]` `settings` of the CPU profile's replaced."""
+    from kvscribe import profile
+
+    chosen = profile.load("cpu-laptop")
+    section = {**chosen.settings_for("ctranslate2"), "cpu_threads": threads, **settings}
+    return fresh("ctranslate2", backends={**chosen.backends, "ctranslate2": section})
+
+
 # Encoder outputs, by engine and input window, kept for the test run (bytes are capped).
 _ENCODED: collections.OrderedDict[tuple, tuple[object, int]] = collections.OrderedDict()
 _ENCODED_CAP = 256 * 2**20

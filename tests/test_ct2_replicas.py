@@ -216,34 +216,25 @@ def _alone(plan):
     return dataclasses.replace(plan, engine=whole, replicas=Replicas(whole, whole, 1))
 
 
-def _two_thread_backend():
-    """A CTranslate2 backend of the test's own on 2 threads, as on a 2-core machine (the
-    suite's workers get one thread each, and one thread has no replicas)."""
-    from kvscribe import profile
-
-    chosen = profile.load("cpu-laptop")
-    section = {**chosen.settings_for("ctranslate2"), "cpu_threads": 2}
-    return loaded.fresh("ctranslate2", backends={**chosen.backends, "ctranslate2": section})
-
-
 def test_a_batched_run_of_real_speech_needs_one_load_of_the_model():
     """The joined real recordings (50 s, two chunks) decoded as the default decodes them:
     every call runs on the replicas (and the encoder on onnxruntime, where it was chosen),
     so the every-thread engine is never loaded."""
-    backend = _two_thread_backend()
+    backend = loaded.ctranslate2_on_threads(2)
     run = transcribe_speech(backend, load_audio(JOINED_REAL), DecodeRequest())
     text = " ".join(segment.text for segment in run.segments).lower()
     assert "ask not what your country can do for you" in " ".join(text.replace(".", " ").split())
     assert "2 replicas" in run.report.settings["engine threads"]
-    if "onnxruntime" in backend.describe_settings()["encoder"]:
-        assert not backend._engines.whole_started
-        assert "loaded again" not in run.report.settings["engine threads"]
+    assert "loaded again" not in run.report.settings["engine threads"]
+    # CTranslate2's own encoder, where the timed choice picked it, loads it with the model
+    ct2_encoder = "onnxruntime" not in backend.describe_settings()["encoder"]
+    assert backend._engines.whole_started == ct2_encoder
 
 
 def test_a_sampled_window_loads_the_every_thread_engine_and_the_stats_say_so():
     """At temperature 1.0 every window is sampled, on one seeded generator: the every-thread
     engine is loaded at the first, and that run's stats say so (the next run's do not)."""
-    backend = _two_thread_backend()
+    backend = loaded.ctranslate2_on_threads(2)
     request = DecodeRequest(fallback=Fallback(temperatures=(1.0,)))
     audio = load_audio(JOINED_REAL)
     first = transcribe_speech(backend, audio, request)
@@ -259,7 +250,7 @@ def test_a_run_that_asks_for_word_times_starts_the_every_thread_load_up_front():
     """Live mode asks for word times at every decode, and a one-row path aligns them on the
     every-thread engine: its load starts when the run says what it will decode, not at the
     first utterance. A run without word times leaves it unloaded."""
-    backend = _two_thread_backend()
+    backend = loaded.ctranslate2_on_threads(2)
     backend.expect(DecodeRequest())
     assert not backend._engines.whole_started
     backend.expect(DecodeRequest(word_timestamps=True))
@@ -274,11 +265,7 @@ def test_a_run_that_asks_for_word_times_starts_the_every_thread_load_up_front():
 def test_ctranslate2s_own_encoder_loads_the_every_thread_engine_with_the_model():
     """Where the profile (or the timed choice) runs CTranslate2's encoder, every window of a
     one-row path encodes on every thread: that engine's load starts with the model."""
-    from kvscribe import profile
-
-    chosen = profile.load("cpu-laptop")
-    section = {**chosen.settings_for("ctranslate2"), "cpu_threads": 2, "encoder": "ctranslate2"}
-    backend = loaded.fresh("ctranslate2", backends={**chosen.backends, "ctranslate2": section})
+    backend = loaded.ctranslate2_on_threads(2, encoder="ctranslate2")
     assert backend._engines.whole_started
     run = transcribe_speech(backend, load_audio(JOINED_REAL), DecodeRequest())
     assert "fellow americans" in " ".join(s.text for s in run.segments).lower()

@@ -141,13 +141,9 @@ def test_a_long_files_second_reader_reads_the_same_samples(tmp_path):
 
 @pytest.fixture(scope="module")
 def two_threads():
-    """The CTranslate2 backend on 2 threads, as on a 2-core machine (the suite's workers
-    get one thread each, and one thread has no replica to run a second half on)."""
-    from kvscribe import profile
-
-    chosen = profile.load("cpu-laptop")
-    section = {**chosen.settings_for("ctranslate2"), "cpu_threads": 2}
-    return loaded.fresh("ctranslate2", backends={**chosen.backends, "ctranslate2": section})
+    """The CTranslate2 backend on 2 threads, as on a 2-core machine (one thread has no
+    replica to run a second half on)."""
+    return loaded.ctranslate2_on_threads(2)
 
 
 @pytest.mark.model

@@ -163,7 +163,7 @@ class CTranslate2Backend(Backend):
     ) -> Transcription:
         from kvscribe.backends.ctranslate2 import batched as ct2_batched
 
-        whole_before = self._engines.whole_started
+        whole_load = ct2_report.WholeLoadWatch(self._engines.on_demand)
         chunking_started = time.perf_counter()
         chunks = speech_chunks(audio, batched_rules(request.vad))
         chunking_seconds = time.perf_counter() - chunking_started
@@ -188,7 +188,7 @@ class CTranslate2Backend(Backend):
             )
             rows = min(batch, max(1, len(chunks)))
             ct2_report.count_windows(report, self._basis(), windows, beams, rows)
-            ct2_report.note_whole_load(report, self._engines.on_demand, whole_before)
+            whole_load.note(report)
 
         return Transcription(language, probability, stream(), report)
 
@@ -222,6 +222,7 @@ class CTranslate2Backend(Backend):
         chunks = [chunk for run in chunked for chunk in run]
         sources = [run[0].source for run in chunked if run]
         windows = {source: WindowCounter(self.dims, conditioned=False) for source in sources}
+        whole_load = ct2_report.WholeLoadWatch(self._engines.on_demand)
         segments = shared_segments(
             chunks,
             len(audios),
@@ -242,6 +243,7 @@ class CTranslate2Backend(Backend):
             if run:
                 counted = windows[run[0].source]
                 ct2_report.count_windows(report, self._basis(), counted, plan.beams, rows)
+            whole_load.note(report)
             decoded.append((segments[run[0].source] if run else [], report))
         return decoded
 
@@ -393,8 +395,8 @@ class CTranslate2Backend(Backend):
         conditioned: bool,
         fallback: Fallback,
     ) -> Iterator[Segment]:
-        whole_before = self._engines.whole_started
+        whole_load = ct2_report.WholeLoadWatch(self._engines.on_demand)
         windows = WindowCounter(self.dims, conditioned)
         yield from ct2_stream.segments(raw, windows, fallback)
         ct2_report.count_windows(report, self._basis(), windows, beams)
-        ct2_report.note_whole_load(report, self._engines.on_demand, whole_before)
+        whole_load.note(report)

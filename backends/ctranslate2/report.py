@@ -108,13 +108,21 @@ def row_bytes(basis: ReportBasis, beams: int) -> tuple[int, str]:
     return self_bytes + estimate.cross_attention_bytes(dims, beams, nbytes), ESTIMATED
 
 
-def note_whole_load(report: DecoderReport, on_demand, started_before: bool) -> None:
-    """Say so in the stats where this decode loaded the every-thread engine (`on_demand`:
-    backends/ctranslate2/replicas.py OnDemand, None where there is none): a second load of
-    the model, for a call no replica takes."""
-    if started_before or on_demand is None or not on_demand.started:
-        return
-    took = f"{on_demand.seconds:.2f} s" if on_demand.seconds is not None else "still loading"
-    threads = report.settings.get(row.ENGINE_THREADS)
-    note = f"the model loaded again with every thread, for a call no replica takes ({took})"
-    report.settings[row.ENGINE_THREADS] = f"{threads}; {note}" if threads else note
+class WholeLoadWatch:
+    """Watches a decode for the every-thread engine's load on demand (`on_demand`:
+    backends/ctranslate2/replicas.py OnDemand, None where there is none), from its making to
+    `note`, which says so in a report's stats: a second load of the model, for a call no
+    replica takes."""
+
+    def __init__(self, on_demand) -> None:
+        self._on_demand = on_demand
+        self._started_before = on_demand is None or on_demand.started
+
+    def note(self, report: DecoderReport) -> None:
+        on_demand = self._on_demand
+        if self._started_before or not on_demand.started:
+            return
+        took = f"{on_demand.seconds:.2f} s" if on_demand.seconds is not None else "still loading"
+        threads = report.settings.get(row.ENGINE_THREADS)
+        note = f"the model loaded again with every thread, for a call no replica takes ({took})"
+        report.settings[row.ENGINE_THREADS] = f"{threads}; {note}" if threads else note
