@@ -5,12 +5,15 @@ when a call needs it."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
+import time
 
 import numpy as np
 import pytest
 
+from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.backends.ctranslate2 import batched as ct2_batched
 from kvscribe.backends.ctranslate2.replicas import OnDemand, OneRowModel, Replicas, load
@@ -169,6 +172,79 @@ def test_faster_whispers_transcribe_calls_go_where_they_run_fastest(group):
     assert model.is_multilingual is plan.engine.model.is_multilingual
 
 
+@pytest.fixture(scope="module")
+def uneven(group):
+    """The group's first three chunks (about 30 s of speech each) and 3 s of its second,
+    encoded on a replica: dealt to two replicas as two and two, one share holding more
+    than ten times the other's audio."""
+    import ctranslate2
+
+    plan, chunks, features = group
+    audio = load_audio(EVAL_DIR / "espeak_longform_en.wav")[: 100 * SAMPLE_RATE]
+    short = chunks[1].between(chunks[1].start, chunks[1].start + 3 * SAMPLE_RATE)
+    mels = [*features[:3], ct2_batched.chunk_features(plan.engine, audio, short)]
+    model = plan.replicas.engine.model
+    encoded = np.concatenate([np.asarray(model.encode(_window(mel))) for mel in mels])
+    return [*chunks[:3], short], ctranslate2.StorageView.from_array(encoded)
+
+
+@pytest.mark.slow
+def test_a_replica_aligns_rows_while_the_other_still_decodes(group, uneven):
+    """Decoding and alignment side by side (batched._decoded_and_aligned): the replica whose
+    share is short aligns rows while the other is still decoding, and the words and times
+    are those of the two stages run one after the other."""
+    plan, _, _ = group
+    rows, encoded = uneven
+    calls: list = []
+    spans: list = []
+    spied = dataclasses.replace(
+        plan.replicas,
+        engine=adapter.with_model(
+            plan.replicas.engine, _Recorded(plan.replicas.engine.model, "replica", calls, spans)
+        ),
+    )
+    side_by_side = dataclasses.replace(plan, replicas=spied)
+    assert ct2_batched._overlapped(side_by_side, encoded, len(rows))
+    found = ct2_batched._decoded_and_aligned(
+        side_by_side, encoded, rows, lambda _name: contextlib.nullcontext()
+    )
+    staged = ct2_batched._aligned(
+        plan, encoded, rows, ct2_batched._with_fallback(plan, encoded, rows)
+    )
+    assert [r.tokens for r in found] == [r.tokens for r in staged]
+    times = [[(w.start, w.end, w.word) for w in r.words] for r in found]
+    assert times == [[(w.start, w.end, w.word) for w in r.words] for r in staged]
+    assert all(r.words for r in found)  # real speech in every row, each aligned
+    generates = [end for call, _, end in spans if call == "generate"]
+    aligns = [start for call, start, _ in spans if call == "align"]
+    assert len(generates) == 2 and len(aligns) == len(rows)  # a call per share, per row
+    assert min(aligns) < max(generates)  # an alignment began before the last decode ended
+
+
+@pytest.mark.slow
+def test_rows_the_fallback_decodes_again_are_aligned_after_their_last_attempt(group, uneven):
+    """With decoding and alignment side by side, a row whose first attempt fails the
+    fallback's test is decoded again (sampled, on the every-thread engine) and aligned
+    once its kept attempt is known; a row the rule keeps at once is not decoded again."""
+    plan, _, _ = group
+    rows, encoded = uneven
+    # every attempt fails the log-probability test, so every row is retried at 1.0 ...
+    picky = Fallback(temperatures=(0.0, 1.0), logprob_threshold=0.0)
+    # ... but the short part is a stretch read again, which gets one attempt (per_row)
+    rows = [*rows[:3], dataclasses.replace(rows[3], reread=True)]
+    strict = dataclasses.replace(plan, fallback=picky)
+    assert ct2_batched._overlapped(strict, encoded, len(rows))
+    found = ct2_batched._decoded_and_aligned(
+        strict, encoded, rows, lambda _name: contextlib.nullcontext()
+    )
+    assert found[3].temperature == 0.0  # read again: its first attempt kept
+    assert all(r.temperature in (0.0, 1.0) for r in found)
+    for result in found:
+        assert result.words, "every row with speech is aligned"
+        text = "".join(w.word for w in result.words).strip()
+        assert text == plan.tokenizer.decode(result.tokens).strip()
+
+
 @pytest.mark.slow
 def test_a_row_transcribed_on_a_replica_is_the_same_as_on_every_thread(group, ct2_backend):
     plan, _, _ = group
@@ -187,10 +263,10 @@ def test_a_row_transcribed_on_a_replica_is_the_same_as_on_every_thread(group, ct
 
 class _Recorded:
     """A real CTranslate2 model that notes which of its calls ran (a spy: it changes
-    nothing)."""
+    nothing); with `spans`, also when each ran: (call, start, end) on the perf_counter."""
 
-    def __init__(self, model, name: str, calls: list):
-        self._model, self._name, self._calls = model, name, calls
+    def __init__(self, model, name: str, calls: list, spans: list | None = None):
+        self._model, self._name, self._calls, self._spans = model, name, calls, spans
 
     def __getattr__(self, attribute: str):
         found = getattr(self._model, attribute)
@@ -199,7 +275,12 @@ class _Recorded:
 
         def call(*args, **kwargs):
             self._calls.append((self._name, attribute))
-            return found(*args, **kwargs)
+            started = time.perf_counter()
+            try:
+                return found(*args, **kwargs)
+            finally:
+                if self._spans is not None:
+                    self._spans.append((attribute, started, time.perf_counter()))
 
         return call
 
