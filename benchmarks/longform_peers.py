@@ -157,11 +157,11 @@ def text_of(config: str, stdout: str) -> str:
     return " ".join(line.strip() for line in lines)
 
 
-def timed_run(config: str, clip: Clip, threads: int) -> dict:
+def timed_run(config: str, clip: Clip, threads: int, base: dict | None = None) -> dict:
     """One whole process, timed from before its start to after its exit, with its peak
-    resident memory."""
+    resident memory; `base`: the environment it starts from (default os.environ)."""
     argv = command(config, clip, threads)
-    environment = os.environ | environment_of(config)
+    environment = (os.environ if base is None else base) | environment_of(config)
     with tempfile.TemporaryDirectory() as folder:
         stats = Path(folder) / "stats.json"
         if CONFIGS[config][0] != "fw":  # kvscribe's own figures: time by stage, cores busy
