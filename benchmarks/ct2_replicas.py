@@ -33,6 +33,9 @@ ROWS = 8
 STEPS = 80
 EOT = 50256  # tiny.en's end of text; suppressed so rows decode to the length limit
 PROMPT = [50257, 50362]  # <|startoftranscript|> <|notimestamps|>
+# A multilingual model's (base, small, ...): its end of text, and
+# <|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>
+MULTILINGUAL_EOT, MULTILINGUAL_PROMPT = 50257, [50258, 50259, 50359, 50363]
 
 
 def main() -> None:
@@ -132,13 +135,15 @@ def _generate(model, encoded: np.ndarray, replicas: int) -> int:
     """The rows' decode; returns the tokens each row decoded (the same for all)."""
     import ctranslate2
 
+    multilingual = model.is_multilingual
+    prompt, eot = (MULTILINGUAL_PROMPT, MULTILINGUAL_EOT) if multilingual else (PROMPT, EOT)
     pending = [
         model.generate(
             ctranslate2.StorageView.from_array(np.ascontiguousarray(share)),
-            [PROMPT] * len(share),
+            [prompt] * len(share),
             beam_size=5,
             max_length=STEPS,
-            suppress_tokens=[EOT],
+            suppress_tokens=[eot],
             asynchronous=True,
         )
         for share in np.array_split(encoded, replicas)
