@@ -63,7 +63,14 @@ def read_variables(path: Path) -> dict[str, Variable]:
         ) from exc
 
 
-def _read_table(handle: BinaryIO) -> dict[str, Variable]:
+def read_header(path: Path) -> tuple[str, int]:
+    """The model's spec name (WhisperSpec) and spec revision."""
+    with open(path, "rb") as handle:
+        _check_version(handle)
+        return _string(handle), _u32(handle)
+
+
+def _check_version(handle: BinaryIO) -> None:
     version = _u32(handle)
     if version != 6:
         raise ModelNotFoundError(
@@ -71,6 +78,10 @@ def _read_table(handle: BinaryIO) -> dict[str, Variable]:
             subject=handle.name,
             hint="re-convert it with CTranslate2 >= 3",
         )
+
+
+def _read_table(handle: BinaryIO) -> dict[str, Variable]:
+    _check_version(handle)
     _string(handle)  # spec name, e.g. WhisperSpec
     _u32(handle)  # spec revision
     variables: dict[str, Variable] = {}

@@ -107,13 +107,39 @@ _CONVERTERS = {
 def _converted(ref: ModelRef, fmt: str) -> ModelRef:
     """The cached conversion of `ref`, keyed by the content of its weights and the converter."""
     converter = _CONVERTERS[(ref.format, fmt)]
-    key = _content_key(_weight_files(ref))
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", ref.name).strip("_.") or "model"
-    name = f"{safe}-{fmt}-v{converter.version}-{key[:16]}{converter.suffix}"
-    target = cache_dir() / "models" / name
+    target = _cached_path(ref, f"{fmt}-v{converter.version}", converter.suffix)
     if not converter.done(target):
         converter.run(ref.path, target)
     return ModelRef(ref.name, target, fmt, f"{ref.origin}; converted to {fmt}: {target}")
+
+
+# Bumped when the int8 copy's content changes.
+_INT8_VERSION = 1
+
+
+def int8_weights(ref: ModelRef) -> ModelRef:
+    """`ref`, a CTranslate2 model stored in float, with its weights in int8: written once into
+    the cache (kvscribe/models/ct2_int8.py), so that a load in int8 on a CPU quantizes
+    nothing. `ref` itself where its weights are int8 already, or where the cache cannot
+    take the copy (read-only, full): the load then quantizes, as it always did."""
+    from kvscribe.models import ct2_int8
+
+    if ref.format != "ctranslate2" or not ct2_int8.worth_writing(ref.path):
+        return ref
+    try:
+        target = _cached_path(ref, f"ctranslate2-int8-v{_INT8_VERSION}", "")
+        if not (target / ct2_int8.MODEL_FILE).is_file():
+            ct2_int8.write(ref.path, target)
+    except OSError:
+        return ref
+    return ModelRef(ref.name, target, ref.format, f"{ref.origin}; its weights in int8: {target}")
+
+
+def _cached_path(ref: ModelRef, what: str, suffix: str) -> Path:
+    """Where the cache keeps `what` made of `ref`, keyed by the content of its weights."""
+    key = _content_key(_weight_files(ref))
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", ref.name).strip("_.") or "model"
+    return cache_dir() / "models" / f"{safe}-{what}-{key[:16]}{suffix}"
 
 
 def _weight_files(ref: ModelRef) -> list[Path]:
