@@ -1,7 +1,8 @@
 """A run's first file opened, and its speech scanned, while the model loads.
 
-Loading the engine (tiny.en on CTranslate2: 0.25-0.3 s on 2 cores) and the VAD's scan of a
-long file (0.3 s for 6 minutes of audio on both cores, about 0.5 s on one) each stand
+Loading the engine (tiny.en on CTranslate2: about 0.12 s on 2 cores, from the cache's int8
+copy; 0.25-0.3 s before it) and the VAD's scan of a long file (0.3 s for 6 minutes of
+audio on both cores, about 0.45 s on one) each stand
 between the command and its first decode. Side by side (the scan on one thread of its
 own, beside the load), the decode starts sooner. Nothing else reads the file until the
 scan has finished (`take` waits), so the file's decoder is never read from two threads.
