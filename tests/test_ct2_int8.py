@@ -5,6 +5,8 @@ cannot take it."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -103,6 +105,25 @@ def test_the_copy_is_written_once_into_the_cache(embedded, tmp_path, monkeypatch
     assert store.int8_weights(again) == again  # an int8 model is taken as it is
     leftovers = [p.name for p in first.path.parent.iterdir() if p.name.startswith(".tiny")]
     assert leftovers == []  # no staging folder left behind
+
+
+def test_writers_of_the_same_copy_at_once_leave_one_whole_copy(embedded, tmp_path):
+    target = tmp_path / "models" / "tiny.en-int8"
+    written: list = []
+    writers = [
+        threading.Thread(target=lambda: written.append(ct2_int8.write(embedded.path, target)))
+        for _ in range(3)
+    ]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(timeout=120)
+    assert written == [target] * 3
+    assert sorted(p.name for p in target.parent.iterdir()) == ["tiny.en-int8"]  # no staging left
+    assert not ct2_int8.worth_writing(target)  # a whole int8 model
+    assert ct2_file.whisper_dims(target / "model.bin") == ct2_file.whisper_dims(
+        embedded.path / "model.bin"
+    )
 
 
 def test_a_cache_that_cannot_take_the_copy_leaves_the_model_as_it_is(

@@ -14,9 +14,9 @@ the same numbers: the same encoder outputs, tokens and scores, bit for bit
 
 from __future__ import annotations
 
-import os
 import shutil
 import struct
+import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
@@ -45,9 +45,10 @@ def worth_writing(model_dir: Path) -> bool:
 def write(source: Path, target: Path) -> Path:
     """The model in folder `source` written to folder `target` with int8 weights (the other
     files copied); `target` appears whole or not at all."""
-    staging = target.with_name(f".{target.name}.{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # A folder of this writer's own beside the target: processes (--jobs workers) or
+    # threads writing the same copy at once each finish theirs, and one rename wins.
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
         for path in source.iterdir():
             if path.is_file() and path.name != MODEL_FILE:
