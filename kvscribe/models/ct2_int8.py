@@ -3,13 +3,12 @@
 CTranslate2 runs a float16 model (the embedded ones, the hub's) in int8 on a CPU by
 quantizing its weights at every load: tiny.en took 0.149 s to load from its float16 file
 and 0.037 s from this copy, base 0.253 s against 0.062 (2 cores of an AMD EPYC; the model
-alone: benchmarks/results/ct2_int8_load.md). The copy holds what
-that load makes: each layer's weight matrix, row by row, scaled by 127 over the row's
-largest magnitude and rounded half to even, the scales beside it (CTranslate2's rule, as
-its own converters write int8 models), and everything else as the file has it, the
-encoder's convolutions included (the load does not quantize them). So the engine reads
-the same numbers: the same encoder outputs, tokens and scores, bit for bit
-(tests/test_ct2_int8.py).
+alone: benchmarks/results/ct2_int8_load.md). The copy holds what that load makes: each
+layer's weight matrix, row by row, scaled by 127 over the row's largest magnitude and
+rounded half to even, the scales beside it (CTranslate2's rule, as its own converters
+write int8 models), and everything else as the file has it, the encoder's convolutions
+included (the load does not quantize them). So the engine reads the same numbers: the
+same encoder outputs, tokens, scores and alignment, bit for bit (tests/test_ct2_int8.py).
 """
 
 from __future__ import annotations
