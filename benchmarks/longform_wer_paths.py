@@ -2,7 +2,7 @@
 sequential (beam 5) and kvscribe's default, each WER per recording and path.
 
     .venv/bin/python benchmarks/longform_wer_paths.py [--clips A,B] [--oldest AVX2|AVX]
-        [--threads 2] [--out longform_wer_paths]
+        [--threads 2] [--out longform_wer_paths] [--made DIR]
 
 Issue 55's bar is kvscribe's default within faster-whisper sequential's WER + 0.005 on each
 recording. Both decode in int8, whose kernels round differently on each path
@@ -10,8 +10,10 @@ recording. Both decode in int8, whose kernels round differently on each path
 sequential decode feeds each window the text before it, so one token decoded
 differently moves the rest of a recording: the bar itself moves with the machine. This
 script runs both, once each, on every recording of benchmarks/longform_peers.py (the same
-commands, model files and threads) under every path, and writes the WERs, the
-difference and the reference words lost in runs of five or more. Nothing is timed
+commands, model files and threads; with --made DIR, the recordings
+eval/realform/make_asterisk.py made there instead, e.g. its holdout part) under every
+path, and writes the WERs, the difference and the reference words lost in runs of five
+or more. Nothing is timed
 (the MKL lanes on a CPU that is not Intel's preload tests/mkl_cpu_type.c).
 
 Writes benchmarks/results/OUT.json and OUT.md.
@@ -27,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import results_file  # noqa: E402
-from longform_peers import CLIPS, _names, timed_run, warm_cache  # noqa: E402
+from longform_peers import CLIPS, _names, made_clips, timed_run, warm_cache  # noqa: E402
 
 from tests.ct2_paths import available, cpu_vendor  # noqa: E402
 
@@ -86,9 +88,11 @@ def main() -> None:
     parser.add_argument("--oldest", default="AVX2", help="the oldest instruction set run")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="longform_wer_paths")
+    parser.add_argument("--made", type=Path, help="only the asterisk_*.wav recordings made here")
     args = parser.parse_args()
-    names = _names(args.clips, [c.name for c in CLIPS], "clips")
-    clips = [c for c in CLIPS if c.name in names]
+    known = made_clips(args.made) if args.made else CLIPS
+    names = _names(args.clips, [c.name for c in known], "clips")
+    clips = [c for c in known if c.name in names]
     paths = available(oldest=args.oldest)
     warm_cache(clips, list(CONFIGS), args.threads)
     rows = measure(clips, paths, args.threads)
