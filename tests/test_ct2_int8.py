@@ -138,8 +138,8 @@ def test_a_cache_that_cannot_take_the_copy_leaves_the_model_as_it_is(
 def test_the_backend_loads_the_copy_on_a_cpu_in_int8(embedded):
     backend = loaded.backend("ctranslate2")
     assert backend.engine.model.compute_type.startswith("int8")
-    assert backend._weights != embedded.path and backend._weights.name.startswith(
+    assert backend._choice.weights != embedded.path and backend._choice.weights.name.startswith(
         "tiny.en-ctranslate2-int8"
     )
     float32 = loaded.ctranslate2_on_threads(1, compute_type="float32")
-    assert float32._weights == embedded.path  # float32 reads the model's own weights
+    assert float32._choice.weights == embedded.path  # float32 reads the model's own weights

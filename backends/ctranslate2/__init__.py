@@ -17,14 +17,13 @@ import functools
 import math
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 from kvscribe import setting_rows as row
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio.mel import ENCODER_MARGIN, encoder_frames
 from kvscribe.audio.stream import Samples, hold_history
 from kvscribe.backends.base import Backend
-from kvscribe.backends.ctranslate2 import halves
+from kvscribe.backends.ctranslate2 import engine_choice, halves
 from kvscribe.backends.ctranslate2 import report as ct2_report
 from kvscribe.backends.ctranslate2 import stream as ct2_stream
 from kvscribe.backends.ctranslate2.replicas import load as load_engines
@@ -91,13 +90,12 @@ class CTranslate2Backend(Backend):
         # seeded when the thread first samples and never again: without a seed set first,
         # from the OS, so the same file gave other text in every process.
         ctranslate2.set_random_seed(SAMPLING_SEED)
-        compute_type = self._compute_type()
-        self._weights = self._weights_for(compute_type)
+        self._choice = engine_choice.choose(self.settings, self.device, self.model)
         self._engines = load_engines(
-            str(self._weights),
+            str(self._choice.weights),
             self.device,
-            compute_type,
-            self._cpu_threads(),
+            self._choice.compute_type,
+            self._choice.threads,
             self.dims.n_text_state,
         )
         self.engine = self._engines.engine
@@ -146,7 +144,7 @@ class CTranslate2Backend(Backend):
         else:
             engines = halves.HalfEngines(engine, self._second_half_engine)
             raw, info = halves.transcribe(
-                engines, decoded, at, options, report, self._cpu_threads()
+                engines, decoded, at, options, report, self._choice.threads
             )
         if clock is not None:
             raw = map(clock.restore, raw)
@@ -255,7 +253,7 @@ class CTranslate2Backend(Backend):
         replicas) or a GPU. On one core a file decoded alone (one window, timestamp tokens,
         no alignment pass) is cheaper: folders of short files took 1.17-1.34x its time
         shared, and 0.57-0.59x shared with two cores (benchmarks/results/folder_batches.md)."""
-        has_cores = self.device != "cpu" or self._cpu_threads() > 1
+        has_cores = self.device != "cpu" or self._choice.threads > 1
         return has_cores and super().shares_batches(request)
 
     def kv_row_bytes(self, request: DecodeRequest) -> tuple[int, str]:
@@ -322,7 +320,7 @@ class CTranslate2Backend(Backend):
         threads, its beam search on a single-thread replica (backends/ctranslate2/replicas.py)."""
         engine = self._engines.one_row_engine
         if self._engines.rows_on_replica:
-            threads = self._cpu_threads()
+            threads = self._choice.threads
             report.settings[row.ENGINE_THREADS] = (
                 f"{threads} (beam search: 1 of {threads} single-thread replicas)"
             )
@@ -339,7 +337,7 @@ class CTranslate2Backend(Backend):
             self.model.path,
             self.model.name,
             self.engine.model.compute_type,
-            self._cpu_threads(),
+            self._choice.threads,
             self._encode_on_ctranslate2,
         )
         engines = self._engines
@@ -367,38 +365,13 @@ class CTranslate2Backend(Backend):
             import ctranslate2
 
             return ctranslate2.models.Whisper(
-                str(self._weights),
+                str(self._choice.weights),
                 device=self.device,
                 compute_type=self.engine.model.compute_type,
                 intra_threads=1,
             )
 
         return self._engines.beside(functools.cache(sampling_model))
-
-    def _weights_for(self, compute_type: str) -> Path:
-        """The model folder the engines load: on a CPU in int8, a copy of a float model's
-        weights in int8 (kvscribe/models/ct2_int8.py: the same numbers, loaded in a quarter
-        of the time), else the model itself."""
-        if self.device != "cpu" or not compute_type.startswith("int8"):
-            return self.model.path
-        from kvscribe.models import store
-
-        return store.int8_weights(self.model).path
-
-    def _compute_type(self) -> str:
-        wanted = self.settings.get("compute_type", "int8" if self.device == "cpu" else "float16")
-        if self.device == "cpu" and ("float16" in wanted or wanted == "default"):
-            # No fast fp16 on CPU: pick what CTranslate2 would fall back to, minus its warning.
-            return "int8" if wanted.startswith("int8") else "float32"
-        return wanted
-
-    def _cpu_threads(self) -> int:
-        """The profile's `cpu_threads`, else CTranslate2's default of 4 capped at the cores
-        this process may use: 4 threads on 2 cores cost 5-10 % of batched decoding's time
-        (measured, benchmarks/results/batched_longform.md)."""
-        from kvscribe.machine.capacity import usable_cores
-
-        return int(self.settings.get("cpu_threads") or min(4, usable_cores()))
 
     def _stream(
         self,

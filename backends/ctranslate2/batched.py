@@ -185,8 +185,9 @@ def _decoded_and_aligned(
     first: list = [None] * rows
     aligning: dict[int, Future] = {}
 
+    single = len(plan.fallback.temperatures or (0.0,)) == 1  # no fallback round
+
     def settled(row: int) -> bool:  # per_row's rule after the first round
-        single = len(plan.fallback.temperatures or (0.0,)) == 1
         return group[row].reread or single or plan.fallback.is_final(first[row])
 
     def decode(share: list[int]) -> None:
