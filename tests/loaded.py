@@ -42,7 +42,7 @@ def fresh(name: str, profile_name: str = "cpu-laptop", model: str | None = None,
     return loaded
 
 
-def ctranslate2_on_threads(threads: int, **settings):
+def ctranslate2_on_threads(threads: int, model: str | None = None, **settings):
     """The CTranslate2 backend of the test's own on `threads` threads, as on a machine of that
     many cores (the suite's workers get one thread each, and one thread has no replicas),
     with other `[ctranslate2]` `settings` of the CPU profile's replaced."""
@@ -50,7 +50,7 @@ def ctranslate2_on_threads(threads: int, **settings):
 
     chosen = profile.load("cpu-laptop")
     section = {**chosen.settings_for("ctranslate2"), "cpu_threads": threads, **settings}
-    return fresh("ctranslate2", backends={**chosen.backends, "ctranslate2": section})
+    return fresh("ctranslate2", model=model, backends={**chosen.backends, "ctranslate2": section})
 
 
 # Encoder outputs, by engine and input window, kept for the test run (bytes are capped).

@@ -127,8 +127,8 @@ def test_a_phrase_the_decoder_skips_in_a_chunk_is_decoded_again(monkeypatch, ski
     whole = _joined_real_text()
     decode, calls = ct2_batched.decode_group, []
 
-    def skipping(plan, audios, group, clock=None):
-        results = decode(plan, audios, group, clock)
+    def skipping(plan, audios, group, clock=None, ahead=None):
+        results = decode(plan, audios, group, clock, ahead)
         calls.append([(c.start, c.end) for c in group])
         if len(calls) == 1 and len(results) > 1:  # the first batch: its chunks `rows`
             for row in rows:

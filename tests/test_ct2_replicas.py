@@ -16,6 +16,7 @@ import pytest
 from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.backends.ctranslate2 import batched as ct2_batched
+from kvscribe.backends.ctranslate2.group_encoding import chunk_features
 from kvscribe.backends.ctranslate2.replicas import OnDemand, OneRowModel, Replicas, load
 from kvscribe.chunking import ChunkRules, speech_chunks
 from kvscribe.contract import DecodeRequest
@@ -64,7 +65,7 @@ def group(ct2_backend):
     )
     engine = two.engine
     plan, _ = ct2_batched.setup(engine, "en", DecodeRequest(), 5, 8, two)
-    features = np.stack([ct2_batched.chunk_features(engine, audio, c) for c in chunks])
+    features = np.stack([chunk_features(engine, audio, c) for c in chunks])
     return plan, chunks, features
 
 
@@ -182,7 +183,7 @@ def uneven(group):
     plan, chunks, features = group
     audio = load_audio(EVAL_DIR / "espeak_longform_en.wav")[: 100 * SAMPLE_RATE]
     short = chunks[1].between(chunks[1].start, chunks[1].start + 3 * SAMPLE_RATE)
-    mels = [*features[:3], ct2_batched.chunk_features(plan.engine, audio, short)]
+    mels = [*features[:3], chunk_features(plan.engine, audio, short)]
     model = plan.replicas.engine.model
     encoded = np.concatenate([np.asarray(model.encode(_window(mel))) for mel in mels])
     return [*chunks[:3], short], ctranslate2.StorageView.from_array(encoded)

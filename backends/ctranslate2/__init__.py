@@ -26,6 +26,11 @@ from kvscribe.backends.base import Backend
 from kvscribe.backends.ctranslate2 import engine_choice, halves
 from kvscribe.backends.ctranslate2 import report as ct2_report
 from kvscribe.backends.ctranslate2 import stream as ct2_stream
+from kvscribe.backends.ctranslate2.group_encoding import (
+    EncodedAhead,
+    detect_language,
+    encode_windows,
+)
 from kvscribe.backends.ctranslate2.replicas import load as load_engines
 from kvscribe.backends.ctranslate2.silence import (
     SpeechClock,
@@ -170,7 +175,8 @@ class CTranslate2Backend(Backend):
         chunking_seconds = time.perf_counter() - chunking_started
         # A group's unfinished tails are decoded after the group: keep its span readable.
         hold_history(audio, batch * MAX_SECONDS + MAX_SECONDS)
-        language, probability = self._language_of(audio, chunks, request)
+        ahead = EncodedAhead(limit=1)
+        language, probability = self._language_of(audio, chunks, request, ahead)
         replicas = self._engines
         plan, tokenizer = ct2_batched.setup(self.engine, language, request, beams, batch, replicas)
         report = self._batched_report(beams, request, batch, replicas.workers, len(chunks))
@@ -181,7 +187,7 @@ class CTranslate2Backend(Backend):
             yield from decoded_segments(
                 chunks,
                 batch,
-                lambda group: ct2_batched.decode_group(plan, (audio,), group, report),
+                lambda group: ct2_batched.decode_group(plan, (audio,), group, report, ahead),
                 tokenizer.decode,
                 plan.fallback,
                 plan.word_timestamps,
@@ -205,19 +211,24 @@ class CTranslate2Backend(Backend):
         self.check_language(request, self.dims.is_multilingual, self.engine.supported_languages)
         beams = request.beam_size
         batch = self.batch_size_for(request, math.inf)  # what a long file's chunks get
+        ahead = EncodedAhead(limit=batch)
 
         def decode(language: str, runs: list[list[Chunk]]):
             replicas = self._engines
             plan, tokenizer = ct2_batched.setup(
                 self.engine, language, request, beams, batch, replicas
             )
-            return self._shared_run(plan, tokenizer, request, audios, runs)
+            return self._shared_run(plan, tokenizer, request, audios, runs, ahead)
 
-        return shared_by_language(audios, request, self._language_of, decode)
+        def language_of(audio, chunks, request):
+            return self._language_of(audio, chunks, request, ahead)
 
-    def _shared_run(self, plan, tokenizer, request, audios, chunked: list[list[Chunk]]):
+        return shared_by_language(audios, request, language_of, decode)
+
+    def _shared_run(self, plan, tokenizer, request, audios, chunked: list[list[Chunk]], ahead):
         """(segments, report) of each input whose chunks are `chunked` (one language), the
-        inputs' runs of chunks decoded side by side."""
+        inputs' runs of chunks decoded side by side (`ahead`: rows language detection
+        encoded)."""
         from kvscribe.backends.ctranslate2 import batched as ct2_batched
 
         chunks = [chunk for run in chunked for chunk in run]
@@ -228,7 +239,7 @@ class CTranslate2Backend(Backend):
             chunks,
             len(audios),
             plan.batch,
-            lambda group: ct2_batched.decode_group(plan, audios, group),
+            lambda group: ct2_batched.decode_group(plan, audios, group, ahead=ahead),
             tokenizer.decode,
             plan.fallback,
             plan.word_timestamps,
@@ -281,16 +292,14 @@ class CTranslate2Backend(Backend):
         )
         return encoder_frames(audio.size / SAMPLE_RATE, request.encoder_window)
 
-    def _language_of(self, audio, chunks, request: DecodeRequest) -> tuple[str, float | None]:
-        """The request's language, else the one detected on the first speech chunk."""
+    def _language_of(
+        self, audio, chunks, request: DecodeRequest, ahead: EncodedAhead | None = None
+    ) -> tuple[str, float | None]:
+        """The request's language, else the one detected on the first speech chunk (its
+        encoder row kept in `ahead` for its batch)."""
         if request.language is not None or not self.dims.is_multilingual or not chunks:
             return self._language_without_audio(request)
-        from kvscribe.backends.ctranslate2.batched import chunk_features
-
-        language, probability, _ = self.engine.detect_language(
-            features=chunk_features(self.engine, audio, chunks[0])
-        )
-        return language, float(probability)
+        return detect_language(self._engines, audio, chunks[0], ahead)
 
     def _language_without_audio(self, request: DecodeRequest) -> tuple[str, float | None]:
         """A given language, or English for an English-only model or when there is no speech
@@ -352,8 +361,6 @@ class CTranslate2Backend(Backend):
 
     def _encode_on_ctranslate2(self, windows) -> None:
         """CTranslate2's encoder over `windows` as the batched chunks run it."""
-        from kvscribe.backends.ctranslate2.batched import encode_windows
-
         encode_windows(self._engines, windows)
 
     def _second_half_engine(self):

