@@ -4,19 +4,23 @@ faster-whisper's own function takes the whole file as one array (an hour: 230 MB
 samples, padded again). This module gives the same speech timestamps, to the sample, from
 any Samples read in blocks: the probabilities come from the silero model faster-whisper ships,
 fed the windows its `SileroVADModel` would run (512 samples each, after the previous
-window's last 64) by kvscribe's own front end (kvscribe.voice.silero.SileroVad, which carries
-the model's state from one block to the next), and the hysteresis below
+window's last 64) by kvscribe's own front end (kvscribe.voice.file_scan: the model's
+per-window convolutions on every core, its LSTM carrying the state from one block to the
+next), and the hysteresis below
 is `get_speech_timestamps`' loop, copied (faster-whisper 1.2, MIT; from silero-vad).
 tests/test_ct2_streaming.py checks both against faster-whisper's on real audio.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio.stream import Samples
-from kvscribe.voice.silero import WINDOW, SileroVad
+from kvscribe.voice.file_scan import scanner
+from kvscribe.voice.silero import WINDOW
 
 CONTEXT = 64  # samples of the previous window each window sees first
 # Windows per session run. SileroVADModel runs 10,000 (320 s: about 45 MB of input
@@ -28,13 +32,16 @@ BLOCK_WINDOWS = 1_000
 
 def speech_probabilities(samples: Samples) -> np.ndarray:
     """SileroVADModel()(audio padded as get_speech_timestamps pads it), computed a block of
-    windows at a time through kvscribe's silero front end (the same model file, one
-    thread as faster-whisper runs it): one probability per 512 samples, plus one for the
-    padding."""
-    vad = SileroVad(threads=1)
+    windows at a time through kvscribe's silero front end (the same model file and the
+    same values as one thread, as faster-whisper runs it): one probability per 512
+    samples, plus one for the padding."""
+    return scanner().probabilities(_padded_pieces(samples))
+
+
+def _padded_pieces(samples: Samples) -> Iterator[np.ndarray]:
+    """`samples` in blocks of BLOCK_WINDOWS windows, padded as get_speech_timestamps pads."""
     padded = samples.size + WINDOW - samples.size % WINDOW  # always pads, 1..512 zeros
     block = BLOCK_WINDOWS * WINDOW
-    found = []
     for start in range(0, padded, block):
         stop = min(start + block, padded)
         piece = np.zeros(stop - start, dtype=np.float32)
@@ -44,8 +51,7 @@ def speech_probabilities(samples: Samples) -> np.ndarray:
             # SileroVADModel zeroes its context rows through a view of the audio, which
             # also zeroes the last window's final 64 samples: so must we, to match it.
             piece[-CONTEXT:] = 0
-        found.append(vad.probabilities(piece))
-    return np.concatenate(found)
+        yield piece
 
 
 def speech_timestamps(samples: Samples, options) -> list[dict]:

@@ -1,10 +1,10 @@
 """A run's first file opened, and its speech scanned, while the model loads.
 
 Loading the engine (tiny.en on CTranslate2: about 0.12 s on 2 cores, from the cache's int8
-copy; 0.25-0.3 s before it) and the VAD's scan of a long file (0.3 s for 6 minutes of
-audio on both cores, about 0.45 s on one) each stand
-between the command and its first decode. Side by side (the scan on one thread of its
-own, beside the load), the decode starts sooner. Nothing else reads the file until the
+copy; 0.25-0.3 s before it) and the VAD's scan of a long file (0.19 s for 6 minutes of
+audio on both cores, kvscribe/voice/file_scan.py; 0.35 s on one: benchmarks/results/vad_scan.md)
+each stand between the command and its first decode. Side by side (the scan on threads of
+its own, beside the load), the decode starts sooner. Nothing else reads the file until the
 scan has finished (`take` waits), so the file's decoder is never read from two threads.
 Only a long file is scanned, and only for a run whose decode reads the scan (`wanted`); a
 file that cannot be opened here is simply opened again later, where its error is

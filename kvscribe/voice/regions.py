@@ -4,7 +4,6 @@ a time, turned into padded (start, end) regions by the same hysteresis live mode
 
 from __future__ import annotations
 
-import functools
 import weakref
 
 import numpy as np
@@ -13,7 +12,8 @@ from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio.stream import Joined, Samples, blocks
 from kvscribe.decoding import VadFilter
 from kvscribe.timing.timemap import TimeMap
-from kvscribe.voice.silero import WINDOW, SileroVad, VadSettings, VoiceDetector
+from kvscribe.voice.file_scan import scanner
+from kvscribe.voice.silero import WINDOW, VadSettings, VoiceDetector
 
 # Files are not spoken to a listener waiting for an utterance to end: no joining rule
 # (min_utterance 0), a short release so regions end at real pauses, padding both sides.
@@ -36,25 +36,11 @@ def speech_probabilities(audio: Samples) -> np.ndarray:
 def scan_ahead(audio: Samples) -> None:
     """Scan `audio` now (kvscribe.voice.ahead: while the model loads) and keep the result for
     its decode's speech_probabilities."""
-    _scanned[audio] = _scan(audio, threads=1)
+    _scanned[audio] = _scan(audio)
 
 
-def _scan(audio: Samples, threads: int | None = None) -> np.ndarray:
-    from kvscribe.machine.capacity import usable_cores
-
-    # Nothing decodes while the file is scanned, so the scan may use every core.
-    vad = _scanner(threads or min(4, usable_cores()))
-    vad.reset()
-    found = [vad.probabilities(block) for block in blocks(audio)]
-    return np.concatenate(found) if found else np.zeros(0, dtype=np.float32)
-
-
-@functools.cache
-def _scanner(threads: int) -> SileroVad:
-    """One VAD session for every file scanned (a session costs a few ms to make: a folder
-        of short files would make one per file); reset before each file. Scans in a process run
-    one at a time (the batched paths scan before they decode)."""
-    return SileroVad(threads=threads)
+def _scan(audio: Samples) -> np.ndarray:
+    return scanner().probabilities(blocks(audio))
 
 
 def speech_regions(

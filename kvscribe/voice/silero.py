@@ -31,6 +31,48 @@ def model_path(assets: Path) -> Path:
     return path
 
 
+STATE = (1, 1, 128)  # the LSTM's h and c
+
+
+def initial_state() -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(STATE, dtype=np.float32), np.zeros(STATE, dtype=np.float32)
+
+
+def session(model, threads: int):
+    """An onnxruntime CPU session over `model` (a path, or a serialized graph) on `threads`
+    intra-op threads, quiet; a missing onnxruntime or silero model is the user's to fix."""
+    try:
+        import onnxruntime
+    except ImportError as exc:
+        raise _missing(exc) from None
+    options = onnxruntime.SessionOptions()
+    options.inter_op_num_threads = 1
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 4
+    source = str(model) if isinstance(model, Path) else model
+    return onnxruntime.InferenceSession(
+        source, providers=["CPUExecutionProvider"], sess_options=options
+    )
+
+
+def bundled_model() -> Path:
+    """The silero v6 model faster-whisper ships."""
+    from kvscribe.adapters.faster_whisper import assets_folder
+
+    try:
+        return model_path(assets_folder())
+    except ImportError as exc:
+        raise _missing(exc) from None
+
+
+def _missing(exc: ImportError) -> BackendUnavailableError:
+    return BackendUnavailableError(
+        f"{exc.name} is not installed",
+        subject="voice activity detection",
+        hint="pip install faster-whisper (it brings onnxruntime and the silero model)",
+    )
+
+
 class SileroVad:
     """Streaming silero VAD: keeps the LSTM state and the 64-sample context between calls,
     so feeding a stream in any chunk sizes gives the probabilities of feeding it whole."""
@@ -38,48 +80,43 @@ class SileroVad:
     def __init__(self, threads: int = 1) -> None:
         """`threads`: 1 for live mode (0.1 ms a window leaves the cores to Whisper); a whole
         file scanned before decoding may use more."""
-        from kvscribe.adapters.faster_whisper import assets_folder
-
-        try:
-            assets = assets_folder()
-            import onnxruntime
-        except ImportError as exc:
-            raise BackendUnavailableError(
-                f"{exc.name} is not installed",
-                subject="voice activity detection",
-                hint="pip install faster-whisper (it brings onnxruntime and the silero model)",
-            ) from None
-        options = onnxruntime.SessionOptions()
-        options.inter_op_num_threads = 1
-        options.intra_op_num_threads = threads
-        options.log_severity_level = 4
-        path = model_path(assets)
-        self._session = onnxruntime.InferenceSession(
-            str(path), providers=["CPUExecutionProvider"], sess_options=options
-        )
+        self._session = session(bundled_model(), threads)
         self.reset()
 
     def reset(self) -> None:
-        self._h = np.zeros((1, 1, 128), dtype=np.float32)
-        self._c = np.zeros((1, 1, 128), dtype=np.float32)
-        self._context = np.zeros(_CONTEXT, dtype=np.float32)
-        self._pending = np.zeros(0, dtype=np.float32)
+        self._h, self._c = initial_state()
+        self._windows = WindowBatcher()
 
     def probabilities(self, samples: np.ndarray) -> np.ndarray:
         """Speech probability of each complete window in what was fed so far (shape [n])."""
-        audio = np.concatenate([self._pending, samples.astype(np.float32, copy=False)])
-        count = audio.size // WINDOW
-        self._pending = audio[count * WINDOW :]
-        if count == 0:
+        batch = self._windows.batch(samples)
+        if batch is None:
             return np.zeros(0, dtype=np.float32)
-        windows = audio[: count * WINDOW].reshape(count, WINDOW)
-        contexts = np.vstack([self._context[None], windows[:-1, -_CONTEXT:]])
-        self._context = windows[-1, -_CONTEXT:].copy()
-        batch = np.concatenate([contexts, windows], axis=1)
         probs, self._h, self._c = self._session.run(
             None, {"input": batch, "h": self._h, "c": self._c}
         )
         return np.asarray(probs, dtype=np.float32).reshape(-1)
+
+
+class WindowBatcher:
+    """Samples fed in any pieces, as the model's input rows: each complete 512-sample window
+    after the previous window's last 64 samples (zeros before the first)."""
+
+    def __init__(self) -> None:
+        self._context = np.zeros(_CONTEXT, dtype=np.float32)
+        self._pending = np.zeros(0, dtype=np.float32)
+
+    def batch(self, samples: np.ndarray) -> np.ndarray | None:
+        """The rows ([n, 576]) of the windows `samples` completes; None when it completes none."""
+        audio = np.concatenate([self._pending, samples.astype(np.float32, copy=False)])
+        count = audio.size // WINDOW
+        self._pending = audio[count * WINDOW :]
+        if count == 0:
+            return None
+        windows = audio[: count * WINDOW].reshape(count, WINDOW)
+        contexts = np.vstack([self._context[None], windows[:-1, -_CONTEXT:]])
+        self._context = windows[-1, -_CONTEXT:].copy()
+        return np.concatenate([contexts, windows], axis=1)
 
 
 @dataclass(frozen=True)

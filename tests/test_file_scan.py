@@ -1,0 +1,96 @@
+"""A whole file's speech probabilities with silero cut in two (kvscribe/voice/file_scan.py):
+the same values, to the bit, as the model run whole on the same pieces, on real speech; its
+convolutions on several threads at once, with a bounded number of blocks held; two scans at
+once each get their own file's values."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.audio.stream import blocks, open_streamed
+from kvscribe.voice.file_scan import FileScanner
+from kvscribe.voice.silero import SileroVad
+from tests.conftest import EVAL_DIR, LONG_FORM
+
+TELEPHONE = EVAL_DIR.parent / "realform" / "asterisk_en_ivr_dev.wav"
+
+
+def _pieces(samples, size: int) -> list[np.ndarray]:
+    return [samples[start : start + size] for start in range(0, samples.size, size)]
+
+
+def _whole_model(pieces) -> np.ndarray:
+    vad = SileroVad(threads=1)
+    return np.concatenate([vad.probabilities(piece) for piece in pieces])
+
+
+@pytest.mark.parametrize("size", [30 * SAMPLE_RATE, 7_777], ids=["30 s", "odd pieces"])
+def test_the_same_probabilities_as_the_whole_model(size):
+    audio = open_streamed(TELEPHONE)
+    pieces = _pieces(audio[0 : 120 * SAMPLE_RATE], size)
+    expected = _whole_model(pieces)
+    found = FileScanner(2).probabilities(pieces)
+    audio.close()
+    assert found.size == 120 * SAMPLE_RATE // 512
+    assert np.array_equal(found, expected)
+
+
+class _Watched(FileScanner):
+    """Records when each block's convolutions ran and how many blocks were held."""
+
+    def __init__(self, workers: int):
+        super().__init__(workers)
+        self.spans: list[tuple[float, float]] = []
+        self.held = self.most_held = 0
+        self._lock = threading.Lock()
+
+    def _convolved(self, batch):
+        with self._lock:
+            self.held += 1
+            self.most_held = max(self.most_held, self.held)
+        started = time.perf_counter()
+        out = super()._convolved(batch)
+        self.spans.append((started, time.perf_counter()))
+        return out
+
+    def _decoded(self, convolved, h, c, found):
+        with self._lock:
+            self.held -= 1
+        return super()._decoded(convolved, h, c, found)
+
+
+def test_blocks_are_convolved_side_by_side_and_few_are_held():
+    audio = open_streamed(TELEPHONE)
+    scanner = _Watched(2)
+    found = scanner.probabilities(blocks(audio))
+    audio.close()
+    assert found.size == audio.size // 512
+    spans = sorted(scanner.spans)
+    overlapping = sum(later[0] < earlier[1] for earlier, later in itertools.pairwise(spans))
+    assert overlapping >= len(spans) // 3, spans
+    assert scanner.most_held <= 2 * 2 + 1
+
+
+def test_two_scans_at_once_each_get_their_own_files_values():
+    files = [open_streamed(TELEPHONE), open_streamed(LONG_FORM)]
+    pieces = [_pieces(audio[0 : 90 * SAMPLE_RATE], 30 * SAMPLE_RATE) for audio in files]
+    expected = [_whole_model(own) for own in pieces]
+    scanner, found = FileScanner(2), [None, None]
+
+    def scan(number: int) -> None:
+        found[number] = scanner.probabilities(pieces[number])
+
+    threads = [threading.Thread(target=scan, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for audio in files:
+        audio.close()
+    assert all(np.array_equal(f, e) for f, e in zip(found, expected, strict=True))
