@@ -6,6 +6,9 @@ once each get their own file's values."""
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -94,3 +97,34 @@ def test_two_scans_at_once_each_get_their_own_files_values():
     for audio in files:
         audio.close()
     assert all(np.array_equal(f, e) for f, e in zip(found, expected, strict=True))
+
+
+_MAKE_SCANNER = (
+    "import sys\n"
+    "from kvscribe.voice.file_scan import FileScanner\n"
+    "FileScanner(1)\n"
+    "print('onnx' in sys.modules)\n"
+)
+
+
+def _scanner_in_a_process(cache) -> str:
+    environment = {**os.environ, "KVSCRIBE_CACHE_DIR": str(cache)}
+    done = subprocess.run(
+        [sys.executable, "-c", _MAKE_SCANNER], env=environment, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_model_is_cut_once_into_the_cache_and_read_back_without_onnx(tmp_path):
+    assert _scanner_in_a_process(tmp_path) == "True"  # cut: the onnx package was needed
+    parts = sorted(path.name for path in (tmp_path / "models").glob("silero*.onnx"))
+    assert len(parts) == 2 and "convolutions" in parts[0] and "lstm" in parts[1]
+    assert _scanner_in_a_process(tmp_path) == "False"  # read back from the cache
+
+
+def test_a_cache_that_cannot_take_the_parts_cuts_them_in_memory(tmp_path):
+    not_a_folder = tmp_path / "cache"
+    not_a_folder.write_text("a file where the cache folder would be")
+    assert _scanner_in_a_process(not_a_folder) == "True"
+    assert not_a_folder.read_text() == "a file where the cache folder would be"

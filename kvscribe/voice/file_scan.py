@@ -42,21 +42,21 @@ def _halves() -> tuple[Path | bytes, Path | bytes]:
     from kvscribe.paths import cache_dir
 
     model = bundled_model()
-    key = file_digest(model)[:16]
-    folder = cache_dir() / "models"
-    paths = tuple(
-        folder / f"{model.stem}-{part}-v{_WRITER_VERSION}-{key}.onnx"
-        for part in ("convolutions", "lstm")
-    )
-    if all(path.is_file() for path in paths):
-        return paths
-    parts = _cut(model)
     try:
+        key = file_digest(model)[:16]  # memoized in the cache: may fail with it
+        folder = cache_dir() / "models"
+        paths = tuple(
+            folder / f"{model.stem}-{part}-v{_WRITER_VERSION}-{key}.onnx"
+            for part in ("convolutions", "lstm")
+        )
+        if all(path.is_file() for path in paths):
+            return paths
+        parts = _cut(model)
         for path, part in zip(paths, parts, strict=True):
             _write_whole(path, part)
+        return paths
     except OSError:
-        return parts
-    return paths
+        return _cut(model)
 
 
 def _cut(model: Path) -> tuple[bytes, bytes]:
