@@ -78,8 +78,8 @@ class SileroVad:
     so feeding a stream in any chunk sizes gives the probabilities of feeding it whole."""
 
     def __init__(self, threads: int = 1) -> None:
-        """`threads`: 1 for live mode (0.1 ms a window leaves the cores to Whisper); a whole
-        file scanned before decoding may use more."""
+        """`threads`: 1 for live mode (0.1 ms a window leaves the cores to Whisper). A whole
+        file is scanned on every core by kvscribe.voice.file_scan instead."""
         self._session = session(bundled_model(), threads)
         self.reset()
 
