@@ -128,3 +128,24 @@ def test_a_cache_that_cannot_take_the_parts_cuts_them_in_memory(tmp_path):
     not_a_folder.write_text("a file where the cache folder would be")
     assert _scanner_in_a_process(not_a_folder) == "True"
     assert not_a_folder.read_text() == "a file where the cache folder would be"
+
+
+def test_a_model_without_the_cut_point_is_scanned_whole(monkeypatch, tmp_path):
+    """Another faster-whisper's silero file may name its tensors otherwise: the scan then
+    runs the model whole, with the same values."""
+    from kvscribe.voice import file_scan
+
+    monkeypatch.setenv("KVSCRIBE_CACHE_DIR", str(tmp_path))  # no parts cut already
+    monkeypatch.setattr(file_scan, "_CUT", "/no/such/tensor")
+    monkeypatch.setattr(file_scan, "_halves", file_scan._halves.__wrapped__)  # not memoized
+    file_scan.scanner.cache_clear()
+    try:
+        scanner = file_scan.scanner()
+        audio = open_streamed(TELEPHONE)
+        pieces = _pieces(audio[0 : 60 * SAMPLE_RATE], 30 * SAMPLE_RATE)
+        found = scanner.probabilities(pieces)
+        audio.close()
+    finally:
+        file_scan.scanner.cache_clear()
+    assert isinstance(scanner, file_scan.WholeModelScanner)
+    assert np.array_equal(found, _whole_model(pieces))

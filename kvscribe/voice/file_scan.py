@@ -22,7 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
-from kvscribe.voice.silero import WindowBatcher, bundled_model, initial_state, session
+from kvscribe.voice.silero import (
+    SileroVad,
+    WindowBatcher,
+    bundled_model,
+    initial_state,
+    session,
+)
 
 # The convolutions' output (`[windows, 128, 1]`), where the model is cut in two.
 _CUT = "/encoder/relu_3/Relu_output_0"
@@ -85,14 +91,29 @@ def _write_whole(path: Path, data: bytes) -> None:
 
 
 @functools.cache
-def scanner() -> FileScanner:
+def scanner() -> FileScanner | WholeModelScanner:
     """The process's scanner, a worker per usable core (at most 4). Nothing decodes while a
     file is scanned (a scan ahead shares the cores with the model's load only), so a scan
     may use every core. Made once: its sessions cost a few ms (a folder of long files would
     make them per file)."""
     from kvscribe.machine.capacity import usable_cores
 
-    return FileScanner(min(4, usable_cores()))
+    try:
+        return FileScanner(min(4, usable_cores()))
+    except ValueError:  # a silero file without this cut point (another faster-whisper's)
+        return WholeModelScanner()
+
+
+class WholeModelScanner:
+    """The model whole, one session on one thread: FileScanner's answer where the model
+    cannot be cut at `_CUT`."""
+
+    workers = 1
+
+    def probabilities(self, pieces: Iterable[np.ndarray]) -> np.ndarray:
+        vad = SileroVad(threads=1)
+        found = [vad.probabilities(piece) for piece in pieces]
+        return np.concatenate(found) if found else np.zeros(0, dtype=np.float32)
 
 
 class FileScanner:
