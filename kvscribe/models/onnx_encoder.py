@@ -16,12 +16,7 @@ Two precisions:
   run time. onnxruntime's own dynamic quantization scales a whole activation matrix at
   once; on real speech that doubled the encoder's error against float32 and the WER of
   the joined real clips (0.045 to 0.089), where per-row scales match CTranslate2's int8
-  error. The integer product and its column scales are one onnxruntime kernel
-  (MatMulIntegerToFloat), the row scales a product after it: against MatMulInteger, a
-  cast and two products, the whole process took 0.975x on the clean telephone recording
-  (tiny.en) and 0.968x on French (base); benchmarks/results/longform_wer_paths_fused_scale.md
-  has the accuracy on every CTranslate2 path. The convolutions, attention, norms and
-  residual stream stay float32.
+  error. The convolutions, attention, norms and residual stream stay float32.
 """
 
 from __future__ import annotations
