@@ -29,7 +29,7 @@ import numpy as np
 
 from kvscribe.models.ct2_file import WhisperDims, whisper_dims
 
-WRITER_VERSION = 2  # bump when the graph written changes: cached graphs are keyed by it
+WRITER_VERSION = 1  # bump when the graph written changes: cached graphs are keyed by it
 PRECISIONS = ("int8", "float32")
 INPUT, OUTPUT = "features", "encoded"
 _OPSET = 20  # Gelu is a standard operator from opset 20
@@ -193,14 +193,12 @@ class _Builder:
         one = self.const("one", np.array(1.0, np.float32))
         middle = self.const("uint8.middle", np.array(128, np.uint8))
         rows = self.op("QuantizeLinear", [scaled, one, middle])  # rounds half to even
-        # The integer product, scaled by each column's scale in the same kernel (a cast and
-        # a pass over the output fewer than MatMulInteger's), then by each row's.
-        weight_int8 = self.const(f"{name}.weight_int8", quantized)
-        weight_scale = self.const(f"{name}.weight_scale", column_scale)
         product = self.op(
-            "MatMulIntegerToFloat", [rows, weight_int8, one, weight_scale, middle], _CONTRIB
+            "MatMulInteger", [rows, self.const(f"{name}.weight_int8", quantized), middle]
         )
-        return self.op("Mul", [product, row_scale])
+        product = self.op("Cast", [product], to=1)  # TensorProto.FLOAT
+        product = self.op("Mul", [product, row_scale])
+        return self.op("Mul", [product, self.const(f"{name}.weight_scale", column_scale)])
 
     def layer_norm(self, name: str, x: str) -> str:
         gamma = self.const(f"{name}.weight", self.weights[f"{name}.weight"])
@@ -212,9 +210,9 @@ class _Builder:
 
     # -- nodes -----------------------------------------------------------------------------
 
-    def op(self, kind: str, inputs: list[str], domain: str = "", **attributes) -> str:
+    def op(self, kind: str, inputs: list[str], **attributes) -> str:
         name = f"{kind.lower()}_{len(self.nodes)}"
-        self.nodes.append(_node(kind, inputs, [name], name, domain, **attributes))
+        self.nodes.append(_node(kind, inputs, [name], name, **attributes))
         return name
 
     def const(self, name: str, array: np.ndarray) -> str:
