@@ -198,8 +198,8 @@ def _with_tails(group, results, decode_group) -> list[list[tuple]]:
         for (members, _), result in zip(packs, results, strict=True):
             for i, part in members:
                 piece = result if len(members) == 1 else result.within(part)
-                piece = piece.without_echoes(part, around[part])
-                if not piece.implausible():
+                piece = piece.without_echoes(part, around[part]).plausible_part()
+                if piece is not None:
                     decoded[i].append((part, piece))
                     fresh.append((i, part, piece))
     return decoded
@@ -292,10 +292,10 @@ class ChunkResult:
     avg_logprob: float
     no_speech_prob: float
 
-    def implausible(self) -> bool:
-        """Whether the decode reads as made up rather than heard (only a result that says
-        how its words fall in time can tell)."""
-        return False
+    def plausible_part(self) -> ChunkResult | None:
+        """The decode without what reads as made up rather than heard; None when nothing
+        is left (only a result that says how its words fall in time can tell: itself)."""
+        return self
 
     def stopped_at(self, chunk: Chunk) -> int | None:
         """The sample (original clock) where the decoded text ends; None when it ran to the

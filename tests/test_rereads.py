@@ -127,3 +127,34 @@ def test_a_stretch_read_again_gets_one_attempt_and_its_chunk_every_temperature()
     assert kept[1].temperature == 0.0
     assert per_row(fallback, 2, decode)  # without `once`, both rows go on
     assert asked[-3:] == [([0, 1], 0.2), ([0, 1], 0.4), ([0, 1], 0.6)]
+
+
+def test_a_stretch_read_again_loses_only_the_made_up_words_it_starts_with():
+    """The Spanish telephone recording's lost phrase (docs/long-files.md): the stretch read
+    again from inside a word began "el siete" at p 0.07 and 0.08, the second aligned 0 s
+    long, which openai-whisper's anomaly test scores made up together; "siete" and the nine
+    words after it were heard. The leading words are dropped until the test passes: "el"
+    alone, the rest kept with their tokens. A decode made up throughout, or squeezed past
+    any speaking rate, is dropped whole; a plausible one is kept as it is."""
+    heard = ["o", "nueve", "para", "bajar", "o", "subir", "su", "propio", "volumen"]
+    first = [
+        TimedWord(41.0, 41.34, " el", 0.07, (10,)),
+        TimedWord(41.34, 41.34, " siete", 0.08, (11,)),
+    ]
+    rest = [
+        TimedWord(41.4 + 0.4 * n, 41.7 + 0.4 * n, f" {word}", 0.9, (100 + n,))
+        for n, word in enumerate(heard)
+    ]
+    words = tuple(first + rest)
+    piece = AlignedChunk([t for w in words for t in w.tokens], -0.3, 0.05, words=words)
+    kept = piece.plausible_part()
+    assert kept is not None
+    assert [w.word.strip() for w in kept.words] == ["siete", *heard]
+    assert kept.tokens == [11] + [100 + n for n in range(len(heard))]
+
+    made_up = tuple(TimedWord(w.start, w.end, w.word, 0.05, w.tokens) for w in words)
+    assert AlignedChunk([1], -0.3, 0.05, words=made_up).plausible_part() is None
+    squeezed = tuple(TimedWord(50 + 0.05 * n, 50.04 + 0.05 * n, " a", 0.9) for n in range(6))
+    assert AlignedChunk([1], -0.3, 0.05, words=squeezed).plausible_part() is None
+    plain = AlignedChunk(list(piece.tokens[2:]), -0.3, 0.05, words=tuple(rest))
+    assert plain.plausible_part() is plain
