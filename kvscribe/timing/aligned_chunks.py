@@ -47,11 +47,15 @@ class AlignedChunk(ChunkResult):
         throughout; a stretch read again from inside a word starts with a word or two that
         fail it alone: on a Spanish telephone recording "el siete o nueve para bajar ..."
         (p 0.07 and 0.08, the second aligned 0 s long), which thrown away whole lost the
-        nine words after them (docs/long-files.md)."""
+        nine words after them (docs/long-files.md). At most EDGE_WORDS are dropped so: a
+        decode that still fails is made up (a looping decode of noise can pass once a
+        few of its words are gone)."""
         words = list(self.words)
-        while words and is_anomalous(words):
+        for _ in range(EDGE_WORDS):
+            if not words or not is_anomalous(words):
+                break
             words.pop(0)
-        if not words or is_squeezed(words):
+        if not words or is_anomalous(words) or is_squeezed(words):
             return None
         if len(words) == len(self.words):
             return self
@@ -112,6 +116,7 @@ class AlignedChunk(ChunkResult):
 
 
 ECHO_SECONDS = 0.3  # how near a stretch's edge a repeated word must reach to be an echo
+EDGE_WORDS = 2  # words a stretch read from inside a word may start with that were not said
 
 
 def _same_word(a: TimedWord, b: TimedWord) -> bool:
