@@ -134,8 +134,9 @@ def test_a_stretch_read_again_loses_only_the_made_up_words_it_starts_with():
     again from inside a word began "el siete" at p 0.07 and 0.08, the second aligned 0 s
     long, which openai-whisper's anomaly test scores made up together; "siete" and the nine
     words after it were heard. The leading words are dropped until the test passes: "el"
-    alone, the rest kept with their tokens. A decode made up throughout, or squeezed past
-    any speaking rate, is dropped whole; a plausible one is kept as it is."""
+    alone, the rest kept with their tokens. Past two such words, or made up throughout, or
+    squeezed past any speaking rate, a decode is dropped whole; a plausible one is kept as
+    it is."""
     heard = ["o", "nueve", "para", "bajar", "o", "subir", "su", "propio", "volumen"]
     first = [
         TimedWord(41.0, 41.34, " el", 0.07, (10,)),
@@ -152,6 +153,8 @@ def test_a_stretch_read_again_loses_only_the_made_up_words_it_starts_with():
     assert [w.word.strip() for w in kept.words] == ["siete", *heard]
     assert kept.tokens == [11] + [100 + n for n in range(len(heard))]
 
+    three_bad = tuple(TimedWord(40.5, 40.5, " y", 0.05, (9,)) for _ in range(3)) + words
+    assert AlignedChunk([1], -0.3, 0.05, words=three_bad).plausible_part() is None
     made_up = tuple(TimedWord(w.start, w.end, w.word, 0.05, w.tokens) for w in words)
     assert AlignedChunk([1], -0.3, 0.05, words=made_up).plausible_part() is None
     squeezed = tuple(TimedWord(50 + 0.05 * n, 50.04 + 0.05 * n, " a", 0.9) for n in range(6))
