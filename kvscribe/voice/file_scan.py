@@ -108,8 +108,6 @@ class WholeModelScanner:
     """The model whole, one session on one thread: FileScanner's answer where the model
     cannot be cut at `_CUT`."""
 
-    workers = 1
-
     def probabilities(self, pieces: Iterable[np.ndarray]) -> np.ndarray:
         vad = SileroVad(threads=1)
         found = [vad.probabilities(piece) for piece in pieces]
