@@ -12,6 +12,7 @@ is never decoded, so it cannot produce text.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -162,39 +163,87 @@ def uncovered(chunk: Chunk, result: ChunkResult) -> list[Chunk]:
 def decode_chunks(
     chunks: list[Chunk],
     batch: int,
-    decode_group: Callable[[list[Chunk]], list[ChunkResult]],
+    decode_group: Callable[..., list[ChunkResult]],
 ) -> Iterator[tuple[int, Chunk, ChunkResult]]:
     """(chunk number, chunk, result) in chunk order, `batch` chunks per decoder call; the
     parts of a group's chunks their decodes skipped are decoded (together, again while
     decodes skip speech, each round on shorter parts) before the group is yielded, each
-    after its chunk."""
+    after its chunk. `decode_group(group, rereads)` may read a first round early
+    (FirstRereads); `decode_group(chunks)` reads a round's packs."""
     for first in range(0, len(chunks), batch):
         group = chunks[first : first + batch]
-        decoded = _with_tails(group, decode_group(group), decode_group)
+        rereads = FirstRereads(group)
+        decoded = _with_tails(group, decode_group(group, rereads), decode_group, rereads)
         for offset, pieces in enumerate(decoded):
             for chunk, result in pieces:
                 yield first + offset, chunk, result
 
 
-def _with_tails(group, results, decode_group) -> list[list[tuple]]:
+class FirstRereads:
+    """The first round of a group's rereads, which an engine may read while the rest of the
+    group still decodes: once some rows' results are final (a replica's share, decoded and
+    aligned), `claim(rows, results)` packs those rows' skipped stretches (`packed`, those
+    rows alone) and gives the packs' chunks to decode, and `read(chunk, result)` hands each
+    decode back. `_with_tails` takes those and reads the unclaimed rows' stretches as it
+    always did. Which rows are packed together depends only on which rows are claimed
+    together, never on timing, so the text is the same from run to run."""
+
+    def __init__(self, group: list[Chunk]):
+        self._group = group
+        self._lock = threading.Lock()
+        self._claimed: set[int] = set()
+        self._packs: list[Pack] = []
+        self._read: dict[Chunk, ChunkResult] = {}
+
+    def claim(self, rows: list[int], results: list[ChunkResult]) -> list[Chunk]:
+        parts = [
+            (row, part)
+            for row, result in zip(rows, results, strict=True)
+            for part in uncovered(self._group[row], result)
+        ]
+        packs = packed(parts)
+        with self._lock:
+            self._claimed.update(rows)
+            self._packs += packs
+        return [chunk for _, chunk in packs]
+
+    def read(self, chunk: Chunk, result: ChunkResult) -> None:
+        with self._lock:
+            self._read[chunk] = result
+
+    def claimed(self, row: int) -> bool:
+        return row in self._claimed
+
+    def taken(self) -> tuple[list[Pack], list[ChunkResult]]:
+        """The claimed packs and their decodes (every claimed pack is read before the
+        group's decode returns)."""
+        return self._packs, [self._read[chunk] for _, chunk in self._packs]
+
+
+def _with_tails(group, results, decode_group, early: FirstRereads) -> list[list[tuple]]:
     """Per chunk of `group`: its (chunk, result) pieces, the parts it skipped decoded again
     after it (each round looks for skipped speech in the last round's decodes, on shorter
     parts each time, the round's parts packed into as few chunks as hold them: `packed`;
+    the first round's claimed rows were packed and read early: `early`;
     kvscribe.timing.aligned_chunks puts their segments in time order)."""
     decoded = [[(chunk, result)] for chunk, result in zip(group, results, strict=True)]
     fresh = [(i, *pair) for i, pair in enumerate(zip(group, results, strict=True))]
-    for _ in range(MAX_TAIL_ROUNDS):
+    for round_ in range(MAX_TAIL_ROUNDS):
         around = {}  # each part: the decode it is a gap of
         parts = []
         for i, chunk, result in fresh:
             for part in uncovered(chunk, result):
                 around[part] = result
-                parts.append((i, part))
-        if not parts:
+                if not (round_ == 0 and early.claimed(i)):
+                    parts.append((i, part))
+        packs = packed(parts)
+        results = decode_group([chunk for _, chunk in packs]) if packs else []
+        if round_ == 0:
+            read_early, results_early = early.taken()
+            packs, results = read_early + packs, results_early + results
+        if not packs:
             break
         fresh = []
-        packs = packed(parts)
-        results = decode_group([chunk for _, chunk in packs])
         for (members, _), result in zip(packs, results, strict=True):
             for i, part in members:
                 piece = result if len(members) == 1 else result.within(part)

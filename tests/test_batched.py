@@ -116,33 +116,47 @@ def test_a_phrase_the_decoder_skips_in_a_chunk_is_decoded_again(monkeypatch, ski
     second chunk of the joined real clips comes back without ten or twelve of its words, at
     its start (as Whisper returned a Spanish menu's chunk cut just before a phrase,
     docs/long-files.md) or in its middle; or both chunks of the first batch lose their
-    first words. The stretch the words leave uncovered is decoded again (two chunks'
-    stretches packed into one window), its segments take their place in time, and no run
-    of words is lost."""
+    first words. The stretch the words leave uncovered is decoded again (a share's stretches
+    packed into one window, read as soon as the share is aligned), its segments take their
+    place in time, and no run of words is lost."""
+    from kvscribe import chunking
     from kvscribe.backends.ctranslate2 import batched as ct2_batched
 
     clip = JOINED_REAL
     reference = clip.with_suffix(".txt").read_text(encoding="utf-8")
-    backend = _backend("ctranslate2")
+    backend = loaded.ctranslate2_on_threads(2)  # replicas: their shares read early
     whole = _joined_real_text()
-    decode, calls = ct2_batched.decode_group, []
+    first_batch = speech_chunks(load_audio(clip), chunking.BATCHED)[:8]
+    with_words, faulted = ct2_batched._with_words, []
 
-    def skipping(plan, audios, group, clock=None, ahead=None):
-        results = decode(plan, audios, group, clock, ahead)
-        calls.append([(c.start, c.end) for c in group])
-        if len(calls) == 1 and len(results) > 1:  # the first batch: its chunks `rows`
-            for row in rows:
-                words = results[row].words
-                kept = words[: skipped.start] + words[skipped.stop :]
-                tokens = [t for w in kept for t in w.tokens]
-                results[row] = replace(results[row], tokens=tokens, words=kept)
-        return results
+    def skipping(result, alignment, chunk):
+        # the fault where the model makes it: those chunks come back without the words,
+        # before anything reads them (a replica reads a share's skipped stretches as soon
+        # as its rows are aligned)
+        aligned = with_words(result, alignment, chunk)
+        if not chunk.reread and chunk in [first_batch[row] for row in rows]:
+            faulted.append(first_batch.index(chunk))
+            words = aligned.words
+            kept = words[: skipped.start] + words[skipped.stop :]
+            tokens = [t for w in kept for t in w.tokens]
+            aligned = replace(aligned, tokens=tokens, words=kept)
+        return aligned
 
-    monkeypatch.setattr(ct2_batched, "decode_group", skipping)
+    claim, early = chunking.FirstRereads.claim, []
+
+    def claiming(self, claimed_rows, results):
+        packs = claim(self, claimed_rows, results)
+        early.extend(packs)
+        return packs
+
+    monkeypatch.setattr(ct2_batched, "_with_words", skipping)
+    monkeypatch.setattr(chunking.FirstRereads, "claim", claiming)
     segments, _ = _decode(backend, load_audio(clip), batch_size=8)
     text = "".join(s.text for s in segments)
-    assert len(calls) >= 2, calls  # the skipped stretch went back to the decoder
-    assert len(calls[1]) == 1, calls  # two chunks' stretches: packed into one window
+    assert sorted(faulted) == sorted(rows), faulted  # the fault went in
+    for row in rows:  # each faulted chunk's stretch went back to the decoder, in its batch
+        chunk = first_batch[row]
+        assert any(a < chunk.end and b > chunk.start for r in early for a, b in r.spans), early
     assert [s.start for s in segments] == sorted(s.start for s in segments)
     assert [s.id for s in segments] == list(range(len(segments)))
     assert longest_deleted_run(reference, text) < 5, text

@@ -37,14 +37,23 @@ def backend(request):
 
 @pytest.fixture
 def windows_encoded(monkeypatch):
-    """Windows through the encoder, counted."""
+    """Windows through the encoder, counted: a batch's, a window each (where each replica
+    encodes its own rows, group_encoding.SpreadRows) or together."""
+    from kvscribe.backends.ctranslate2.encoder import OnnxEncoder
+
     real, counted = group_encoding.encode_windows, []
+    real_here = OnnxEncoder.encode_here
 
     def counting(replicas, features):
         counted.append(len(features))
         return real(replicas, features)
 
+    def counting_here(encoder, features):
+        counted.append(1)
+        return real_here(encoder, features)
+
     monkeypatch.setattr(group_encoding, "encode_windows", counting)
+    monkeypatch.setattr(OnnxEncoder, "encode_here", counting_here)
     return counted
 
 

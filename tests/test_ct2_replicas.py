@@ -16,7 +16,7 @@ import pytest
 from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.backends.ctranslate2 import batched as ct2_batched
-from kvscribe.backends.ctranslate2.group_encoding import chunk_features
+from kvscribe.backends.ctranslate2.group_encoding import EncodedRows, chunk_features
 from kvscribe.backends.ctranslate2.replicas import OnDemand, OneRowModel, Replicas, load
 from kvscribe.chunking import ChunkRules, speech_chunks
 from kvscribe.contract import DecodeRequest
@@ -205,9 +205,9 @@ def test_a_replica_aligns_rows_while_the_other_still_decodes(group, uneven):
         ),
     )
     side_by_side = dataclasses.replace(plan, replicas=spied)
-    assert ct2_batched._overlapped(side_by_side, encoded, len(rows))
+    assert ct2_batched._overlapped(side_by_side, len(rows))
     found = ct2_batched._decoded_and_aligned(
-        side_by_side, encoded, rows, lambda _name: contextlib.nullcontext()
+        side_by_side, EncodedRows(encoded), rows, lambda _name: contextlib.nullcontext()
     )
     staged = ct2_batched._aligned(
         plan, encoded, rows, ct2_batched._with_fallback(plan, encoded, rows)
@@ -234,9 +234,9 @@ def test_rows_the_fallback_decodes_again_are_aligned_after_their_last_attempt(gr
     # ... but the short part is a stretch read again, which gets one attempt (per_row)
     rows = [*rows[:3], dataclasses.replace(rows[3], reread=True)]
     strict = dataclasses.replace(plan, fallback=picky)
-    assert ct2_batched._overlapped(strict, encoded, len(rows))
+    assert ct2_batched._overlapped(strict, len(rows))
     found = ct2_batched._decoded_and_aligned(
-        strict, encoded, rows, lambda _name: contextlib.nullcontext()
+        strict, EncodedRows(encoded), rows, lambda _name: contextlib.nullcontext()
     )
     assert found[3].temperature == 0.0  # read again: its first attempt kept
     assert all(r.temperature in (0.0, 1.0) for r in found)

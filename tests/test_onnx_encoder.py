@@ -50,6 +50,30 @@ def _graph_encoded(embedded, tmp_path, precision: str, features: np.ndarray) -> 
     return OnnxEncoder(graph, threads=2, precision=precision)(features)
 
 
+@pytest.mark.parametrize("precision", ["int8", "float32"])
+def test_a_window_encoded_on_one_thread_equals_the_every_thread_session(
+    embedded, jfk_features, tmp_path, precision
+):
+    """A batch's rows are encoded by the replicas that decode them, on one thread each and
+    two at once (group_encoding.SpreadRows); a lone window on every thread. The outputs
+    are the same bit for bit, so which way a row went never shows in the text."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kvscribe.backends.ctranslate2.encoder import OnnxEncoder
+    from kvscribe.models import onnx_encoder
+
+    graph = onnx_encoder.write(embedded.path, tmp_path / f"{precision}.onnx", precision)
+    encoder = OnnxEncoder(graph, threads=2, precision=precision)
+    windows = [jfk_features[0], np.ascontiguousarray(jfk_features[0][:, ::-1])]  # two inputs
+    together = [encoder(window[None]) for window in windows]
+    with ThreadPoolExecutor(2) as pool:
+        alone = list(pool.map(encoder.encode_here, windows))
+    for one, every in zip(alone, together, strict=True):
+        assert one.shape == every.shape == (1, 1500, 384)
+        assert np.array_equal(one, every)
+    assert not np.array_equal(alone[0], alone[1])  # two windows, two outputs
+
+
 @pytest.mark.parametrize("frames", [3000, 1000])
 def test_the_float32_graph_computes_ctranslate2s_encoder(embedded, jfk_features, tmp_path, frames):
     """Any window up to 30 s (live mode encodes shorter ones): the positional embedding is

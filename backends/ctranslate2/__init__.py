@@ -187,7 +187,9 @@ class CTranslate2Backend(Backend):
             yield from decoded_segments(
                 chunks,
                 batch,
-                lambda group: ct2_batched.decode_group(plan, (audio,), group, report, ahead),
+                lambda group, rereads=None: ct2_batched.decode_group(
+                    plan, (audio,), group, report, ahead, rereads
+                ),
                 tokenizer.decode,
                 plan.fallback,
                 plan.word_timestamps,
@@ -239,7 +241,9 @@ class CTranslate2Backend(Backend):
             chunks,
             len(audios),
             plan.batch,
-            lambda group: ct2_batched.decode_group(plan, audios, group, ahead=ahead),
+            lambda group, rereads=None: ct2_batched.decode_group(
+                plan, audios, group, ahead=ahead, rereads=rereads
+            ),
             tokenizer.decode,
             plan.fallback,
             plan.word_timestamps,

@@ -19,6 +19,8 @@ On a CPU the rows of a batch are shared out over single-thread replicas of the m
 from __future__ import annotations
 
 import contextlib
+import functools
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -26,9 +28,18 @@ from dataclasses import dataclass, field, replace
 from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.audio.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW
 from kvscribe.audio.stream import Samples
-from kvscribe.backends.ctranslate2.group_encoding import EncodedAhead, encode_group
+from kvscribe.backends.ctranslate2.group_encoding import (
+    STAGE_ENCODER,
+    EncodedAhead,
+    EncodedRows,
+    SpreadRows,
+    chunk_features,
+    encode_alone,
+    encode_group,
+    spread_encoder,
+)
 from kvscribe.backends.ctranslate2.replicas import Replicas, rows_of
-from kvscribe.chunking import Chunk
+from kvscribe.chunking import Chunk, FirstRereads
 from kvscribe.contract import DecodeRequest, DecoderReport
 from kvscribe.decoding import Fallback, compression_ratio, per_row, tokens_heard
 from kvscribe.timing.aligned_chunks import AlignedChunk, on_original_clock
@@ -91,18 +102,29 @@ def decode_group(
     group: list[Chunk],
     clock: DecoderReport | None = None,
     ahead: EncodedAhead | None = None,
+    rereads: FirstRereads | None = None,
 ) -> list[AlignedChunk]:
     """Encode and decode `group` (at most `plan.batch` chunks, each of `audios[chunk.source]`)
     in one batch; chunks whose decode fails the fallback rule are decoded again, together,
     at the next temperature. `clock`: the report whose stage times this call adds to;
-    `ahead`: rows encoded already (language detection's), taken instead of encoding them."""
+    `ahead`: rows encoded already (language detection's), taken instead of encoding them;
+    `rereads`: where the rows are shared out over replicas, each share's skipped stretches
+    are read on its replica as soon as its rows are aligned (`_read_claimed`)."""
 
     def stage(name: str):
         return clock.stage(name) if clock is not None else contextlib.nullcontext()
 
+    overlapped = _overlapped(plan, len(group))
+    claim = None
+    if overlapped and rereads is not None:
+        claim = functools.partial(_read_claimed, plan, audios, rereads)
+    spread = spread_encoder(plan.replicas) if overlapped else None
+    if spread is not None:
+        rows = SpreadRows(spread, plan.replicas.engine, audios, group, ahead)
+        return _decoded_and_aligned(plan, rows, group, stage, claim)
     encoded = encode_group(plan.replicas, audios, group, ahead, stage)
-    if _overlapped(plan, encoded, len(group)):
-        return _decoded_and_aligned(plan, encoded, group, stage)
+    if overlapped:
+        return _decoded_and_aligned(plan, EncodedRows(encoded), group, stage, claim)
     with stage(STAGE_DECODER):
         decoded = _with_fallback(plan, encoded, group)
     with stage(STAGE_ALIGNMENT):
@@ -125,16 +147,20 @@ def _with_fallback(plan: BatchSetup, encoded, group: list[Chunk]) -> list[Aligne
 # -- decoding and alignment side by side -------------------------------------------------
 
 
-def _overlapped(plan: BatchSetup, encoded, rows: int) -> bool:
+def _overlapped(plan: BatchSetup, rows: int) -> bool:
     """Whether a group's rows are decoded and aligned side by side (`_decoded_and_aligned`):
-    on CPU replicas, several rows, the first attempt a beam search (a sampled one runs on
-    the every-thread engine)."""
+    on CPU replicas (there are none on a GPU), several rows, the first attempt a beam
+    search (a sampled one runs on the every-thread engine)."""
     first = (plan.fallback.temperatures or (0.0,))[0]
-    return encoded.device == "cpu" and plan.replicas.split(rows) and first == 0
+    return plan.replicas.split(rows) and first == 0
 
 
 def _decoded_and_aligned(
-    plan: BatchSetup, encoded, group: list[Chunk], stage: Callable
+    plan: BatchSetup,
+    encoded: EncodedRows | SpreadRows,
+    group: list[Chunk],
+    stage: Callable,
+    claim: Callable[[list[int], list[AlignedChunk]], None] | None = None,
 ) -> list[AlignedChunk]:
     """The group decoded and aligned on the replicas with no wait between the two stages.
     Each replica decodes its share of the rows at the first temperature, then aligns rows
@@ -145,30 +171,72 @@ def _decoded_and_aligned(
     times are the same: the same calls on the same replicas. Rows the fallback decodes
     again (rare) are aligned after their last attempt. In the stats, the decoder's time
     runs until every row is decoded (alignments made meanwhile inside it), the
-    alignment's from there to the last row aligned."""
+    alignment's from there to the last row aligned.
+
+    Where the rows spread (`SpreadRows`), each replica first encodes its share's rows (the
+    shares dealt by that work too), and the encoder's time runs until every row is encoded
+    (a row's features computed there and timed with it, decodes begun meanwhile inside
+    it).
+
+    `claim(share, results)` is called, on the replica that finished it, once every row of a
+    share is decoded at its first attempt and aligned (French telephone speech with base:
+    the stretches it skipped were read 0.3 s sooner, beside the other share's decode,
+    where after the group one core sat idle); it runs inside whichever stage waits on it."""
     replicas, rows = plan.replicas, len(group)
     seconds = [chunk.seconds for chunk in group]
     max_length = _max_length(plan, seconds)
     first: list = [None] * rows
     aligning: dict[int, Future] = {}
+    shares = replicas.shares(rows, encoded.weights(seconds))
+    share_of = {row: number for number, share in enumerate(shares) for row in share}
+    final: list = [None] * rows
+    unfinished = [len(share) for share in shares]
+    lock = threading.Lock()
+
+    def finished(row: int, result: AlignedChunk) -> AlignedChunk:
+        final[row] = result
+        with lock:
+            unfinished[share_of[row]] -= 1
+            complete = unfinished[share_of[row]] == 0
+        if complete and claim is not None:
+            share = shares[share_of[row]]
+            claim(share, [final[r] for r in share])
+        return result
+
+    def align(row: int, attempt: AlignedChunk) -> AlignedChunk:
+        return finished(row, _align_row(plan, encoded, group, row, attempt))
 
     single = len(plan.fallback.temperatures or (0.0,)) == 1  # no fallback round
 
     def settled(row: int) -> bool:  # per_row's rule after the first round
         return group[row].reread or single or plan.fallback.is_final(first[row])
 
-    def decode(share: list[int]) -> None:
+    def decode(share: list[int], encoded_share: Future) -> None:
+        try:
+            encoded.encode(share)
+        except BaseException as exc:
+            encoded_share.set_exception(exc)
+            raise
+        encoded_share.set_result(None)
         model = replicas.engine.model
-        attempts = _attempts(plan, model, rows_of(encoded, share), max_length, 0.0)
+        attempts = _attempts(plan, model, encoded.of(share), max_length, 0.0)
         for row, attempt in zip(share, attempts, strict=True):
             first[row] = attempt
             if settled(row) and _alignable(plan, attempt):
-                aligning[row] = pool.submit(_align_row, plan, encoded, group, row, attempt)
+                aligning[row] = pool.submit(align, row, attempt)
+            elif settled(row):
+                finished(row, attempt)
 
+    encoding = [Future() for _ in shares]
     with ThreadPoolExecutor(replicas.workers) as pool:
+        decoding = [pool.submit(decode, *pair) for pair in zip(shares, encoding, strict=True)]
+        timed = stage(STAGE_ENCODER) if encoded.encodes_shares else contextlib.nullcontext()
+        with timed:
+            for share in encoding:
+                share.result()
         with stage(STAGE_DECODER):
-            for decoding in [pool.submit(decode, s) for s in replicas.shares(rows, seconds)]:
-                decoding.result()
+            for share in decoding:
+                share.result()
             unsettled = [row for row in range(rows) if not settled(row)]
             again = _retried(plan, encoded, group, unsettled, first)
             for row, attempt in again.items():
@@ -179,8 +247,29 @@ def _decoded_and_aligned(
             return [aligning[r].result() if r in aligning else decoded[r] for r in range(rows)]
 
 
+def _read_claimed(
+    plan: BatchSetup,
+    audios: Sequence[Samples],
+    rereads: FirstRereads,
+    rows: list[int],
+    results: list[AlignedChunk],
+) -> None:
+    """Those rows' skipped stretches, packed (FirstRereads.claim) and each pack read alone on
+    the calling replica, as `decode_group` reads a pack after the group (a stretch read
+    again gets one attempt), its encoder on one thread: the other replicas are busy."""
+    for chunk in rereads.claim(rows, results):
+        features = chunk_features(plan.engine, audios[chunk.source], chunk)
+        encoded = encode_alone(plan.replicas, features)
+        decoded = _with_fallback(plan, encoded, [chunk])
+        rereads.read(chunk, _aligned(plan, encoded, [chunk], decoded)[0])
+
+
 def _retried(
-    plan: BatchSetup, encoded, group: list[Chunk], rows: list[int], first: list
+    plan: BatchSetup,
+    encoded: EncodedRows | SpreadRows,
+    group: list[Chunk],
+    rows: list[int],
+    first: list,
 ) -> dict[int, AlignedChunk]:
     """`rows`, whose first attempts (`first`) the fallback does not keep, through its next
     temperatures (per_row, its first round answered by those attempts)."""
@@ -192,7 +281,7 @@ def _retried(
         if round_ == 0:
             return [first[row] for row in picked]
         weights = [group[row].seconds for row in picked]
-        return _generate(plan, rows_of(encoded, picked), weights, temperature)
+        return _generate(plan, encoded.of(picked), weights, temperature)
 
     kept = per_row(plan.fallback, len(rows), attempt, [group[row].reread for row in rows])
     return dict(zip(rows, kept, strict=True))
@@ -292,7 +381,11 @@ def _aligned(
 
 
 def _align_row(
-    plan: BatchSetup, encoded, group: list[Chunk], row: int, result: AlignedChunk
+    plan: BatchSetup,
+    encoded: EncodedRows | SpreadRows,
+    group: list[Chunk],
+    row: int,
+    result: AlignedChunk,
 ) -> AlignedChunk:
     """One row's words, aligned on a replica (a call of its own, as `_alignments` aligns
     each row on a CPU)."""
@@ -300,7 +393,7 @@ def _align_row(
         plan.replicas.engine,
         plan.tokenizer,
         [result.tokens],
-        rows_of(encoded, [row]),
+        encoded.of([row]),
         [_frames(group[row])],
         MEDIAN_FILTER_WIDTH,
     )

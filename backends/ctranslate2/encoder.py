@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,18 +40,18 @@ _CHOICE_VERSION = 2  # bump when what is timed changes: cached choices are keyed
 
 
 class OnnxEncoder:
-    """One onnxruntime session over an encoder graph, with `threads` intra-op threads.
-    Windows run one at a time: on 2 cores a window at a time was faster per window than
-    windows batched into one call or two calls at once on one thread each."""
+    """An onnxruntime session over an encoder graph, with `threads` intra-op threads, a
+    window at a time (on 2 cores faster per window than windows batched into one call).
+    A second session of one thread (`encode_here`, made at its first use) encodes a
+    window on the calling thread alone, several threads at once: a batch's rows each
+    encoded by the replica that decodes them (backends/ctranslate2/group_encoding.py).
+    The two give the same outputs bit for bit (tests/test_onnx_encoder.py)."""
 
     def __init__(self, graph: Path, threads: int, precision: str):
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        self.precision = precision
-        self.session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        self.graph, self.precision = graph, precision
+        self.session = _session(graph, threads)
+        self._single = None
+        self._lock = threading.Lock()
 
     def __call__(self, features: np.ndarray) -> np.ndarray:
         features = np.ascontiguousarray(features, dtype=np.float32)
@@ -61,6 +62,27 @@ class OnnxEncoder:
             for window in features
         ]
         return windows[0] if len(windows) == 1 else np.concatenate(windows)
+
+    def encode_here(self, features: np.ndarray) -> np.ndarray:
+        """One window's (`[n_mels, frames]`) output `[1, frames / 2, d_model]`, on the calling
+        thread alone."""
+        window = np.ascontiguousarray(features, dtype=np.float32)[None]
+        return self._single_session().run([onnx_encoder.OUTPUT], {onnx_encoder.INPUT: window})[0]
+
+    def _single_session(self):
+        with self._lock:
+            if self._single is None:
+                self._single = _session(self.graph, 1)
+            return self._single
+
+
+def _session(graph: Path, threads: int):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
 
 
 class OnnxEncodedModel:

@@ -75,10 +75,10 @@ def transcribe_shared(
 def group_decoder(plan, audios: Sequence, chunk_mel, decode_text, prompt, stats):
     """The batched driver's `decode_group`: a group of chunks (each of
     `audios[chunk.source]`) encoded and decoded together, every chunk from the same
-    decoder prompt."""
+    decoder prompt (a first round of rereads is read after the group: `_rereads` unused)."""
     decoder_prompt = batched.full_prompt(plan, prompt)
 
-    def decode_group(group: list[Chunk]) -> list[AlignedChunk]:
+    def decode_group(group: list[Chunk], _rereads: object = None) -> list[AlignedChunk]:
         mels = [chunk_mel(chunk.samples(audios[chunk.source])) for chunk in group]
         return batched.decode_with_fallback(plan, group, mels, decoder_prompt, stats, decode_text)
 

@@ -137,7 +137,7 @@ def on_original_clock(words: Sequence[TimedWord], chunk: Chunk) -> tuple[TimedWo
 def decoded_segments(
     chunks: list[Chunk],
     batch: int,
-    decode_group: Callable[[list[Chunk]], list[AlignedChunk]],
+    decode_group: Callable[..., list[AlignedChunk]],
     text_of: Callable[[list[int]], str],
     fallback: Fallback,
     with_words: bool,
@@ -158,7 +158,7 @@ def shared_segments(
     chunks: list[Chunk],
     inputs: int,
     batch: int,
-    decode_group: Callable[[list[Chunk]], list[AlignedChunk]],
+    decode_group: Callable[..., list[AlignedChunk]],
     text_of: Callable[[list[int]], str],
     fallback: Fallback,
     with_words: bool,
