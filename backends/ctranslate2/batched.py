@@ -179,9 +179,9 @@ def _decoded_and_aligned(
     it).
 
     `claim(share, results)` is called, on the replica that finished it, once every row of a
-    share is decoded at its first attempt and aligned (French telephone speech with base:
-    the stretches it skipped were read 0.3 s sooner, beside the other share's decode,
-    where after the group one core sat idle); it runs inside whichever stage waits on it."""
+    share is decoded at its first attempt and aligned: its skipped stretches are read
+    beside the other share's decode, where after the group one core sat idle. It runs
+    inside whichever stage waits on it."""
     replicas, rows = plan.replicas, len(group)
     seconds = [chunk.seconds for chunk in group]
     max_length = _max_length(plan, seconds)
