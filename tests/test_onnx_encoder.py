@@ -176,3 +176,26 @@ def test_no_chunk_is_denied_the_tokens_a_full_window_allows():
 
     assert tokens_heard(30.0) >= 448 // 2
     assert tokens_heard(1.0) < 448 // 4
+
+
+def test_two_halves_side_by_side_encode_each_on_its_own_thread(jfk_features, monkeypatch):
+    """`--batch-size 1` decodes a long input as two halves at once, one per core
+    (backends/ctranslate2/halves.py): each half's windows go through onnxruntime's
+    one-thread session, not both through the every-thread one, with the same output."""
+    from kvscribe.backends.ctranslate2.encoder import OnnxEncoder
+    from tests import loaded
+
+    backend = loaded.ctranslate2_on_threads(2, encoder="onnxruntime")
+    alone, calls = OnnxEncoder.encode_here, []
+
+    def counted(encoder, features):
+        calls.append(features.shape)
+        return alone(encoder, features)
+
+    monkeypatch.setattr(OnnxEncoder, "encode_here", counted)
+    half = backend._engines.beside()
+    ours = np.asarray(half.model.encode(jfk_features))
+    assert calls == [jfk_features.shape[1:]]  # one window, on the thread alone
+    every = np.asarray(backend.engine.model.encode(jfk_features))
+    assert len(calls) == 1  # the batched engine's lone window: every thread
+    assert np.array_equal(ours, every)

@@ -135,8 +135,8 @@ def test_a_stretch_read_again_loses_only_the_made_up_words_it_starts_with():
     long, which openai-whisper's anomaly test scores made up together; "siete" and the nine
     words after it were heard. The leading words are dropped until the test passes: "el"
     alone, the rest kept with their tokens. Past two such words, or made up throughout, or
-    squeezed past any speaking rate, a decode is dropped whole; a plausible one is kept as
-    it is."""
+    squeezed past any speaking rate, or punctuation alone, a decode is dropped whole; a
+    plausible one is kept as it is."""
     heard = ["o", "nueve", "para", "bajar", "o", "subir", "su", "propio", "volumen"]
     first = [
         TimedWord(41.0, 41.34, " el", 0.07, (10,)),
@@ -161,3 +161,5 @@ def test_a_stretch_read_again_loses_only_the_made_up_words_it_starts_with():
     assert AlignedChunk([1], -0.3, 0.05, words=squeezed).plausible_part() is None
     plain = AlignedChunk(list(piece.tokens[2:]), -0.3, 0.05, words=tuple(rest))
     assert plain.plausible_part() is plain
+    dots = (TimedWord(60.0, 61.2, "...", 0.6, (1399,)),)  # a stretch of noise read again
+    assert AlignedChunk([1399], -0.3, 0.05, words=dots).plausible_part() is None

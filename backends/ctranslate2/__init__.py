@@ -147,7 +147,7 @@ class CTranslate2Backend(Backend):
         if at is None:
             raw, info = ct2_stream.transcribe(engine, decoded, frames, **options)
         else:
-            engines = halves.HalfEngines(engine, self._second_half_engine)
+            engines = halves.HalfEngines(self._engines.beside(), self._second_half_engine)
             raw, info = halves.transcribe(
                 engines, decoded, at, options, report, self._choice.threads
             )

@@ -86,15 +86,26 @@ def _session(graph: Path, threads: int):
 
 
 class OnnxEncodedModel:
-    """A CTranslate2 Whisper model whose `encode` runs on onnxruntime."""
+    """A CTranslate2 Whisper model whose `encode` runs on onnxruntime: on every thread, or
+    (`alone`) a window at a time on the calling thread only."""
 
-    def __init__(self, model, encoder: OnnxEncoder):
-        self.ctranslate2_model, self.encoder = model, encoder
+    def __init__(self, model, encoder: OnnxEncoder, alone: bool = False):
+        self.ctranslate2_model, self.encoder, self._alone = model, encoder, alone
+
+    def alone(self) -> OnnxEncodedModel:
+        """The same model, its windows encoded on the calling thread alone."""
+        return OnnxEncodedModel(self.ctranslate2_model, self.encoder, alone=True)
 
     def encode(self, features, to_cpu: bool = False):
         import ctranslate2
 
-        return ctranslate2.StorageView.from_array(self.encoder(np.asarray(features)))
+        features = np.asarray(features)
+        if self._alone:
+            windows = features if features.ndim == 3 else features[None]
+            encoded = np.concatenate([self.encoder.encode_here(window) for window in windows])
+        else:
+            encoded = self.encoder(features)
+        return ctranslate2.StorageView.from_array(encoded)
 
     def __getattr__(self, name: str):
         return getattr(self.ctranslate2_model, name)

@@ -21,7 +21,14 @@ from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio.mel import FRAMES_PER_SECOND
 from kvscribe.chunking import Chunk, ChunkResult, decode_chunks
 from kvscribe.decoding import Fallback, unspoken
-from kvscribe.timing.timed_words import TimedWord, is_anomalous, is_squeezed, split_segments, tidy
+from kvscribe.timing.timed_words import (
+    TimedWord,
+    is_anomalous,
+    is_spoken,
+    is_squeezed,
+    split_segments,
+    tidy,
+)
 from kvscribe.timing.words import normalized
 from kvscribe.types import Segment, Word
 
@@ -49,7 +56,10 @@ class AlignedChunk(ChunkResult):
         (p 0.07 and 0.08, the second aligned 0 s long), which thrown away whole lost the
         nine words after them (docs/long-files.md). At most EDGE_WORDS are dropped so: a
         decode that still fails is made up (a looping decode of noise can pass once a
-        few of its words are gone)."""
+        few of its words are gone). A decode of punctuation alone ("..." for a stretch of
+        noise) says nothing heard: None."""
+        if not any(is_spoken(word) for word in self.words):
+            return None
         words = list(self.words)
         for _ in range(EDGE_WORDS):
             if not words or not is_anomalous(words):

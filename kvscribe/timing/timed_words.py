@@ -47,7 +47,7 @@ def is_anomalous(words: Sequence[TimedWord]) -> bool:
     first 8 words, a point for an unlikely word (p < 0.15), and for a word shorter than
     0.133 s or longer than 2 s in proportion; 3 points, or nearly one a word, is made up."""
     score, counted = 0.0, 0
-    for word in (w for w in words if w.word.strip(SENTENCE_ENDS + CLAUSE_ENDS + " \"'")):
+    for word in (w for w in words if is_spoken(w)):
         counted += 1
         duration = word.end - word.start
         score += (word.probability < 0.15) + max(0.0, 0.133 - duration) * 15
@@ -55,6 +55,11 @@ def is_anomalous(words: Sequence[TimedWord]) -> bool:
         if counted == 8:
             break
     return counted > 0 and (score >= 3 or score + 0.01 >= counted)
+
+
+def is_spoken(word: TimedWord) -> bool:
+    """Whether the word is more than punctuation (Whisper writes "..." for noise)."""
+    return bool(word.word.strip(SENTENCE_ENDS + CLAUSE_ENDS + " \"'"))
 
 
 def is_squeezed(words: Sequence[TimedWord]) -> bool:
