@@ -40,25 +40,37 @@ _CHOICE_VERSION = 2  # bump when what is timed changes: cached choices are keyed
 
 
 class OnnxEncoder:
-    """An onnxruntime session over an encoder graph, with `threads` intra-op threads, a
-    window at a time (on 2 cores faster per window than windows batched into one call).
-    A second session of one thread (`encode_here`, made at its first use) encodes a
-    window on the calling thread alone, several threads at once: a batch's rows each
-    encoded by the replica that decodes them (backends/ctranslate2/group_encoding.py).
-    The two give the same outputs bit for bit (tests/test_onnx_encoder.py)."""
+    """onnxruntime sessions over an encoder graph: one of `threads` intra-op threads for a
+    lone window (live mode, `--batch-size 1`, language detection), a window at a time (on
+    2 cores faster per window than windows batched into one call), and one of one thread
+    (`encode_here`) that encodes a window on the calling thread alone, several threads at
+    once: a batch's rows each encoded by the replica that decodes them
+    (backends/ctranslate2/group_encoding.py). The two give the same outputs bit for bit
+    (tests/test_onnx_encoder.py). The one-thread session is made here, which finds a graph
+    onnxruntime cannot read at once; the other at its first use: a batched run told its
+    language never needs it (base: 0.04-0.1 s to make)."""
 
     def __init__(self, graph: Path, threads: int, precision: str):
-        self.graph, self.precision = graph, precision
-        self.session = _session(graph, threads)
-        self._single = None
+        self.graph, self.precision, self.threads = graph, precision, threads
+        self._single = _session(graph, 1)
+        self._every_thread = None
         self._lock = threading.Lock()
+
+    @property
+    def session(self):
+        """The every-thread session, made at its first use."""
+        with self._lock:
+            if self._every_thread is None:
+                self._every_thread = _session(self.graph, self.threads)
+            return self._every_thread
 
     def __call__(self, features: np.ndarray) -> np.ndarray:
         features = np.ascontiguousarray(features, dtype=np.float32)
         if features.ndim == 2:
             features = features[None]
+        session = self.session
         windows = [
-            self.session.run([onnx_encoder.OUTPUT], {onnx_encoder.INPUT: window[None]})[0]
+            session.run([onnx_encoder.OUTPUT], {onnx_encoder.INPUT: window[None]})[0]
             for window in features
         ]
         return windows[0] if len(windows) == 1 else np.concatenate(windows)
@@ -67,13 +79,7 @@ class OnnxEncoder:
         """One window's (`[n_mels, frames]`) output `[1, frames / 2, d_model]`, on the calling
         thread alone."""
         window = np.ascontiguousarray(features, dtype=np.float32)[None]
-        return self._single_session().run([onnx_encoder.OUTPUT], {onnx_encoder.INPUT: window})[0]
-
-    def _single_session(self):
-        with self._lock:
-            if self._single is None:
-                self._single = _session(self.graph, 1)
-            return self._single
+        return self._single.run([onnx_encoder.OUTPUT], {onnx_encoder.INPUT: window})[0]
 
 
 def _session(graph: Path, threads: int):
