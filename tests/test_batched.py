@@ -120,14 +120,14 @@ def test_a_phrase_the_decoder_skips_in_a_chunk_is_decoded_again(monkeypatch, ski
     packed into one window, read as soon as the share is aligned), its segments take their
     place in time, and no run of words is lost."""
     from kvscribe import chunking
-    from kvscribe.backends.ctranslate2 import batched as ct2_batched
+    from kvscribe.backends.ctranslate2 import word_times
 
     clip = JOINED_REAL
     reference = clip.with_suffix(".txt").read_text(encoding="utf-8")
     backend = loaded.ctranslate2_on_threads(2)  # replicas: their shares read early
     whole = _joined_real_text()
     first_batch = speech_chunks(load_audio(clip), chunking.BATCHED)[:8]
-    with_words, faulted = ct2_batched._with_words, []
+    with_words, faulted = word_times.with_words, []
 
     def skipping(result, alignment, chunk):
         # the fault where the model makes it: those chunks come back without the words,
@@ -149,7 +149,7 @@ def test_a_phrase_the_decoder_skips_in_a_chunk_is_decoded_again(monkeypatch, ski
         early.extend(packs)
         return packs
 
-    monkeypatch.setattr(ct2_batched, "_with_words", skipping)
+    monkeypatch.setattr(word_times, "with_words", skipping)
     monkeypatch.setattr(chunking.FirstRereads, "claim", claiming)
     segments, _ = _decode(backend, load_audio(clip), batch_size=8)
     text = "".join(s.text for s in segments)

@@ -16,6 +16,7 @@ import pytest
 from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.backends.ctranslate2 import batched as ct2_batched
+from kvscribe.backends.ctranslate2 import word_times
 from kvscribe.backends.ctranslate2.group_encoding import EncodedRows, chunk_features
 from kvscribe.backends.ctranslate2.replicas import OnDemand, OneRowModel, Replicas, load
 from kvscribe.chunking import ChunkRules, speech_chunks
@@ -127,8 +128,8 @@ def test_replicas_encode_decode_and_align_as_one_engine_does(group):
     assert all(len(r.tokens) > 20 for r in one)  # real speech in every row
     assert [r.avg_logprob for r in split] == pytest.approx([r.avg_logprob for r in one], abs=1e-4)
 
-    aligned_one = ct2_batched._aligned(_alone(plan), encoded, chunks, one)
-    aligned_split = ct2_batched._aligned(plan, encoded, chunks, split)
+    aligned_one = word_times.aligned(_alone(plan), encoded, chunks, one)
+    aligned_split = word_times.aligned(plan, encoded, chunks, split)
     times = [[(w.start, w.end, w.word) for w in r.words] for r in aligned_split]
     assert times == [[(w.start, w.end, w.word) for w in r.words] for r in aligned_one]
 
@@ -209,7 +210,7 @@ def test_a_replica_aligns_rows_while_the_other_still_decodes(group, uneven):
     found = ct2_batched._decoded_and_aligned(
         side_by_side, EncodedRows(encoded), rows, lambda _name: contextlib.nullcontext()
     )
-    staged = ct2_batched._aligned(
+    staged = word_times.aligned(
         plan, encoded, rows, ct2_batched._with_fallback(plan, encoded, rows)
     )
     assert [r.tokens for r in found] == [r.tokens for r in staged]

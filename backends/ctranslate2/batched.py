@@ -23,11 +23,11 @@ import functools
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from kvscribe.adapters import faster_whisper as adapter
-from kvscribe.audio.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW
 from kvscribe.audio.stream import Samples
+from kvscribe.backends.ctranslate2 import word_times
 from kvscribe.backends.ctranslate2.group_encoding import (
     STAGE_ENCODER,
     EncodedAhead,
@@ -43,10 +43,8 @@ from kvscribe.backends.ctranslate2.replicas import Replicas, rows_of
 from kvscribe.chunking import Chunk, FirstRereads
 from kvscribe.contract import DecodeRequest, DecoderReport
 from kvscribe.decoding import Fallback, compression_ratio, per_row, tokens_heard
-from kvscribe.timing.aligned_chunks import AlignedChunk, on_original_clock
-from kvscribe.timing.timed_words import TimedWord
+from kvscribe.timing.aligned_chunks import AlignedChunk
 
-MEDIAN_FILTER_WIDTH = 7  # openai-whisper's smoothing of the alignment heads' weights
 # The stages a batched run times (the stats' "time by stage"); speech chunks are timed by
 # the backend, before any group.
 STAGE_CHUNKS, STAGE_DECODER, STAGE_ALIGNMENT = "speech chunks", "decoder", "alignment"
@@ -129,7 +127,7 @@ def decode_group(
     with stage(STAGE_DECODER):
         decoded = _with_fallback(plan, encoded, group)
     with stage(STAGE_ALIGNMENT):
-        return _aligned(plan, encoded, group, decoded)
+        return word_times.aligned(plan, encoded, group, decoded)
 
 
 def _with_fallback(plan: BatchSetup, encoded, group: list[Chunk]) -> list[AlignedChunk]:
@@ -213,7 +211,7 @@ def _decoded_and_aligned(
         return result
 
     def align(row: int, attempt: AlignedChunk) -> AlignedChunk:
-        return finished(row, _align_row(plan, encoded, group, row, attempt))
+        return finished(row, word_times.align_row(plan, encoded, group, row, attempt))
 
     single = len(plan.fallback.temperatures or (0.0,)) == 1  # no fallback round
 
@@ -231,7 +229,7 @@ def _decoded_and_aligned(
         attempts = _attempts(plan, model, encoded.of(share), max_length, 0.0)
         for row, attempt in zip(share, attempts, strict=True):
             first[row] = attempt
-            if settled(row) and _alignable(plan, attempt):
+            if settled(row) and word_times.alignable(plan, attempt):
                 aligning[row] = pool.submit(align, row, attempt)
             elif settled(row):
                 finished(row, attempt)
@@ -249,8 +247,10 @@ def _decoded_and_aligned(
             unsettled = [row for row in range(rows) if not settled(row)]
             again = _retried(plan, encoded, group, unsettled, first)
             for row, attempt in again.items():
-                if _alignable(plan, attempt):
-                    aligning[row] = pool.submit(_align_row, plan, encoded, group, row, attempt)
+                if word_times.alignable(plan, attempt):
+                    aligning[row] = pool.submit(
+                        word_times.align_row, plan, encoded, group, row, attempt
+                    )
         with stage(STAGE_ALIGNMENT):
             decoded = [again.get(row, first[row]) for row in range(rows)]
             return [aligning[r].result() if r in aligning else decoded[r] for r in range(rows)]
@@ -277,7 +277,7 @@ def _read_claimed(
         else:
             encoded = encode_windows(plan.replicas, features[None])
         decoded = _with_fallback(plan, encoded, [chunk])
-        rereads.read(chunk, _aligned(plan, encoded, [chunk], decoded)[0])
+        rereads.read(chunk, word_times.aligned(plan, encoded, [chunk], decoded)[0])
 
 
 def _retried(
@@ -370,101 +370,4 @@ def _decoded(plan: BatchSetup, result, temperature: float, max_length: int) -> A
         temperature=temperature,
         compression_ratio=compression_ratio(text),
         cut_short=len(tokens) >= max_length - len(plan.prompt),
-    )
-
-
-# -- words ------------------------------------------------------------------------------
-
-
-def _aligned(
-    plan: BatchSetup, encoded, group: list[Chunk], decoded: list[AlignedChunk]
-) -> list[AlignedChunk]:
-    """Each spoken chunk's words, timed by cross-attention alignment (`_alignments`),
-    punctuation glued to its word as faster-whisper glues it."""
-    rows = [row for row, result in enumerate(decoded) if _alignable(plan, result)]
-    if not rows:
-        return decoded
-    alignments = _alignments(
-        plan,
-        encoded if len(rows) == len(group) else rows_of(encoded, rows),
-        [decoded[row].tokens for row in rows],
-        [_frames(group[row]) for row in rows],
-    )
-    aligned = list(decoded)
-    for row, alignment in zip(rows, alignments, strict=True):
-        aligned[row] = _with_words(decoded[row], alignment, group[row])
-    return aligned
-
-
-def _align_row(
-    plan: BatchSetup,
-    encoded: EncodedRows | SpreadRows,
-    group: list[Chunk],
-    row: int,
-    result: AlignedChunk,
-) -> AlignedChunk:
-    """One row's words, aligned on a replica (a call of its own, as `_alignments` aligns
-    each row on a CPU)."""
-    (alignment,) = adapter.align(
-        plan.replicas.engine,
-        plan.tokenizer,
-        [result.tokens],
-        encoded.of([row]),
-        [_frames(group[row])],
-        MEDIAN_FILTER_WIDTH,
-    )
-    return _with_words(result, alignment, group[row])
-
-
-def _alignable(plan: BatchSetup, result: AlignedChunk) -> bool:
-    """A row with text that is not the fallback's silence."""
-    silence = plan.fallback.is_silence(result.no_speech_prob, result.avg_logprob)
-    return bool(result.tokens) and not silence
-
-
-def _frames(chunk: Chunk) -> int:
-    return min(FRAMES_PER_WINDOW, round(chunk.seconds * FRAMES_PER_SECOND))
-
-
-def _with_words(result: AlignedChunk, alignment: list[dict], chunk: Chunk) -> AlignedChunk:
-    adapter.merge_punctuations(alignment)
-    words = [_timed(word) for word in alignment if word["word"]]
-    return replace(result, words=on_original_clock(words, chunk))
-
-
-def _alignments(plan: BatchSetup, encoded, tokens: list[list[int]], frames: list[int]) -> list:
-    """CTranslate2's alignment of each row, the rows shared out over the replicas. On a CPU
-    each row is aligned in a call of its own: a call of several rows pads them all to the
-    longest text and filters and aligns the padding too (tiny.en, 4 rows of 13-73 tokens on
-    one thread: 0.28-0.34 s together, 0.15-0.18 s one at a time)."""
-    replicas = plan.replicas
-    alone = encoded.device == "cpu"
-
-    def align(engine, share: list[int]) -> list:
-        calls = [[row] for row in share] if alone else [share]
-        found = []
-        for rows in calls:
-            found += adapter.align(
-                engine,
-                plan.tokenizer,
-                [tokens[row] for row in rows],
-                encoded if len(rows) == len(tokens) else rows_of(encoded, rows),
-                [frames[row] for row in rows],
-                MEDIAN_FILTER_WIDTH,
-            )
-        return found
-
-    if not replicas.split(len(tokens)):
-        return align(plan.engine, list(range(len(tokens))))
-    weights = [len(row) for row in tokens]  # the work: tokens
-    return replicas.over_rows(lambda share: align(replicas.engine, share), len(tokens), weights)
-
-
-def _timed(word: dict) -> TimedWord:
-    return TimedWord(
-        float(word["start"]),
-        float(word["end"]),
-        word["word"],
-        float(word["probability"]),
-        tuple(word["tokens"]),
     )
