@@ -105,6 +105,56 @@ def _joined_real_text() -> str:
     return "".join(s.text for s in segments)
 
 
+def _with_a_phrase_skipped(monkeypatch, backend, skipped: slice, rows: tuple):
+    """The joined real clips decoded with the fault where the model makes it: the first
+    batch's chunks `rows` come back without the words `skipped`, before anything reads
+    them (a replica reads a share's skipped stretches as soon as its rows are aligned).
+    The text, the faulted rows, the first batch's chunks, and the stretches read again:
+    early (claimed in their batch, kvscribe.chunking.FirstRereads) and after the batch."""
+    from kvscribe import chunking
+    from kvscribe.backends.ctranslate2 import batched as ct2_batched
+    from kvscribe.backends.ctranslate2 import word_times
+
+    first_batch = speech_chunks(load_audio(JOINED_REAL), chunking.BATCHED)[:8]
+    with_words, faulted = word_times.with_words, []
+
+    def skipping(result, alignment, chunk):
+        aligned = with_words(result, alignment, chunk)
+        if not chunk.reread and chunk in [first_batch[row] for row in rows]:
+            faulted.append(first_batch.index(chunk))
+            words = aligned.words
+            kept = words[: skipped.start] + words[skipped.stop :]
+            tokens = [t for w in kept for t in w.tokens]
+            aligned = replace(aligned, tokens=tokens, words=kept)
+        return aligned
+
+    claim, early, late = chunking.FirstRereads.claim, [], []
+
+    def claiming(self, claimed_rows, results):
+        packs = claim(self, claimed_rows, results)
+        early.extend(packs)
+        return packs
+
+    decode = ct2_batched.decode_group
+
+    def decoding(plan, audios, group, *args, **kwargs):
+        late.extend(chunk for chunk in group if chunk.reread)
+        return decode(plan, audios, group, *args, **kwargs)
+
+    monkeypatch.setattr(word_times, "with_words", skipping)
+    monkeypatch.setattr(chunking.FirstRereads, "claim", claiming)
+    monkeypatch.setattr(ct2_batched, "decode_group", decoding)
+    segments, _ = _decode(backend, load_audio(JOINED_REAL), batch_size=8)
+    assert sorted(faulted) == sorted(rows), faulted  # the fault went in
+    assert [s.start for s in segments] == sorted(s.start for s in segments)
+    assert [s.id for s in segments] == list(range(len(segments)))
+    return "".join(s.text for s in segments), first_batch, early, late
+
+
+def _read_again(chunk, stretches) -> bool:
+    return any(a < chunk.end and b > chunk.start for r in stretches for a, b in r.spans)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("skipped", "rows"),
@@ -116,51 +166,29 @@ def test_a_phrase_the_decoder_skips_in_a_chunk_is_decoded_again(monkeypatch, ski
     second chunk of the joined real clips comes back without ten or twelve of its words, at
     its start (as Whisper returned a Spanish menu's chunk cut just before a phrase,
     docs/long-files.md) or in its middle; or both chunks of the first batch lose their
-    first words. The stretch the words leave uncovered is decoded again (a share's stretches
-    packed into one window, read as soon as the share is aligned), its segments take their
-    place in time, and no run of words is lost."""
-    from kvscribe import chunking
-    from kvscribe.backends.ctranslate2 import word_times
-
-    clip = JOINED_REAL
-    reference = clip.with_suffix(".txt").read_text(encoding="utf-8")
-    backend = loaded.ctranslate2_on_threads(2)  # replicas: their shares read early
-    whole = _joined_real_text()
-    first_batch = speech_chunks(load_audio(clip), chunking.BATCHED)[:8]
-    with_words, faulted = word_times.with_words, []
-
-    def skipping(result, alignment, chunk):
-        # the fault where the model makes it: those chunks come back without the words,
-        # before anything reads them (a replica reads a share's skipped stretches as soon
-        # as its rows are aligned)
-        aligned = with_words(result, alignment, chunk)
-        if not chunk.reread and chunk in [first_batch[row] for row in rows]:
-            faulted.append(first_batch.index(chunk))
-            words = aligned.words
-            kept = words[: skipped.start] + words[skipped.stop :]
-            tokens = [t for w in kept for t in w.tokens]
-            aligned = replace(aligned, tokens=tokens, words=kept)
-        return aligned
-
-    claim, early = chunking.FirstRereads.claim, []
-
-    def claiming(self, claimed_rows, results):
-        packs = claim(self, claimed_rows, results)
-        early.extend(packs)
-        return packs
-
-    monkeypatch.setattr(word_times, "with_words", skipping)
-    monkeypatch.setattr(chunking.FirstRereads, "claim", claiming)
-    segments, _ = _decode(backend, load_audio(clip), batch_size=8)
-    text = "".join(s.text for s in segments)
-    assert sorted(faulted) == sorted(rows), faulted  # the fault went in
-    for row in rows:  # each faulted chunk's stretch went back to the decoder, in its batch
-        chunk = first_batch[row]
-        assert any(a < chunk.end and b > chunk.start for r in early for a, b in r.spans), early
-    assert [s.start for s in segments] == sorted(s.start for s in segments)
-    assert [s.id for s in segments] == list(range(len(segments)))
+    first words. The stretch the words leave uncovered is decoded again, its segments take
+    their place in time, and no run of words is lost (the suite's own backend)."""
+    reference = JOINED_REAL.with_suffix(".txt").read_text(encoding="utf-8")
+    backend = _backend("ctranslate2")
+    text, first_batch, early, late = _with_a_phrase_skipped(monkeypatch, backend, skipped, rows)
+    for row in rows:  # each faulted chunk's stretch went back to the decoder
+        assert _read_again(first_batch[row], early + late), (early, late)
     assert longest_deleted_run(reference, text) < 5, text
-    assert pooled_wer([(reference, text)]) <= pooled_wer([(reference, whole)]) + 0.03
+    assert pooled_wer([(reference, text)]) <= pooled_wer([(reference, _joined_real_text())]) + 0.03
+
+
+@pytest.mark.slow
+def test_on_replicas_a_shares_skipped_stretches_are_read_in_its_batch(monkeypatch):
+    """With two single-thread replicas, both chunks of the first batch losing their first
+    words: each stretch is read again as soon as its share is aligned, inside the batch's
+    decode (FirstRereads.claim), and no run of words is lost."""
+    reference = JOINED_REAL.with_suffix(".txt").read_text(encoding="utf-8")
+    backend = loaded.ctranslate2_on_threads(2)
+    rows = (0, 1)
+    text, first_batch, early, _ = _with_a_phrase_skipped(monkeypatch, backend, slice(0, 10), rows)
+    for row in rows:
+        assert _read_again(first_batch[row], early), early
+    assert longest_deleted_run(reference, text) < 5, text
 
 
 # -- backends ---------------------------------------------------------------------------
