@@ -225,28 +225,34 @@ def _with_tails(group, results, decode_group, early: FirstRereads) -> list[list[
     after it (each round looks for skipped speech in the last round's decodes, on shorter
     parts each time, the round's parts packed into as few chunks as hold them: `packed`;
     the first round's claimed rows were packed and read early: `early`;
-    kvscribe.timing.aligned_chunks puts their segments in time order)."""
+    kvscribe.timing.aligned_chunks puts their segments in time order). A stretch of a
+    pack whose decode gave it no word (the decoder stopped, or skipped it, inside the
+    pack) is read again in the next round, alone."""
     decoded = [[(chunk, result)] for chunk, result in zip(group, results, strict=True)]
     fresh = [(i, *pair) for i, pair in enumerate(zip(group, results, strict=True))]
+    around = {}  # each part: the decode it is a gap of
+    unread: list[tuple[int, Chunk]] = []
     for round_ in range(MAX_TAIL_ROUNDS):
-        around = {}  # each part: the decode it is a gap of
         parts = []
         for i, chunk, result in fresh:
             for part in uncovered(chunk, result):
                 around[part] = result
                 if not (round_ == 0 and early.claimed(i)):
                     parts.append((i, part))
-        packs = packed(parts)
+        packs = packed(parts) + [([member], member[1]) for member in unread]
         results = decode_group([chunk for _, chunk in packs]) if packs else []
         if round_ == 0:
             read_early, results_early = early.taken()
             packs, results = read_early + packs, results_early + results
         if not packs:
             break
-        fresh = []
+        fresh, unread = [], []
         for (members, _), result in zip(packs, results, strict=True):
             for i, part in members:
                 piece = result if len(members) == 1 else result.within(part)
+                if not piece.tokens and len(members) > 1:
+                    unread.append((i, part))
+                    continue
                 piece = piece.without_echoes(part, around[part]).plausible_part()
                 if piece is not None:
                     decoded[i].append((part, piece))

@@ -6,7 +6,7 @@ keeps. The real model's side of it is in tests/test_batched.py."""
 from __future__ import annotations
 
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.chunking import Chunk, packed, uncovered, unfinished
+from kvscribe.chunking import Chunk, decode_chunks, packed, uncovered, unfinished
 from kvscribe.decoding import Fallback, per_row
 from kvscribe.timing.aligned_chunks import AlignedChunk
 from kvscribe.timing.timed_words import TimedWord
@@ -76,6 +76,49 @@ def test_stretches_read_again_share_a_window_per_input_and_each_gets_its_own_wor
     decode = _words_at((10.2, 11.0), (11.1, 11.8), (27.5, 29.0), (31.2, 32.5))
     assert [len(decode.within(part).words) for part in (first, tail, second)] == [2, 1, 1]
     assert decode.within(second).tokens == [400]
+
+
+def _said(start: float, end: float, word: str) -> list[TimedWord]:
+    """`word` said every 0.5 s from `start` to `end`."""
+    count = round((end - start) / 0.5)
+    return [
+        TimedWord(start + 0.5 * n, start + 0.5 * n + 0.4, f" {word}", 0.9, (500,))
+        for n in range(count)
+    ]
+
+
+def _decode_of(*words: list[TimedWord]) -> AlignedChunk:
+    said = tuple(w for run in words for w in run)
+    return AlignedChunk([t for w in said for t in w.tokens], -0.2, 0.01, words=said)
+
+
+def test_a_stretch_its_pack_left_without_a_word_is_read_again_alone():
+    """A chunk's decode skips 3.9-8 s and 9.9-20 s; the two stretches share a window, and its
+    decode stops after the first (as Whisper did with the joined real clips' JFK sentence
+    under MKL, tests/test_batched.py). The second is read again on its own, and its words
+    come back after their chunk; a stretch read alone that says nothing stays silent."""
+    s = SAMPLE_RATE
+    chunk = Chunk(0, 24 * s, speech_end=23 * s)
+    asked: list[list[tuple[int, int]]] = []
+    answers = {
+        (0, 24): _decode_of(_said(0, 4, "one"), _said(8, 10, "two"), _said(20, 23, "three")),
+        (3.9, 20.0): _decode_of(_said(4, 8, "four")),  # the pack: nothing from 10 s on
+        (9.9, 20.0): _decode_of(_said(10, 20, "five")),
+    }
+
+    def decode(chunks: list[Chunk], _rereads=None) -> list[AlignedChunk]:
+        spans = [(c.start / s, c.end / s) for c in chunks]
+        asked.append(spans)
+        return [answers.get(span, AlignedChunk([], -0.2, 0.9)) for span in spans]
+
+    decoded = decode_chunks([chunk], 8, decode)
+    pieces = [(part.start / s, part.end / s, len(result.words)) for _, part, result in decoded]
+    assert asked == [[(0, 24)], [(3.9, 20)], [(9.9, 20)]]
+    assert pieces == [(0, 24, 18), (3.9, 8, 8), (9.9, 20, 20)]
+    del answers[(9.9, 20.0)]  # the stretch said nothing alone either: read once, no more
+    asked.clear()
+    assert len(list(decode_chunks([chunk], 8, decode))) == 2
+    assert asked == [[(0, 24)], [(3.9, 20)], [(9.9, 20)]]
 
 
 def test_a_word_beside_a_stretch_heard_again_at_its_edge_is_dropped_from_its_decode():
