@@ -15,6 +15,7 @@ Writes benchmarks/results/NAME.json and .md (eval_ct2_paths unless --out says).
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,13 @@ import results_file  # noqa: E402
 
 from kvscribe import audio  # noqa: E402
 from tests.conftest import EVAL_DIR, KVSCRIBE, pooled_wer, wer  # noqa: E402
-from tests.ct2_paths import Ct2Path, available, cpu_flags, cpu_vendor  # noqa: E402
+from tests.ct2_paths import (  # noqa: E402
+    INSTRUCTION_SETS,
+    Ct2Path,
+    available,
+    cpu_flags,
+    cpu_vendor,
+)
 from tests.eval_worker import transcribe_in_child  # noqa: E402
 
 LONG_FORM = "espeak_longform_en.wav"
@@ -81,9 +88,28 @@ def _mkl_kernels() -> str:
     return "Intel's kernels for the forced instruction set (tests/mkl_cpu_type.c preloaded)"
 
 
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--oldest",
+        default="AVX",
+        choices=[name for name, _ in INSTRUCTION_SETS],
+        help="the oldest instruction set measured (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--out",
+        default="eval_ct2_paths",
+        metavar="NAME",
+        help="write benchmarks/results/NAME.json and .md (default: %(default)s)",
+    )
+    return parser.parse_args()
+
+
 def main() -> None:
-    oldest = sys.argv[sys.argv.index("--oldest") + 1] if "--oldest" in sys.argv else "AVX"
-    out = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else "eval_ct2_paths"
+    args = _arguments()
+    oldest, out = args.oldest, args.out
     clips = sorted(EVAL_DIR.glob("*.wav"))
     rows = [run(path, clips) for path in available(oldest=oldest)]
     meta = {

@@ -9,9 +9,9 @@ transformers cells, on the carried pywhispercpp sdist.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
@@ -27,11 +27,22 @@ def cuda_flags() -> tuple[str, ...]:
     return ("-DGGML_CUDA=ON", f"-DCMAKE_CUDA_ARCHITECTURES={major}{minor}")
 
 
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("dir", type=Path, metavar="DIR", help="where whisper-cli is written")
+    parser.add_argument("sdist", type=Path, metavar="SDIST", help="the pywhispercpp sdist")
+    parser.add_argument("--cpu", action="store_true", help="a rehearsal: build without CUDA")
+    return parser.parse_args()
+
+
 def main() -> None:
-    target, sdist = Path(sys.argv[1]), Path(sys.argv[2])
+    args = _arguments()
+    target, sdist = args.dir, args.sdist
     target.mkdir(parents=True, exist_ok=True)
     try:
-        built(target, sdist, "--cpu" not in sys.argv)
+        built(target, sdist, not args.cpu)
     except BaseException:
         (target / "BUILD-FAILED").touch()
         raise

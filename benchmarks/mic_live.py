@@ -15,6 +15,7 @@ Writes benchmarks/results/NAME.json and .md (NAME: mic_live unless --out says).
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -74,12 +75,31 @@ def _measure(env: dict, clip: Path, work: Path) -> dict:
     return row
 
 
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out",
+        default="mic_live",
+        metavar="NAME",
+        help="write benchmarks/results/NAME.json and .md (default: %(default)s)",
+    )
+    parser.add_argument(
+        "clips",
+        nargs="*",
+        type=Path,
+        metavar="CLIP",
+        help="audio files, each beside its reference .txt (default: JFK and the joined real "
+        "recordings)",
+    )
+    return parser.parse_args()
+
+
 def main() -> None:
-    args = sys.argv[1:]
-    name = "mic_live"
-    if args[:1] == ["--out"]:
-        name, args = args[1], args[2:]
-    clips = [Path(arg) for arg in args] or DEFAULT_CLIPS
+    args = _arguments()
+    name = args.out
+    clips = args.clips or DEFAULT_CLIPS
     problem = audio_server.missing()
     if problem:
         raise SystemExit(problem)

@@ -11,6 +11,7 @@ benchmarks/results/mkl_kernels.json and .md.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -55,10 +56,25 @@ def _run(env: dict[str, str]) -> tuple[float, str]:
         return seconds, (Path(folder) / f"{CLIP.stem}.txt").read_text(encoding="utf-8")
 
 
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=2,
+        metavar="N",
+        help="runs of each setting (default: %(default)s)",
+    )
+    return parser.parse_args()
+
+
 def main() -> None:
+    args = _arguments()
     if cpu_vendor() == "GenuineIntel":
         raise SystemExit("an Intel CPU: MKL already runs its Intel kernels here")
-    repeat = int(sys.argv[sys.argv.index("--repeat") + 1]) if "--repeat" in sys.argv else 2
+    repeat = args.repeat
     settings = _settings()
     times: dict[str, list[float]] = {name: [] for name in settings}
     texts: dict[str, str] = {}

@@ -12,6 +12,7 @@ benchmarks/results/openmp_wait.json and .md.
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -75,8 +76,22 @@ def _wall(backend: str, policy: str, side_by_side: int) -> float:
         return time.perf_counter() - started
 
 
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=2,
+        metavar="N",
+        help="runs of each setting (default: %(default)s)",
+    )
+    return parser.parse_args()
+
+
 def main() -> None:
-    repeat = int(sys.argv[sys.argv.index("--repeat") + 1]) if "--repeat" in sys.argv else 2
+    repeat = _arguments().repeat
     rows = []
     for backend in BACKENDS:
         for side_by_side in (1, 2):

@@ -13,6 +13,7 @@ they were taken at), and exits 1 if there is a difference.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
@@ -99,12 +100,25 @@ def _write(before: Path, after: Path, rows: list[dict]) -> None:
     results_file.write("same_outputs", meta, rows, "\n".join(table))
 
 
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="{snapshot,compare}")
+    taking = verbs.add_parser("snapshot", help="run every backend into DIR")
+    taking.add_argument("folder", type=Path, metavar="DIR")
+    comparing = verbs.add_parser("compare", help="compare two snapshots, write the results")
+    comparing.add_argument("before", type=Path, metavar="BEFORE")
+    comparing.add_argument("after", type=Path, metavar="AFTER")
+    return parser.parse_args()
+
+
 def main() -> None:
-    verb, *folders = sys.argv[1:]
-    if verb == "snapshot":
-        snapshot(Path(folders[0]))
+    args = _arguments()
+    if args.verb == "snapshot":
+        snapshot(args.folder)
         return
-    before, after = Path(folders[0]), Path(folders[1])
+    before, after = args.before, args.after
     rows = [_compared(before, after, backend) for backend in BACKENDS]
     _write(before, after, rows)
     problems = [problem for row in rows for problem in _problems(row)]
