@@ -225,9 +225,9 @@ def _with_tails(group, results, decode_group, early: FirstRereads) -> list[list[
     after it (each round looks for skipped speech in the last round's decodes, on shorter
     parts each time, the round's parts packed into as few chunks as hold them: `packed`;
     the first round's claimed rows were packed and read early: `early`;
-    kvscribe.timing.aligned_chunks puts their segments in time order). A stretch of a
-    pack whose decode gave it no word (the decoder stopped, or skipped it, inside the
-    pack) is read again in the next round, alone."""
+    kvscribe.timing.aligned_chunks puts their segments in time order). The stretches of
+    a pack after where its decode stopped are read again in the next round, alone (a
+    pack that said nothing was judged silent, as a chunk is: `unfinished`)."""
     decoded = [[(chunk, result)] for chunk, result in zip(group, results, strict=True)]
     fresh = [(i, *pair) for i, pair in enumerate(zip(group, results, strict=True))]
     around = {}  # each part: the decode it is a gap of
@@ -247,12 +247,13 @@ def _with_tails(group, results, decode_group, early: FirstRereads) -> list[list[
         if not packs:
             break
         fresh, unread = [], []
-        for (members, _), result in zip(packs, results, strict=True):
+        for (members, joined), result in zip(packs, results, strict=True):
+            stopped = result.stopped_at(joined) if len(members) > 1 else None
             for i, part in members:
-                piece = result if len(members) == 1 else result.within(part)
-                if not piece.tokens and len(members) > 1:
-                    unread.append((i, part))
+                if stopped is not None and part.start >= stopped:
+                    unread.append((i, part))  # the decode stopped before this stretch
                     continue
+                piece = result if len(members) == 1 else result.within(part)
                 piece = piece.without_echoes(part, around[part]).plausible_part()
                 if piece is not None:
                     decoded[i].append((part, piece))

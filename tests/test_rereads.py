@@ -92,14 +92,15 @@ def _decode_of(*words: list[TimedWord]) -> AlignedChunk:
     return AlignedChunk([t for w in said for t in w.tokens], -0.2, 0.01, words=said)
 
 
-def test_a_stretch_its_pack_left_without_a_word_is_read_again_alone():
+def test_the_stretches_after_where_a_packs_decode_stopped_are_read_again_alone():
     """A chunk's decode skips 3.9-8 s and 9.9-20 s; the two stretches share a window, and its
     decode stops after the first (as Whisper did with the joined real clips' JFK sentence
     under MKL, tests/test_batched.py). The second is read again on its own, and its words
-    come back after their chunk; a stretch read alone that says nothing stays silent."""
+    come back after their chunk; read alone and saying nothing, it stays silent. A pack
+    that says nothing at all was judged silent, as a chunk is: nothing is read again."""
     s = SAMPLE_RATE
     chunk = Chunk(0, 24 * s, speech_end=23 * s)
-    asked: list[list[tuple[int, int]]] = []
+    asked: list[list[tuple[float, float]]] = []
     answers = {
         (0, 24): _decode_of(_said(0, 4, "one"), _said(8, 10, "two"), _said(20, 23, "three")),
         (3.9, 20.0): _decode_of(_said(4, 8, "four")),  # the pack: nothing from 10 s on
@@ -115,10 +116,14 @@ def test_a_stretch_its_pack_left_without_a_word_is_read_again_alone():
     pieces = [(part.start / s, part.end / s, len(result.words)) for _, part, result in decoded]
     assert asked == [[(0, 24)], [(3.9, 20)], [(9.9, 20)]]
     assert pieces == [(0, 24, 18), (3.9, 8, 8), (9.9, 20, 20)]
-    del answers[(9.9, 20.0)]  # the stretch said nothing alone either: read once, no more
+    del answers[(9.9, 20.0)]  # the stretch says nothing alone either: read once, no more
     asked.clear()
     assert len(list(decode_chunks([chunk], 8, decode))) == 2
     assert asked == [[(0, 24)], [(3.9, 20)], [(9.9, 20)]]
+    del answers[(3.9, 20.0)]  # the pack says nothing: silence, as it judged
+    asked.clear()
+    assert len(list(decode_chunks([chunk], 8, decode))) == 1
+    assert asked == [[(0, 24)], [(3.9, 20)]]
 
 
 def test_a_word_beside_a_stretch_heard_again_at_its_edge_is_dropped_from_its_decode():
