@@ -110,8 +110,8 @@ def _with_a_phrase_skipped(monkeypatch, backend, skipped: slice, rows: tuple):
     batch's chunks `rows` come back without the words `skipped`, before anything reads
     them (a replica reads a share's skipped stretches as soon as its rows are aligned).
     The text, the faulted rows, the first batch's chunks, and the stretches read again:
-    early (claimed in their batch, kvscribe.chunking.FirstRereads) and after the batch."""
-    from kvscribe import chunking
+    early (claimed in their batch, kvscribe.rereads.FirstRereads) and after the batch."""
+    from kvscribe import chunking, rereads
     from kvscribe.backends.ctranslate2 import batched as ct2_batched
     from kvscribe.backends.ctranslate2 import word_times
 
@@ -128,7 +128,7 @@ def _with_a_phrase_skipped(monkeypatch, backend, skipped: slice, rows: tuple):
             aligned = replace(aligned, tokens=tokens, words=kept)
         return aligned
 
-    claim, early, late = chunking.FirstRereads.claim, [], []
+    claim, early, late = rereads.FirstRereads.claim, [], []
 
     def claiming(self, claimed_rows, results):
         packs = claim(self, claimed_rows, results)
@@ -142,7 +142,7 @@ def _with_a_phrase_skipped(monkeypatch, backend, skipped: slice, rows: tuple):
         return decode(plan, audios, group, *args, **kwargs)
 
     monkeypatch.setattr(word_times, "with_words", skipping)
-    monkeypatch.setattr(chunking.FirstRereads, "claim", claiming)
+    monkeypatch.setattr(rereads.FirstRereads, "claim", claiming)
     monkeypatch.setattr(ct2_batched, "decode_group", decoding)
     segments, _ = _decode(backend, load_audio(JOINED_REAL), batch_size=8)
     assert sorted(faulted) == sorted(rows), faulted  # the fault went in

@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from kvscribe import chunking
+from kvscribe import chunking, rereads
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.contract import DecodeRequest
 from kvscribe.pipeline import transcribe_speech
@@ -60,7 +60,7 @@ def test_batched_chunk_the_model_leaves_early_is_decoded_to_its_end(monkeypatch,
 
     # Where the fault shows (AVX2 here), the close of JFK is lost without the second
     # decode, and the repaired run decoded more windows to get it back.
-    monkeypatch.setattr(chunking, "MAX_TAIL_ROUNDS", 0)
+    monkeypatch.setattr(rereads, "MAX_TAIL_ROUNDS", 0)
     unrepaired, unrepaired_report = _decode(audio, backend_name, batch_size=8)
     if JFK_CLOSE not in _normalised(unrepaired):
         assert report.windows > unrepaired_report.windows
@@ -173,7 +173,7 @@ def test_speech_under_a_squeezed_segment_counts_as_uncovered():
     after = [TimedWord(9.0 + i * 0.4, 9.3 + i * 0.4, f" v{i}", 0.9) for i in range(5)]
     result = AlignedChunk([1, 2, 3], -0.2, 0.01, words=tuple(spoken + squeezed + after))
     chunk = chunking.Chunk(0, 11 * SAMPLE_RATE)
-    parts = chunking.uncovered(chunk, result)
+    parts = rereads.uncovered(chunk, result)
     # from the last word kept (4.1 s) to the next (9.0 s): the squeezed text covers nothing
     assert [(p.start, p.end) for p in parts] == [(round(4.1 * SAMPLE_RATE), 9 * SAMPLE_RATE)]
     assert result.kept_words() == spoken + after

@@ -40,9 +40,10 @@ from kvscribe.backends.ctranslate2.group_encoding import (
     spread_encoder,
 )
 from kvscribe.backends.ctranslate2.replicas import Replicas, rows_of
-from kvscribe.chunking import Chunk, FirstRereads
+from kvscribe.chunking import Chunk
 from kvscribe.contract import DecodeRequest, DecoderReport
 from kvscribe.decoding import Fallback, compression_ratio, per_row, tokens_heard
+from kvscribe.rereads import FirstRereads
 from kvscribe.timing.aligned_chunks import AlignedChunk
 
 # The stages a batched run times (the stats' "time by stage"); speech chunks are timed by

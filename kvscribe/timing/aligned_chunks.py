@@ -19,8 +19,9 @@ from dataclasses import dataclass, replace
 
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio.mel import FRAMES_PER_SECOND
-from kvscribe.chunking import Chunk, ChunkResult, decode_chunks
+from kvscribe.chunking import Chunk, ChunkResult
 from kvscribe.decoding import Fallback, unspoken
+from kvscribe.rereads import decode_chunks
 from kvscribe.timing.timed_words import (
     TimedWord,
     is_anomalous,
@@ -121,7 +122,7 @@ class AlignedChunk(ChunkResult):
         rate is dropped (segments_of), and the speech under it goes with it: a hallucinated
         repeat aligned into a second takes the real phrase beside it into its segment (tiny.en,
         JFK ten times over, batch 8: one "And so my fellow Americans" lost). Counted as
-        uncovered, that speech is decoded again (kvscribe.chunking.uncovered)."""
+        uncovered, that speech is decoded again (kvscribe.rereads.uncovered)."""
         return [w for words in split_segments(self.words) if not is_squeezed(words) for w in words]
 
 
@@ -155,7 +156,7 @@ def decoded_segments(
 ) -> Iterator[Segment]:
     """The batched driver of every engine: `chunks` decoded `batch` at a time (`decode_group`:
     the engine's encode, decode with per-row fallback, and alignment; unfinished tails are
-    decoded again, kvscribe.chunking.decode_chunks), their segments in time order with ids
+    decoded again, kvscribe.rereads.decode_chunks), their segments in time order with ids
     from 0. `seen` hears every decode kept (a tail's too) before its segments."""
     sourced = _sourced_segments(
         chunks, batch, decode_group, text_of, fallback, with_words, lambda _, r: seen(r)
