@@ -89,9 +89,7 @@ def _mkl_kernels() -> str:
 
 
 def _arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = results_file.arguments(__doc__)
     parser.add_argument(
         "--oldest",
         default="AVX",

@@ -76,9 +76,7 @@ def _measure(env: dict, clip: Path, work: Path) -> dict:
 
 
 def _arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = results_file.arguments(__doc__)
     parser.add_argument(
         "--out",
         default="mic_live",

@@ -57,16 +57,7 @@ def _run(env: dict[str, str]) -> tuple[float, str]:
 
 
 def _arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--repeat",
-        type=int,
-        default=2,
-        metavar="N",
-        help="runs of each setting (default: %(default)s)",
-    )
+    parser = results_file.arguments(__doc__, repeat=2)
     return parser.parse_args()
 
 

@@ -77,16 +77,7 @@ def _wall(backend: str, policy: str, side_by_side: int) -> float:
 
 
 def _arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--repeat",
-        type=int,
-        default=2,
-        metavar="N",
-        help="runs of each setting (default: %(default)s)",
-    )
+    parser = results_file.arguments(__doc__, repeat=2)
     return parser.parse_args()
 
 

@@ -6,6 +6,7 @@ on which machine and device, and in which units.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -21,6 +22,23 @@ UNITS = (
     "seconds: wall clock; bytes: MB = 10^6 bytes; "
     "WER: pooled over clips after Whisper's English normaliser"
 )
+
+
+def arguments(doc: str | None, repeat: int | None = None) -> argparse.ArgumentParser:
+    """A benchmark script's parser: its docstring as `--help`'s text, and `--repeat N`
+    (runs of each setting) when the script repeats its runs."""
+    parser = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    if repeat is not None:
+        parser.add_argument(
+            "--repeat",
+            type=int,
+            default=repeat,
+            metavar="N",
+            help="runs of each setting (default: %(default)s)",
+        )
+    return parser
 
 
 def machine() -> dict:

@@ -101,9 +101,7 @@ def _write(before: Path, after: Path, rows: list[dict]) -> None:
 
 
 def _arguments() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = results_file.arguments(__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="{snapshot,compare}")
     taking = verbs.add_parser("snapshot", help="run every backend into DIR")
     taking.add_argument("folder", type=Path, metavar="DIR")

@@ -11,7 +11,6 @@ benchmarks/results/transformers_bf16.{json,md}.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -58,9 +57,7 @@ print(json.dumps(out))
 
 
 def main() -> None:
-    argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    ).parse_args()
+    results_file.arguments(__doc__).parse_args()
     from kvscribe.bench.wer import pooled_wer
 
     sets = {name: [str(path) for path in paths] for name, paths in SETS.items()}
