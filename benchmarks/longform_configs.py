@@ -4,7 +4,6 @@ process gets (environment_of)."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -89,10 +88,3 @@ def environment_of(config: str) -> dict:
     if config.endswith("-ct2-encoder"):
         return {"KVSCRIBE_CONFIG_DIR": encoder_profile_folder()}
     return ENVIRONMENTS.get(config, {})
-
-
-if __name__ == "__main__":
-    # A module of benchmarks/longform_peers.py, with nothing to run on its own.
-    argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    ).parse_args()
