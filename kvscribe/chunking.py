@@ -64,6 +64,11 @@ class Chunk:
         return sum(end - begin for begin, end in self.spans) / SAMPLE_RATE
 
     @property
+    def speech_seconds(self) -> float:
+        """How much of the decoded audio is speech (the spans, before speech ends)."""
+        return self.decoded_within(self.start, self.end) / SAMPLE_RATE
+
+    @property
     def time_map(self) -> TimeMap:
         return TimeMap(self.spans)
 

@@ -145,6 +145,10 @@ class DecoderReport:
     first_token_seconds: float | None = None  # from transcribe() to the first decoded token
     step_seconds: list[float] = field(default_factory=list)  # one per decoded token
     recompute_macs: int = 0  # extra multiply-adds paid by half layers
+    # Batched decoders: seconds of speech in stretches every read of them skipped
+    # (kvscribe.rereads), whose words are missing from the text.
+    unread_speech_seconds: float = 0.0
+    unread_stretches: int = 0
     # (positions seen, self-attention bytes stored) per step of the longest window.
     kv_trace: list[tuple[int, int]] = field(default_factory=list)
     # Figures an engine reports about itself (whisper.cpp's stderr), and its child process.
@@ -168,6 +172,11 @@ class DecoderReport:
         finally:
             elapsed = time.perf_counter() - start
             self.stage_seconds[name] = self.stage_seconds.get(name, 0.0) + elapsed
+
+    def left_unread(self, part) -> None:
+        """Count a stretch of speech (a kvscribe.chunking.Chunk) no read of it transcribed."""
+        self.unread_speech_seconds += part.speech_seconds
+        self.unread_stretches += 1
 
     @property
     def kv_estimated(self) -> bool:

@@ -56,16 +56,22 @@ def decode_chunks(
     chunks: list[Chunk],
     batch: int,
     decode_group: Callable[..., list[ChunkResult]],
+    unread: Callable[[Chunk], None] = lambda part: None,
 ) -> Iterator[tuple[int, Chunk, ChunkResult]]:
     """(chunk number, chunk, result) in chunk order, `batch` chunks per decoder call; the
     parts of a group's chunks their decodes skipped are decoded (together, again while
     decodes skip speech, each round on shorter parts) before the group is yielded, each
     after its chunk. `decode_group(group, rereads)` may read a first round early
-    (FirstRereads); `decode_group(chunks)` reads a round's packs."""
+    (FirstRereads); `decode_group(chunks)` reads a round's packs. `unread` hears each
+    stretch still skipped after the last round (its words are missing from the text: a
+    report says so, nothing is lost silently)."""
     for first in range(0, len(chunks), batch):
         group = chunks[first : first + batch]
         rereads = FirstRereads(group)
-        decoded = _with_tails(group, decode_group(group, rereads), decode_group, rereads)
+        left: list[Chunk] = []
+        decoded = _with_tails(group, decode_group(group, rereads), decode_group, rereads, left)
+        for part in left:
+            unread(part)
         for offset, pieces in enumerate(decoded):
             for chunk, result in pieces:
                 yield first + offset, chunk, result
@@ -112,14 +118,17 @@ class FirstRereads:
         return self._packs, [self._read[chunk] for _, chunk in self._packs]
 
 
-def _with_tails(group, results, decode_group, early: FirstRereads) -> list[list[tuple]]:
+def _with_tails(
+    group, results, decode_group, early: FirstRereads, left: list[Chunk]
+) -> list[list[tuple]]:
     """Per chunk of `group`: its (chunk, result) pieces, the parts it skipped decoded again
     after it (each round looks for skipped speech in the last round's decodes, on shorter
     parts each time, the round's parts packed into as few chunks as hold them: `packed`;
     the first round's claimed rows were packed and read early: `early`;
     kvscribe.timing.aligned_chunks puts their segments in time order). The stretches of
     a pack after where its decode stopped are read again in the next round, alone (a
-    pack that said nothing was judged silent, as a chunk is: `unfinished`)."""
+    pack that said nothing was judged silent, as a chunk is: `unfinished`). What is still
+    skipped after MAX_TAIL_ROUNDS rounds goes to `left`."""
     decoded = [[(chunk, result)] for chunk, result in zip(group, results, strict=True)]
     fresh = [(i, *pair) for i, pair in enumerate(zip(group, results, strict=True))]
     around = {}  # each part: the decode it is a gap of
@@ -150,6 +159,8 @@ def _with_tails(group, results, decode_group, early: FirstRereads) -> list[list[
                 if piece is not None:
                     decoded[i].append((part, piece))
                     fresh.append((i, part, piece))
+    left += [part for _, chunk, result in fresh for part in uncovered(chunk, result)]
+    left += [part for _, part in unread]
     return decoded
 
 

@@ -134,6 +134,9 @@ class RunStats:
             "decode_ms_per_token_p95": _percentile_ms(steps, 0.95),
             "first_token_seconds": round(min(first_tokens), 3) if first_tokens else None,
             "recompute_macs": sum(r.recompute_macs for r in reports),
+            # Speech every read of it skipped (batched decoders): missing from the text.
+            "speech_unread_seconds": round(sum(r.unread_speech_seconds for r in reports), 2),
+            "speech_unread_stretches": sum(r.unread_stretches for r in reports),
             **KvTally.of(reports).to_dict(),
             "notes": list(self.notes),
             "peak_rss_bytes": max(
@@ -259,6 +262,7 @@ def _file_dict(f: FileStats) -> dict[str, Any]:
         tokens_decoded=f.report.tokens if f.report else 0,
         windows=f.report.windows if f.report else 0,
         batch_size=f.report.batch_size if f.report else 1,
+        speech_unread_seconds=round(f.report.unread_speech_seconds, 2) if f.report else 0.0,
     )
     if f.memory is not None and f.memory.samples:
         entry.update(f.memory.to_dict())

@@ -191,6 +191,62 @@ def test_on_replicas_a_shares_skipped_stretches_are_read_in_its_batch(monkeypatc
     assert longest_deleted_run(reference, text) < 5, text
 
 
+@pytest.mark.slow
+def test_speech_every_read_skips_is_reported_not_lost_silently(monkeypatch):
+    """The real model and audio, with a fault no read gets past: of the words of the joined
+    real clips' JFK sentence (40-50.4 s), every decode keeps only the first it reads there,
+    so each round leaves the rest uncovered. After the last round what is still skipped is
+    counted in the report (seconds of speech and stretches), not dropped unsaid."""
+    from kvscribe.backends.ctranslate2 import word_times
+    from kvscribe.cli.render import unread_rows
+    from kvscribe.rereads import MAX_TAIL_ROUNDS
+
+    with_words, reads = word_times.with_words, []
+
+    def skipping(result, alignment, chunk):
+        aligned = with_words(result, alignment, chunk)
+        inside = [w for w in aligned.words if 40.0 <= w.start < 50.4]
+        if not inside:
+            return aligned
+        reads.append(chunk)
+        kept = [w for w in aligned.words if w not in inside[1:]]
+        tokens = [t for w in kept for t in w.tokens]
+        return replace(aligned, tokens=tokens, words=tuple(kept))
+
+    monkeypatch.setattr(word_times, "with_words", skipping)
+    segments, report = _decode(_backend("ctranslate2"), load_audio(JOINED_REAL), batch_size=8)
+    assert len(reads) == 1 + MAX_TAIL_ROUNDS, reads  # the chunk, then each round's stretch
+    assert report.unread_stretches == 1
+    assert 3.0 <= report.unread_speech_seconds <= 10.4, report.unread_speech_seconds
+    text = "".join(s.text for s in segments)
+    assert "fellow Americans" not in text and "Ten of" in text  # the fault went in, alone
+    seconds = f"{report.unread_speech_seconds:.1f} s"
+    figures = {"speech_unread_seconds": report.unread_speech_seconds, "speech_unread_stretches": 1}
+    assert unread_rows(figures) == [("speech not transcribed", f"{seconds} in 1 stretch(es)")]
+    assert seconds in _finished_line(report, quiet=False) and "--batch-size 1" in _finished_line(
+        report, quiet=False
+    )
+    assert _finished_line(report, quiet=True) == ""
+
+
+def _finished_line(report, quiet: bool) -> str:
+    """What the file view prints when a file with `report` is done."""
+    import io
+    from pathlib import Path, PurePosixPath
+
+    from rich.console import Console
+
+    from kvscribe.batch.worker import Result, Task
+    from kvscribe.cli.batch_view import BatchView
+    from kvscribe.stats import FileStats
+
+    out = io.StringIO()
+    view = BatchView(Console(file=out, width=300), json_events=False, quiet=quiet, inputs=1)
+    task = Task(Path("joined_real.wav"), PurePosixPath("joined_real"), None)
+    view.finished(Result(task, stats=FileStats("joined_real.wav", report=report)))
+    return out.getvalue()
+
+
 # -- backends ---------------------------------------------------------------------------
 
 

@@ -127,6 +127,31 @@ def test_the_stretches_after_where_a_packs_decode_stopped_are_read_again_alone()
     assert asked == [[(0, 24)], [(3.9, 20)]]
 
 
+def test_what_the_last_round_leaves_unread_is_handed_on_not_dropped(monkeypatch):
+    """The decode above, with one round of rereads: the pack's decode stops after its first
+    stretch, and no round is left to read the second (9.9-20 s) alone. It goes to `unread`
+    (the report counts it as speech not transcribed); with a round left, it is read and
+    nothing goes there."""
+    from kvscribe import rereads
+
+    s = SAMPLE_RATE
+    chunk = Chunk(0, 24 * s, speech_end=23 * s)
+    answers = {
+        (0, 24): _decode_of(_said(0, 4, "one"), _said(8, 10, "two"), _said(20, 23, "three")),
+        (3.9, 20.0): _decode_of(_said(4, 8, "four")),
+        (9.9, 20.0): _decode_of(_said(10, 20, "five")),
+    }
+
+    def decode(chunks: list[Chunk], _rereads=None) -> list[AlignedChunk]:
+        return [answers[(c.start / s, c.end / s)] for c in chunks]
+
+    for rounds, expected in [(1, [(9.9, 20.0, 10.1)]), (2, [])]:
+        monkeypatch.setattr(rereads, "MAX_TAIL_ROUNDS", rounds)
+        left: list[Chunk] = []
+        list(decode_chunks([chunk], 8, decode, left.append))
+        assert [(p.start / s, p.end / s, round(p.speech_seconds, 1)) for p in left] == expected
+
+
 def test_a_word_beside_a_stretch_heard_again_at_its_edge_is_dropped_from_its_decode():
     """Alignment started "Please" of "Please enter" late (10.28 s), so the stretch before it
     held the word's first sound, and its decode ended "Please," again (a telephone

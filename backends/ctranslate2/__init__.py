@@ -194,6 +194,7 @@ class CTranslate2Backend(Backend):
                 plan.fallback,
                 plan.word_timestamps,
                 seen=lambda result: windows.add_chunk(len(result.tokens)),
+                unread=report.left_unread,
             )
             rows = min(batch, max(1, len(chunks)))
             ct2_report.count_windows(report, self._basis(), windows, beams, rows)
@@ -236,6 +237,7 @@ class CTranslate2Backend(Backend):
         chunks = [chunk for run in chunked for chunk in run]
         sources = [run[0].source for run in chunked if run]
         windows = {source: WindowCounter(self.dims, conditioned=False) for source in sources}
+        unread: dict[int, list[Chunk]] = {source: [] for source in sources}
         whole_load = ct2_report.WholeLoadWatch(self._engines.on_demand)
         segments = shared_segments(
             chunks,
@@ -248,6 +250,7 @@ class CTranslate2Backend(Backend):
             plan.fallback,
             plan.word_timestamps,
             seen=lambda source, result: windows[source].add_chunk(len(result.tokens)),
+            unread=lambda part: unread[part.source].append(part),
         )
         rows = min(plan.batch, max(1, len(chunks)))
         decoded = []
@@ -255,6 +258,8 @@ class CTranslate2Backend(Backend):
             report = self._batched_report(
                 plan.beams, request, plan.batch, plan.replicas.workers, len(chunks)
             )
+            for part in unread[run[0].source] if run else []:
+                report.left_unread(part)
             report.settings[row.BATCH_SIZE] += " (short files share them)"
             if run:
                 counted = windows[run[0].source]

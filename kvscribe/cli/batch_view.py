@@ -143,6 +143,7 @@ class BatchView:
                     style="dim",
                     soft_wrap=True,
                 )
+            self._warn_unread(path, stats)
         else:
             self.failures += 1
             self._event(
@@ -154,6 +155,20 @@ class BatchView:
             )
             self._error(result.error)
         self._advance()
+
+    def _warn_unread(self, path, stats) -> None:
+        """Speech the batched decoder skipped in every read of it is missing from the
+        transcript: say so, with the fix (kvscribe.rereads)."""
+        report = stats.report if stats is not None else None
+        if self.quiet or report is None or not report.unread_stretches:
+            return
+        line = (
+            f"{path}: {report.unread_speech_seconds:.1f} s of speech "
+            f"({report.unread_stretches} stretch(es)) was skipped by every read and is not in "
+            "the transcript; --batch-size 1 reads the file in order instead"
+        )
+        console = self._progress.console if self._progress is not None else self.console
+        console.print(f"[yellow]kvscribe: warning:[/] {escape(line)}", soft_wrap=True)
 
     def failed_input(self, entry: Input) -> None:
         assert entry.error is not None

@@ -175,6 +175,16 @@ def figures_table(title: str, rows: list[tuple[str, str]]) -> Table:
     return table
 
 
+def unread_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """Speech the batched decoder skipped in every read of it, whose words are not in the
+    text (kvscribe.rereads; each file's warning names it). No row when there is none."""
+    stretches = report.get("speech_unread_stretches") or 0
+    if not stretches:
+        return []
+    seconds = report["speech_unread_seconds"]
+    return [("speech not transcribed", f"{seconds:.1f} s in {stretches} stretch(es)")]
+
+
 def _time_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     """Where the time went: by stage, where the backend times its stages, and how busy the
     cores were over the run."""
@@ -216,6 +226,7 @@ def stats_table(report: dict[str, Any]) -> Table:
             else f"{report['ms_per_token_incl_encoder']:.1f}",
         ),
         *_measured_decoder_rows(report),
+        *unread_rows(report),
         *_time_rows(report),
         *kv_rows(report),
         ("peak RSS", human_bytes(report["peak_rss_bytes"])),

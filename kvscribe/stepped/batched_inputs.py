@@ -31,7 +31,13 @@ def transcribe(
     `prompt`: the user's prompt tokens (full_prompt makes every chunk's decoder prompt)."""
     decode_group = group_decoder(plan, (audio,), chunk_mel, decode_text, prompt, stats)
     yield from aligned_chunks.decoded_segments(
-        chunks, batch, decode_group, decode_text, plan.fallback, word_timestamps
+        chunks,
+        batch,
+        decode_group,
+        decode_text,
+        plan.fallback,
+        word_timestamps,
+        unread=stats.unread.append,
     )
 
 
@@ -50,8 +56,9 @@ def transcribe_shared(
     `audios` (`source`: its number there), one run each, in order, so an input's chunks fill
     the rows the one before left (kvscribe.timing.aligned_chunks.shared_segments). Per run: its
     segments as a decode of it alone numbers them; `reports[i]` (its DecoderReport) gets its
-    windows and kept tokens, the batch's KV bytes (a run reports the largest), and the
-    batch's timings on the first report only (a run's totals add its inputs' up)."""
+    windows, kept tokens and speech left unread, the batch's KV bytes (a run reports the
+    largest), and the batch's timings on the first report only (a run's totals add its
+    inputs' up)."""
     stats = WindowStats()
     decode_group = group_decoder(plan, audios, chunk_mel, decode_text, prompt, stats)
     counts = {run[0].source: [0, 0] for run in chunked if run}
@@ -61,8 +68,17 @@ def transcribe_shared(
         counts[source][1] += len(result.tokens)
 
     chunks = [chunk for run in chunked for chunk in run]
+    report_of = {run[0].source: report for run, report in zip(chunked, reports, strict=True) if run}
     segments = aligned_chunks.shared_segments(
-        chunks, len(audios), batch, decode_group, decode_text, plan.fallback, word_timestamps, seen
+        chunks,
+        len(audios),
+        batch,
+        decode_group,
+        decode_text,
+        plan.fallback,
+        word_timestamps,
+        seen,
+        lambda part: report_of[part.source].left_unread(part),
     )
     for index, (run, report) in enumerate(zip(chunked, reports, strict=True)):
         stats.fill(report)

@@ -91,6 +91,7 @@ class WindowStats:
     started: float = field(default_factory=time.perf_counter)
     first_token_seconds: float | None = None
     kv_trace: list[tuple[int, int]] = field(default_factory=list)  # of the longest window
+    unread: list = field(default_factory=list)  # stretches no read transcribed (rereads)
 
     def fill(self, report) -> None:
         """Copy what was counted into the input's DecoderReport."""
@@ -104,6 +105,8 @@ class WindowStats:
         report.first_token_seconds = self.first_token_seconds
         report.kv_trace = self.kv_trace
         report.settings[row.FALLBACK_REDECODES] = str(self.fallback_attempts)
+        for part in self.unread:
+            report.left_unread(part)
 
 
 def transcribe(

@@ -153,13 +153,15 @@ def decoded_segments(
     fallback: Fallback,
     with_words: bool,
     seen: Callable[[AlignedChunk], None] = lambda result: None,
+    unread: Callable[[Chunk], None] = lambda part: None,
 ) -> Iterator[Segment]:
     """The batched driver of every engine: `chunks` decoded `batch` at a time (`decode_group`:
     the engine's encode, decode with per-row fallback, and alignment; unfinished tails are
     decoded again, kvscribe.rereads.decode_chunks), their segments in time order with ids
-    from 0. `seen` hears every decode kept (a tail's too) before its segments."""
+    from 0. `seen` hears every decode kept (a tail's too) before its segments, `unread`
+    every stretch the decoder skipped in each read of it (decode_chunks)."""
     sourced = _sourced_segments(
-        chunks, batch, decode_group, text_of, fallback, with_words, lambda _, r: seen(r)
+        chunks, batch, decode_group, text_of, fallback, with_words, lambda _, r: seen(r), unread
     )
     for _, segment in sourced:
         yield segment
@@ -174,28 +176,32 @@ def shared_segments(
     fallback: Fallback,
     with_words: bool,
     seen: Callable[[int, AlignedChunk], None] = lambda source, result: None,
+    unread: Callable[[Chunk], None] = lambda part: None,
 ) -> list[list[Segment]]:
     """Several inputs decoded side by side: `chunks` holds each input's chunks (`source`: its
     number, below `inputs`) as one run, in order, so a batch row never mixes inputs and an
     input's chunks fill the rows the one before left. Per input, its segments as
     decoded_segments gives them alone (ids and window numbers from 0); `seen` hears each
-    decode kept with its input's number."""
+    decode kept with its input's number, `unread` each stretch left unread (its `source`:
+    the input's number)."""
     segments: list[list[Segment]] = [[] for _ in range(inputs)]
-    sourced = _sourced_segments(chunks, batch, decode_group, text_of, fallback, with_words, seen)
+    sourced = _sourced_segments(
+        chunks, batch, decode_group, text_of, fallback, with_words, seen, unread
+    )
     for source, segment in sourced:
         segments[source].append(segment)
     return segments
 
 
 def _sourced_segments(
-    chunks, batch, decode_group, text_of, fallback, with_words, seen
+    chunks, batch, decode_group, text_of, fallback, with_words, seen, unread
 ) -> Iterator[tuple[int, Segment]]:
     """(input number, segment) in chunk order, ids and window numbers counted per input."""
     first_chunk: dict[int, int] = {}
     for index, chunk in enumerate(chunks):
         first_chunk.setdefault(chunk.source, index)
     next_id: dict[int, int] = dict.fromkeys(first_chunk, 0)
-    pieces = decode_chunks(chunks, batch, decode_group)
+    pieces = decode_chunks(chunks, batch, decode_group, unread)
     for index, decoded in itertools.groupby(pieces, key=lambda piece: piece[0]):
         # A chunk's pieces (a skipped stretch decoded again among them) in time order.
         found = []
