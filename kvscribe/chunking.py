@@ -38,7 +38,7 @@ class Chunk:
     (before the padding). With `spans`, only those parts of [start, end) are decoded,
     joined end to end (the pauses between them cut out), and `time_map` takes a time in
     the joined audio back to the original clock. `source`: which of the inputs decoded
-    side by side it is from (kvscribe.timing.aligned_chunks.shared_segments; 0 for one alone).
+    side by side it is from (kvscribe.aligned_chunks.shared_segments; 0 for one alone).
     `reread`: a part of a chunk its decode left uncovered, read again (kvscribe.rereads)."""
 
     start: int
@@ -193,7 +193,7 @@ class ChunkResult:
 
     def stopped_at(self, chunk: Chunk) -> int | None:
         """The sample (original clock) where the decoded text ends; None when it ran to the
-        chunk's end or cannot tell (kvscribe.timing.aligned_chunks.AlignedChunk can: its last
+        chunk's end or cannot tell (kvscribe.aligned_chunks.AlignedChunk can: its last
         aligned word)."""
         return None
 

@@ -1,7 +1,7 @@
 """Speech a batched chunk's decode skipped, read again: the stretches its words leave
 uncovered (before its first word, between two, after its last), joined into as few
 windows as hold them and decoded in rounds after the chunk's own decode, each piece put
-back after its chunk (kvscribe.timing.aligned_chunks orders their segments in time).
+back after its chunk (kvscribe.aligned_chunks orders their segments in time).
 Whisper ends a window early, or starts it late, without saying so; a sequential decoder
 seeks and decodes again, and so must a batch of chunks, or those words are lost."""
 
@@ -125,7 +125,7 @@ def _with_tails(
     after it (each round looks for skipped speech in the last round's decodes, on shorter
     parts each time, the round's parts packed into as few chunks as hold them: `packed`;
     the first round's claimed rows were packed and read early: `early`;
-    kvscribe.timing.aligned_chunks puts their segments in time order). The stretches of
+    kvscribe.aligned_chunks puts their segments in time order). The stretches of
     a pack after where its decode stopped are read again in the next round, alone (a
     pack that said nothing was judged silent, as a chunk is: `unfinished`). What is still
     skipped after MAX_TAIL_ROUNDS rounds goes to `left`."""

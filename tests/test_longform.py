@@ -166,7 +166,7 @@ def test_a_phrase_a_hallucinated_repeat_takes_with_it_is_decoded_again(tmp_path)
 
 
 def test_speech_under_a_squeezed_segment_counts_as_uncovered():
-    from kvscribe.timing.aligned_chunks import AlignedChunk
+    from kvscribe.aligned_chunks import AlignedChunk
 
     spoken = [TimedWord(0.2 + i * 0.4, 0.5 + i * 0.4, f" w{i}", 0.9) for i in range(10)]
     squeezed = [TimedWord(6.0 + i * 0.02, 6.02 + i * 0.02, f" r{i}", 0.9) for i in range(20)]

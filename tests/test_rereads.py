@@ -1,15 +1,15 @@
 """Speech a batched chunk's decode left uncovered, read again (kvscribe/rereads.py
-`uncovered`, `packed`; kvscribe/timing/aligned_chunks.py `within`, `without_echoes`): where
+`uncovered`, `packed`; kvscribe/aligned_chunks.py `within`, `without_echoes`): where
 the stretches are, how they share windows and get their words back, and what a re-read
 keeps. The real model's side of it is in tests/test_batched.py."""
 
 from __future__ import annotations
 
+from kvscribe.aligned_chunks import AlignedChunk
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.chunking import Chunk
 from kvscribe.decoding import Fallback, per_row
 from kvscribe.rereads import decode_chunks, packed, uncovered, unfinished
-from kvscribe.timing.aligned_chunks import AlignedChunk
 from kvscribe.timing.timed_words import TimedWord
 
 

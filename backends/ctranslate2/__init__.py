@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator, Sequence
 
 from kvscribe import setting_rows as row
+from kvscribe.aligned_chunks import decoded_segments, shared_segments
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio.mel import ENCODER_MARGIN, encoder_frames
 from kvscribe.audio.stream import Samples, hold_history
@@ -32,10 +33,7 @@ from kvscribe.backends.ctranslate2.group_encoding import (
     encode_windows,
 )
 from kvscribe.backends.ctranslate2.replicas import load as load_engines
-from kvscribe.backends.ctranslate2.silence import (
-    SpeechClock,
-    to_decode,
-)
+from kvscribe.backends.ctranslate2.silence import SpeechClock, to_decode
 from kvscribe.backends.ctranslate2.windows import WindowCounter
 from kvscribe.chunking import MAX_SECONDS, Chunk, batched_rules, shared_by_language, speech_chunks
 from kvscribe.contract import (
@@ -48,7 +46,6 @@ from kvscribe.contract import (
 from kvscribe.decoding import SAMPLING_SEED, Fallback
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.models.ct2_file import whisper_dims
-from kvscribe.timing.aligned_chunks import decoded_segments, shared_segments
 from kvscribe.types import Segment
 
 _SETTINGS = {
@@ -207,7 +204,7 @@ class CTranslate2Backend(Backend):
     ) -> list[Transcription]:
         """Short inputs (each within one window) decoded side by side, as the speech chunks
         of a long file are: each input's chunks are one run, the runs of inputs in the same
-        language share the batches (kvscribe.timing.aligned_chunks.shared_segments). Decoded
+        language share the batches (kvscribe.aligned_chunks.shared_segments). Decoded
         before this returns: an input's batch holds the others' chunks."""
         from kvscribe.backends.ctranslate2 import batched as ct2_batched
 
@@ -235,9 +232,13 @@ class CTranslate2Backend(Backend):
         from kvscribe.backends.ctranslate2 import batched as ct2_batched
 
         chunks = [chunk for run in chunked for chunk in run]
-        sources = [run[0].source for run in chunked if run]
-        windows = {source: WindowCounter(self.dims, conditioned=False) for source in sources}
-        unread: dict[int, list[Chunk]] = {source: [] for source in sources}
+        workers = plan.replicas.workers
+        reports = [
+            self._batched_report(plan.beams, request, plan.batch, workers, len(chunks))
+            for _ in chunked
+        ]
+        report_of = {run[0].source: r for run, r in zip(chunked, reports, strict=True) if run}
+        windows = {source: WindowCounter(self.dims, conditioned=False) for source in report_of}
         whole_load = ct2_report.WholeLoadWatch(self._engines.on_demand)
         segments = shared_segments(
             chunks,
@@ -250,16 +251,11 @@ class CTranslate2Backend(Backend):
             plan.fallback,
             plan.word_timestamps,
             seen=lambda source, result: windows[source].add_chunk(len(result.tokens)),
-            unread=lambda part: unread[part.source].append(part),
+            unread=lambda part: report_of[part.source].left_unread(part),
         )
         rows = min(plan.batch, max(1, len(chunks)))
         decoded = []
-        for run in chunked:
-            report = self._batched_report(
-                plan.beams, request, plan.batch, plan.replicas.workers, len(chunks)
-            )
-            for part in unread[run[0].source] if run else []:
-                report.left_unread(part)
+        for run, report in zip(chunked, reports, strict=True):
             report.settings[row.BATCH_SIZE] += " (short files share them)"
             if run:
                 counted = windows[run[0].source]

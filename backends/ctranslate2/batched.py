@@ -6,7 +6,7 @@ Each chunk is decoded without timestamp tokens (as faster-whisper's
 `BatchedInferencePipeline` does by default: with them the model skips speech between one
 timestamp and the next, and a chunk is never decoded again) and every time comes from
 cross-attention alignment of its text (CTranslate2's `align`, as faster-whisper's word
-timestamps use); kvscribe.timing.aligned_chunks makes the segments, as for the transformers
+timestamps use); kvscribe.aligned_chunks makes the segments, as for the transformers
 backend.
 
 Each chunk's samples are sliced from the input (a StreamedAudio for files: decoded as it
@@ -26,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from kvscribe.adapters import faster_whisper as adapter
+from kvscribe.aligned_chunks import AlignedChunk
 from kvscribe.audio.stream import Samples
 from kvscribe.backends.ctranslate2 import word_times
 from kvscribe.backends.ctranslate2.group_encoding import (
@@ -44,7 +45,6 @@ from kvscribe.chunking import Chunk
 from kvscribe.contract import DecodeRequest, DecoderReport
 from kvscribe.decoding import Fallback, compression_ratio, per_row, tokens_heard
 from kvscribe.rereads import FirstRereads
-from kvscribe.timing.aligned_chunks import AlignedChunk
 
 # The stages a batched run times (the stats' "time by stage"); speech chunks are timed by
 # the backend, before any group.

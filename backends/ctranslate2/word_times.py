@@ -1,6 +1,6 @@
 """A batch's word times on CTranslate2: each decoded row's text aligned to its audio by
 cross-attention (CTranslate2's `align`, as faster-whisper's word timestamps use), a call per
-row on a CPU, its words put back on the original clock (kvscribe.timing.aligned_chunks)."""
+row on a CPU, its words put back on the original clock (kvscribe.aligned_chunks)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from kvscribe.adapters import faster_whisper as adapter
+from kvscribe.aligned_chunks import AlignedChunk, on_original_clock
 from kvscribe.audio.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW
 from kvscribe.backends.ctranslate2.group_encoding import EncodedRows, SpreadRows
 from kvscribe.backends.ctranslate2.replicas import rows_of
 from kvscribe.chunking import Chunk
-from kvscribe.timing.aligned_chunks import AlignedChunk, on_original_clock
 from kvscribe.timing.timed_words import TimedWord
 
 if TYPE_CHECKING:

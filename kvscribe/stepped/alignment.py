@@ -119,7 +119,7 @@ class WordAligner:
     ) -> list[TimedWord]:
         """The words of a chunk decoded without timestamps, in seconds from its start, each
         with its tokens and punctuation merged into its neighbour as openai-whisper merges
-        it (kvscribe.timing.aligned_chunks tidies them and puts them on the original clock).
+        it (kvscribe.aligned_chunks tidies them and puts them on the original clock).
         `cross`: the chunk's full-precision cross-attention K/V if the decode kept them
         (CrossAttentionStore.one_chunk), else the engine projects them from `encoded`."""
         sot = tuple(sot_sequence) if sot_sequence is not None else self._default_sot()

@@ -5,7 +5,7 @@ backend's ONNX Runtime graphs: kvscribe.arrays picks the array kind).
 Every chunk decodes from the same prompt (no previous text: the chunks are decoded
 side by side) without timestamp tokens, with the window's cache policy applied to every
 row; its words are timed by DTW alignment and cut into segments as the ctranslate2
-backend's are (kvscribe.timing.aligned_chunks). Temperature
+backend's are (kvscribe.aligned_chunks). Temperature
 fallback works per chunk: the chunks whose decode failed the rule are decoded again
 together at the next temperature (`best_of` sampled rows each). The
 cross-attention store keeps one copy per chunk when its policy is shared (beams
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvscribe import arrays
+from kvscribe.aligned_chunks import AlignedChunk, on_original_clock
 from kvscribe.audio.mel import FRAMES_PER_SECOND, FRAMES_PER_WINDOW, HOP
 from kvscribe.chunking import Chunk, ChunkResult
 from kvscribe.decoding import per_row
@@ -35,7 +36,6 @@ from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
 from kvscribe.stepped import fallback
 from kvscribe.stepped.longform import WindowPlan, WindowStats, encode_timed
 from kvscribe.stepped.search import expand, no_speech_probs, sample, select_rows
-from kvscribe.timing.aligned_chunks import AlignedChunk, on_original_clock
 
 
 @dataclass

@@ -1,17 +1,17 @@
 """Inputs through the batched search (kvscribe.stepped.batched): one long input's speech
 chunks, or several short inputs' side by side (a batch folder's parcel), each group of
-chunks encoded and decoded together, the segments cut by kvscribe.timing.aligned_chunks."""
+chunks encoded and decoded together, the segments cut by kvscribe.aligned_chunks."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from kvscribe import aligned_chunks
+from kvscribe.aligned_chunks import AlignedChunk
 from kvscribe.chunking import Chunk
 from kvscribe.stepped import batched
 from kvscribe.stepped.longform import WindowPlan, WindowStats
-from kvscribe.timing import aligned_chunks
-from kvscribe.timing.aligned_chunks import AlignedChunk
 from kvscribe.types import Segment
 
 
@@ -54,7 +54,7 @@ def transcribe_shared(
 ) -> list[list[Segment]]:
     """Short inputs decoded side by side: `chunked[i]` holds the speech chunks of one of
     `audios` (`source`: its number there), one run each, in order, so an input's chunks fill
-    the rows the one before left (kvscribe.timing.aligned_chunks.shared_segments). Per run: its
+    the rows the one before left (kvscribe.aligned_chunks.shared_segments). Per run: its
     segments as a decode of it alone numbers them; `reports[i]` (its DecoderReport) gets its
     windows, kept tokens and speech left unread, the batch's KV bytes (a run reports the
     largest), and the batch's timings on the first report only (a run's totals add its

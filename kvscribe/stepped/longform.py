@@ -55,7 +55,7 @@ class WindowPlan:
     hotwords: tuple[int, ...] = ()  # prompt tokens before any previous text (--hotwords)
     max_new_tokens: int | None = None  # --max-new-tokens: at most this many per window
     # False: decoded without timestamp tokens (<|notimestamps|> after the sot sequence), the
-    # batched chunks' way: times then come from alignment (kvscribe.timing.aligned_chunks).
+    # batched chunks' way: times then come from alignment (kvscribe.aligned_chunks).
     timestamps: bool = True
 
     def prompt_for(self, history: list[int]) -> list[int]:

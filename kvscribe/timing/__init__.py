@@ -1,2 +1,2 @@
-"""Time on the input's clock: words from tokens, the time map back through cuts, a batched
-chunk's aligned words into segments."""
+"""Time on the input's clock: words from tokens, the time map back through cuts, aligned
+words into segments (a batched chunk's: kvscribe/aligned_chunks.py)."""

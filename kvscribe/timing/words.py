@@ -28,7 +28,7 @@ def normalized(word: str) -> str:
     """What two decodes of the same speech must share for a word to count as the same one:
     case, punctuation and a small number's form differ between them ("Americans," vs
     "Americans", "Seven" vs "7"). Live mode's agreement and the batched paths' echo rule
-    (kvscribe.timing.aligned_chunks) both compare words by it."""
+    (kvscribe.aligned_chunks) both compare words by it."""
     plain = re.sub(r"[^\w']", "", word.casefold())
     return _NUMBERS.get(plain, plain)
 
