@@ -17,9 +17,8 @@ import threading
 import time
 from pathlib import Path
 
-from kvscribe.audio import SAMPLE_RATE
+from kvscribe.audio.mel import SAMPLES_PER_WINDOW
 from kvscribe.audio.stream import StreamedAudio, open_streamed
-from kvscribe.chunking import MAX_SECONDS
 from kvscribe.contract import DecodeRequest
 from kvscribe.errors import KvscribeError
 
@@ -40,7 +39,7 @@ class OpenedAhead:
         self.seconds: float | None = None  # how long the scan took, once it has run
         self._failed = False
         self._thread: threading.Thread | None = None
-        if samples.size > MAX_SECONDS * SAMPLE_RATE:  # one window is never cut into chunks
+        if samples.size > SAMPLES_PER_WINDOW:  # one window is never cut into chunks
             self._thread = threading.Thread(target=self._scan, name="kvscribe-scan", daemon=True)
             self._thread.start()
 
