@@ -215,7 +215,7 @@ def test_speech_every_read_skips_is_reported_not_lost_silently(monkeypatch):
 
     monkeypatch.setattr(word_times, "with_words", skipping)
     segments, report = _decode(_backend("ctranslate2"), load_audio(JOINED_REAL), batch_size=8)
-    assert len(reads) == 1 + MAX_TAIL_ROUNDS, reads  # the chunk, then each round's stretch
+    assert 2 <= len(reads) <= 1 + MAX_TAIL_ROUNDS, reads  # read, and again, round by round
     assert report.unread_stretches == 1
     assert 2.0 <= report.unread_speech_seconds <= 10.4, report.unread_speech_seconds
     text = "".join(s.text for s in segments)
