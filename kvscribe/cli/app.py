@@ -8,7 +8,6 @@ from __future__ import annotations
 import sys
 from typing import NoReturn
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -22,12 +21,12 @@ _ROOT_FLAGS = {"--help", "-h", "--version", "--install-completion", "--show-comp
 class _TranscribeByDefault(TyperGroup):
     """`kvscribe a.wav` means `kvscribe transcribe a.wav` (a file named like a command: use ./)."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in _ROOT_FLAGS:
             args = ["transcribe", *args]
         return super().parse_args(ctx, args)
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
+    def list_commands(self, ctx: typer.Context) -> list[str]:
         return list(self.commands)  # keep declaration order: transcribe first
 
 
