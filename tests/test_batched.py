@@ -4,6 +4,7 @@ budget and the CLI's --batch-size."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import json
@@ -227,6 +228,9 @@ def test_speech_every_read_skips_is_reported_not_lost_silently(monkeypatch):
         report, quiet=False
     )
     assert _finished_line(report, quiet=True) == ""
+    event = json.loads(_finished_line(report, quiet=True, json_events=True))
+    unread = round(report.unread_speech_seconds, 2)
+    assert event["event"] == "done" and event["speech_unread_seconds"] == unread > 0
 
 
 @pytest.mark.slow
@@ -255,8 +259,9 @@ def test_speech_every_read_skips_is_reported_on_the_input_it_is_from(monkeypatch
     assert runs[1].report.unread_speech_seconds >= 2.0
 
 
-def _finished_line(report, quiet: bool) -> str:
-    """What the file view prints when a file with `report` is done."""
+def _finished_line(report, quiet: bool, json_events: bool = False) -> str:
+    """What the file view prints when a file with `report` is done (with `json_events`,
+    its event on stdout)."""
     import io
     from pathlib import Path, PurePosixPath
 
@@ -267,9 +272,10 @@ def _finished_line(report, quiet: bool) -> str:
     from kvscribe.stats import FileStats
 
     out = io.StringIO()
-    view = BatchView(Console(file=out, width=300), json_events=False, quiet=quiet, inputs=1)
+    view = BatchView(Console(file=out, width=300), json_events, quiet=quiet, inputs=1)
     task = Task(Path("joined_real.wav"), PurePosixPath("joined_real"), None)
-    view.finished(Result(task, stats=FileStats("joined_real.wav", report=report)))
+    with contextlib.redirect_stdout(out if json_events else io.StringIO()):
+        view.finished(Result(task, stats=FileStats("joined_real.wav", report=report)))
     return out.getvalue()
 
 

@@ -126,6 +126,7 @@ class BatchView:
             stats = result.stats
             language = stats.language if stats else None
             probability = stats.language_probability if stats else None
+            report = stats.report if stats else None
             self._event(
                 "done",
                 path,
@@ -133,6 +134,7 @@ class BatchView:
                 seconds=seconds,
                 language=language,
                 language_probability=probability,
+                speech_unread_seconds=round(report.unread_speech_seconds, 2) if report else 0.0,
             )
             if not self.quiet and self._progress is None:
                 line = f"[{self.completed}/{self.total}] {path}"
@@ -159,7 +161,7 @@ class BatchView:
     def _warn_unread(self, path, stats) -> None:
         """Speech the batched decoder skipped in every read of it is missing from the
         transcript: say so, with the fix (kvscribe.rereads)."""
-        report = stats.report if stats is not None else None
+        report = stats.report if stats else None
         if self.quiet or report is None or not report.unread_stretches:
             return
         line = (
