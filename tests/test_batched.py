@@ -234,23 +234,33 @@ def test_speech_every_read_skips_is_reported_not_lost_silently(monkeypatch):
 
 
 @pytest.mark.slow
-def test_speech_every_read_skips_is_reported_on_the_input_it_is_from(monkeypatch):
+@pytest.mark.parametrize("name", ["ctranslate2", "transformers"])
+def test_speech_every_read_skips_is_reported_on_the_input_it_is_from(monkeypatch, name):
     """Short files sharing batches, the same fault on the second input only (JFK: each read
-    keeps its first three words): its report counts the stretch no read got past, the first
-    input's counts nothing."""
+    keeps its first three words), on both engines' drivers: its report counts the stretch
+    no read got past, the first input's counts nothing."""
     from kvscribe.backends.ctranslate2 import word_times
+    from kvscribe.stepped import batched as stepped_batched
 
-    with_words = word_times.with_words
-
-    def skipping(result, alignment, chunk):
-        aligned = with_words(result, alignment, chunk)
+    def first_three(aligned, chunk):
         if chunk.source != 1 or len(aligned.words) <= 3:
             return aligned
         kept = aligned.words[:3]
         return replace(aligned, tokens=[t for w in kept for t in w.tokens], words=kept)
 
-    monkeypatch.setattr(word_times, "with_words", skipping)
-    backend = _backend("ctranslate2")
+    if name == "ctranslate2":
+        aligned = word_times.with_words
+        monkeypatch.setattr(
+            word_times, "with_words", lambda r, a, chunk: first_three(aligned(r, a, chunk), chunk)
+        )
+    else:
+        chunk_decode = stepped_batched._chunk_decode
+        monkeypatch.setattr(
+            stepped_batched,
+            "_chunk_decode",
+            lambda plan, chunk, *rest: first_three(chunk_decode(plan, chunk, *rest), chunk),
+        )
+    backend = _backend(name)
     audios = [load_audio(EVAL_DIR / PAUSED_FROM[0]), load_audio(SAMPLE)]
     runs = backend.decode_together(audios, backend.completed(DecodeRequest(language="en")))
     texts = ["".join(s.text for s in run.segments) for run in runs]
