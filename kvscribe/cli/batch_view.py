@@ -145,7 +145,7 @@ class BatchView:
                     style="dim",
                     soft_wrap=True,
                 )
-            self._warn_unread(path, stats)
+            self._warn_unread(path, report)
         else:
             self.failures += 1
             self._event(
@@ -158,10 +158,9 @@ class BatchView:
             self._error(result.error)
         self._advance()
 
-    def _warn_unread(self, path, stats) -> None:
+    def _warn_unread(self, path, report) -> None:
         """Speech the batched decoder skipped in every read of it is missing from the
         transcript: say so, with the fix (kvscribe.rereads)."""
-        report = stats.report if stats else None
         if self.quiet or report is None or not report.unread_stretches:
             return
         line = (
