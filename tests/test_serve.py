@@ -76,12 +76,17 @@ def test_word_and_segment_timestamps(served):
 
 
 def test_streamed_deltas_join_to_the_done_text_and_the_plain_text(served, long_clip):
+    # A delta per segment as it is decoded: how many segments the sample reads as depends on
+    # the int8 kernels' roundings (one 10.8 s segment on some CPUs), the 40 s clip's always
+    # more than one.
     client = served.client()
-    for path in (SAMPLE, long_clip):
+    for path, fewest in ((SAMPLE, 1), (long_clip, 2)):
         events = list(transcribe(client, path, stream=True))
         deltas = [e.delta for e in events if e.type == "transcript.text.delta"]
         done = [e for e in events if e.type == "transcript.text.done"]
-        assert len(done) == 1 and events[-1] is done[0] and len(deltas) >= 2
+        segments = transcribe(client, path, response_format="verbose_json").segments
+        assert len(done) == 1 and events[-1] is done[0]
+        assert len(deltas) == len(segments) >= fewest
         assert "".join(deltas) == done[0].text == transcribe(client, path).text
 
 
