@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from pathlib import Path
 
 from kvscribe.contract import TASKS
 from kvscribe.errors import UsageError
@@ -47,6 +48,18 @@ def parse_formats(values: Sequence[str] | None, to_dir: bool) -> tuple[str, ...]
                 hint=f"use {', '.join(FORMATS)} or all (comma-separated)",
             )
     return tuple(dict.fromkeys(names))
+
+
+def check_output_dir(folder: Path | None) -> None:
+    """-o names a folder: one not there yet whose name ends like an output file
+    (`-o talk.txt`) would become a folder of that name holding talk.txt/<stem>.txt."""
+    if folder is None or folder.exists() or folder.suffix[1:].lower() not in FORMATS:
+        return
+    raise UsageError(
+        f"{str(folder)!r} names a file, but -o is the folder outputs go into",
+        subject="--output-dir",
+        hint=f"name a folder, or write one file with `-f {folder.suffix[1:].lower()} > {folder}`",
+    )
 
 
 def check_decoding(task: str, beam_size: int | None) -> None:

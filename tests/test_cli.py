@@ -230,6 +230,18 @@ def test_bad_options(args, code, words):
         assert result.stderr.count("\n") == 1
 
 
+def test_an_output_folder_named_like_a_file_is_refused_unless_it_is_there(tmp_path):
+    talk = tmp_path / "talk.txt"
+    refused = run_cli(SAMPLE, "-o", talk)
+    assert refused.code == ExitCode.USAGE and refused.stderr.count("\n") == 1
+    assert "--output-dir" in refused.stderr and f"-f txt > {talk}" in refused.stderr
+    assert not talk.exists()
+    talk.mkdir()  # a folder of that name that is already there is a folder
+    written = run_cli(SAMPLE, "-o", talk, "-f", "txt", "-q")
+    assert written.code == 0, written.stderr
+    assert visible(talk) == ["jfk.txt"]
+
+
 def test_gpu_profile_runs_on_cuda_or_says_there_is_none():
     result = run_cli(SAMPLE, "--profile", "gpu")
     if HAS_CUDA:

@@ -18,7 +18,7 @@ from kvscribe.cli.render import (
 from kvscribe.cli.terminal import TerminalListener
 from kvscribe.cli.transcribe_parameters import PARAMETERS
 from kvscribe.errors import ExitCode, KvscribeError
-from kvscribe.option_values import parse_formats
+from kvscribe.option_values import check_output_dir, parse_formats
 from kvscribe.options import TranscribeOptions
 
 
@@ -40,6 +40,7 @@ def _transcribe(given: dict[str, Any]) -> int:
     from kvscribe.inputs import read_files_from
 
     jobs, output_dir = given["jobs"], given["output_dir"]
+    check_output_dir(output_dir)
     on_cluster = cluster_run(given["cluster"], given["ship_audio"], jobs, output_dir)
     listed = read_files_from(given["files_from"]) if given["files_from"] else []
     options = TranscribeOptions(
