@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.model, pytest.mark.slow]
 SR = audio.SAMPLE_RATE
 MAX_WER_GAP = 0.05  # one word of the 20 in JFK's phrases
 REALFORM_EN = EVAL_DIR.parent / "realform" / "asterisk_en_ivr_dev.wav"
+STREAM = "stream.wav"  # the file a replay writes in its test's tmp_path
 
 
 class Recorder:
@@ -62,7 +63,7 @@ def _phrases(samples: np.ndarray) -> list[np.ndarray]:
 
 def _written(tmp_path, samples: np.ndarray):
     """`samples` as the 16-bit WAV file a session replays."""
-    path = tmp_path / "stream.wav"
+    path = tmp_path / STREAM
     with wave.open(str(path), "wb") as out:
         out.setnchannels(1)
         out.setsampwidth(2)
@@ -94,7 +95,7 @@ def _offline(tmp_path) -> str:
     its 16-bit samples, not the float ones it was made of (whose reading differs on some
     kernels: "so my fellow" from the float samples, "so am I fellow" from the file's on
     MKL with AVX-512 on an AMD EPYC with AVX-512 VNNI)."""
-    samples = audio.load_audio(tmp_path / "stream.wav")
+    samples = audio.load_audio(tmp_path / STREAM)
     run = shared_backend("ctranslate2", "cpu-laptop").transcribe(samples, DecodeRequest())
     return "".join(segment.text for segment in run.segments)
 
