@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from kvscribe.machine.hardware import cpu_name
+
 RESULTS = Path(__file__).resolve().parent / "results"
 # Smoke runs of a script write elsewhere, so a trial never overwrites committed figures.
 OUT = Path(os.environ.get("KVSCRIBE_RESULTS_DIR", RESULTS))
@@ -44,7 +46,7 @@ def arguments(doc: str | None, repeat: int | None = None) -> argparse.ArgumentPa
 def machine() -> dict:
     """The machine a figure was measured on."""
     return {
-        "cpu": _cpu_model(),
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "python": platform.python_version(),
         "system": f"{platform.system()} {platform.machine()}",
@@ -90,13 +92,3 @@ def grid(rows: list[dict], across: str, down: str, corner: str, head, cell) -> s
         found = {row[across]: cell(row) for row in rows if row[down] == line}
         lines.append(f"| {line} | " + " | ".join(found.get(c, "-") for c in columns) + " |")
     return "\n".join(lines)
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"

@@ -289,3 +289,31 @@ def test_live_tiny_vram_on_ctranslate2_lists_what_it_cannot_honour(tmp_path):
     assert report["kv_provenance"] == {"self": ESTIMATED, "cross": ESTIMATED}
     assert any("CTranslate2 keeps every position" in n for n in report["not_applicable"])
     assert "not applicable" in result.stderr and "(estimated)" in result.stderr
+
+
+# -- the machine a measurement is kept under ------------------------------------------------
+
+
+def test_the_cpus_name_carries_its_family_and_model(tmp_path, monkeypatch):
+    """A VM names Zen 4 and Zen 5 EPYCs alike ("AMD EPYC"); their speeds differ, so the
+    encoder choice and result files carry the family and model numbers. (Both answers are
+    cached per process: the functions under them are called here.)"""
+    info = tmp_path / "cpuinfo"
+    first = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+    first += "model name\t: AMD EPYC\nflags\t\t: fpu avx2\n"
+    info.write_text(first + "\nprocessor\t: 1\nmodel\t\t: 9\nflags\t\t: amx_bf16\n")
+    fields = hardware._cpuinfo_fields(info)
+    monkeypatch.setattr(hardware, "_cpuinfo_fields", lambda: fields)
+    assert hardware.cpu_name.__wrapped__() == "AMD EPYC (family 25, model 17)"
+    assert hardware.cpu_multiplies_bfloat16.__wrapped__() is False  # the first block's flags
+    bare = {"model name": "Some CPU"}
+    monkeypatch.setattr(hardware, "_cpuinfo_fields", lambda: bare)
+    assert hardware.cpu_name.__wrapped__() == "Some CPU"
+
+
+def test_this_machines_cpu_name_is_read_from_its_cpuinfo():
+    fields = hardware._cpuinfo_fields()
+    name = hardware.cpu_name()
+    assert name
+    if "cpu family" in fields:
+        assert f"(family {fields['cpu family']}, model {fields['model']})" in name

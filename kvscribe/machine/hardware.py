@@ -1,4 +1,4 @@
-"""What accelerator this machine has, found without importing torch."""
+"""What this machine has (an accelerator, its CPU), found without importing torch."""
 
 from __future__ import annotations
 
@@ -32,16 +32,17 @@ def detect() -> Hardware:
 
 @functools.cache
 def cpu_name() -> str:
-    """The CPU's model name (/proc/cpuinfo's first "model name"; elsewhere the platform's
-    processor string): what timings measured on this machine are kept under."""
+    """The CPU's model name with its family and model numbers where /proc/cpuinfo has them
+    ("AMD EPYC (family 26, model 2)"; elsewhere the platform's processor string): what
+    timings measured on this machine are kept under. A VM's model name is often the bare
+    brand, the same for CPUs generations apart that run the same code at different speeds."""
     import platform
 
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        text = ""
-    line = next((line for line in text.splitlines() if line.startswith("model name")), "")
-    return line.partition(":")[2].strip() or platform.processor() or platform.machine()
+    fields = _cpuinfo_fields()
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        return f"{name} (family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 @functools.cache
@@ -50,12 +51,22 @@ def cpu_multiplies_bfloat16() -> bool:
     /proc/cpuinfo's flags; elsewhere False). There torch's bfloat16 linear layers beat
     float32 (measured, benchmarks/results/transformers_bf16.md); on CPUs with only
     AVX-512 BF16 that is not measured, so they stay on float32."""
+    return "amx_bf16" in _cpuinfo_fields().get("flags", "").split()
+
+
+def _cpuinfo_fields(path: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
+    """The first processor's fields in /proc/cpuinfo ({} where there is none)."""
     try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return False
-    flags = next((line for line in text.splitlines() if line.startswith("flags")), "")
-    return "amx_bf16" in flags.split()
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the first processor's block ends at its blank line
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
 
 
 def _cuda_device_count() -> int:
