@@ -6,16 +6,17 @@ namespaces with a local cluster up (tests/cluster_local.py sets RAY_ADDRESS):
 Each scenario writes into OUT/SCENARIO, one after the other on the same cluster (a
 cluster's start and stop cost about 30 s here).
 
-same          kvscribe TREE -o OUT --cluster auto, then again with --ship-audio into OUT-ship
-shared        the same run with --threads 2 and --stats-json OUT.stats.json: each actor's
-              short files share batches, so the driver hands it parcels of files (shipped
-              audio takes the same path to the actors as in `same`)
-kill-actor    the same run; once an actor has been transcribing one file for 1 s, its
+same          kvscribe TREE -o OUT --cluster auto: each actor reads the files from storage
+              the nodes share
+shared        the same run with --threads 2, --ship-audio and --stats-json OUT.stats.json:
+              each actor's short files share batches, so the driver hands it parcels of
+              files, their bytes sent through Ray (a long file goes alone)
+kill-actor    `same`'s run; once an actor has been transcribing one file for 1 s, its
               process is killed (kill -9, found by its title ray::KvscribeWorker.transcribe)
-kill-driver   the same run, its driver killed (kill -9) after 2 manifest records; a rerun
+kill-driver   `same`'s run, its driver killed (kill -9) after 2 manifest records; a rerun
 
-RESULT.json maps each scenario to its runs' exit code, stdout and stderr (and what was
-killed).
+RESULT.json maps each scenario to its runs' exit code, stdout, stderr and seconds (and
+what was killed).
 """
 
 from __future__ import annotations
@@ -38,25 +39,30 @@ def _argv(tree: str, out: str, extra: list[str]) -> list[str]:
 
 
 def _run(argv: list[str]) -> dict:
+    started = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT)
-    return {"code": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
+    return _ran(done.returncode, done.stdout, done.stderr, started)
 
 
-def _finish(proc: subprocess.Popen) -> dict:
+def _finish(proc: subprocess.Popen, started: float) -> dict:
     stdout, stderr = proc.communicate(timeout=TIMEOUT)
-    return {"code": proc.returncode, "stdout": stdout, "stderr": stderr}
+    return _ran(proc.returncode, stdout, stderr, started)
+
+
+def _ran(code: int, stdout: str, stderr: str, started: float) -> dict:
+    """A run's outcome, and its seconds (for whoever trims the suite's time)."""
+    seconds = round(time.monotonic() - started, 2)
+    return {"code": code, "stdout": stdout, "stderr": stderr, "seconds": seconds}
 
 
 def same(tree: str, out: str, extra: list[str]) -> dict:
-    return {
-        "run": _run(_argv(tree, out, extra)),
-        "shipped": _run(_argv(tree, out + "-ship", [*extra, "--ship-audio"])),
-    }
+    return {"run": _run(_argv(tree, out, extra))}
 
 
 def shared(tree: str, out: str, extra: list[str]) -> dict:
-    """As `same`, the actors' rows on two threads (a later --threads wins): parcels."""
-    flags = [*extra, "--threads", "2", "--stats-json", out + ".stats.json"]
+    """As `same`, the actors' rows on two threads (a later --threads wins): parcels, and the
+    audio shipped (one run for both: a cluster run is the suite's costliest)."""
+    flags = [*extra, "--threads", "2", "--ship-audio", "--stats-json", out + ".stats.json"]
     return {"run": _run(_argv(tree, out, flags))}
 
 
@@ -67,6 +73,7 @@ def _actors_at_work() -> list[int]:
 
 def kill_actor(tree: str, out: str, extra: list[str]) -> dict:
     """Kill an actor that has been at one file for a second: mid-file, for real."""
+    started = time.monotonic()
     proc = subprocess.Popen(
         _argv(tree, out, extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -83,11 +90,12 @@ def kill_actor(tree: str, out: str, extra: list[str]) -> dict:
                 killed = pid
                 break
         time.sleep(0.05)
-    return {"run": _finish(proc), "killed_pid": killed}
+    return {"run": _finish(proc, started), "killed_pid": killed}
 
 
 def kill_driver(tree: str, out: str, extra: list[str]) -> dict:
     manifest = Path(out) / ".kvscribe" / "manifest.jsonl"
+    started = time.monotonic()
     proc = subprocess.Popen(
         _argv(tree, out, extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -99,7 +107,9 @@ def kill_driver(tree: str, out: str, extra: list[str]) -> dict:
     os.kill(proc.pid, signal.SIGKILL)  # the driver only: Ray ends the actors it owned
     proc.wait()
     at_kill = len(manifest.read_text().splitlines()) if manifest.exists() else 0
-    return {"records_at_kill": at_kill, "rerun": _run(_argv(tree, out, extra))}
+    killed_after = round(time.monotonic() - started, 2)
+    rerun = _run(_argv(tree, out, extra))
+    return {"records_at_kill": at_kill, "killed_after": killed_after, "rerun": rerun}
 
 
 SCENARIOS = {"same": same, "shared": shared, "kill-actor": kill_actor, "kill-driver": kill_driver}

@@ -114,20 +114,17 @@ def _same_as_jobs_1(out: Path, reference) -> None:
 
 @needs_ray
 @pytest.mark.slow
-def test_cluster_outputs_equal_jobs_1_shared_storage_and_shipped(tree, reference, cluster_runs):
-    out, results = cluster_runs[0] / "same", cluster_runs[1]
-    runs = results["same"]
-    for name, folder in (("run", out), ("shipped", Path(f"{out}-ship"))):
-        run = runs[name]
-        assert run["code"] == reference[1], run["stderr"]
-        assert "Traceback" not in run["stderr"]
-        _same_as_jobs_1(folder, reference)
-        events = [json.loads(line) for line in run["stdout"].splitlines()]  # stdout: JSON only
-        assert sum(e["event"] == "done" for e in events) == 7
-        assert sum(e["event"] == "started" for e in events) == 9  # empty.wav: refused at once
-        for name in ("truncated.wav", "notes.wav", "empty.wav"):
-            assert sum(name in line for line in run["stderr"].splitlines()) == 1, name
-    _segments_reached_the_driver(tree, out, runs["run"]["stderr"].splitlines())
+def test_cluster_outputs_from_shared_storage_equal_jobs_1(tree, reference, cluster_runs):
+    out, run = cluster_runs[0] / "same", cluster_runs[1]["same"]["run"]
+    assert run["code"] == reference[1], run["stderr"]
+    assert "Traceback" not in run["stderr"]
+    _same_as_jobs_1(out, reference)
+    events = [json.loads(line) for line in run["stdout"].splitlines()]  # stdout: JSON only
+    assert sum(e["event"] == "done" for e in events) == 7
+    assert sum(e["event"] == "started" for e in events) == 9  # empty.wav: refused at once
+    for name in ("truncated.wav", "notes.wav", "empty.wav"):
+        assert sum(name in line for line in run["stderr"].splitlines()) == 1, name
+    _segments_reached_the_driver(tree, out, run["stderr"].splitlines())
 
 
 @pytest.fixture(scope="module")
@@ -141,16 +138,21 @@ def shared_reference(tree, tmp_path_factory):
 
 @needs_ray
 @pytest.mark.slow
-def test_actors_whose_files_share_batches_take_parcels_and_equal_jobs_1(
+def test_shipped_files_that_share_batches_go_in_parcels_and_equal_jobs_1(
     shared_reference, cluster_runs
 ):
     """Actors with two threads each share batches: the driver hands them parcels of files
-    (the actor decodes each parcel's short files side by side), and the outputs are `--jobs
-    1`'s byte for byte. (Shipped audio reaches an actor as in the test above.)"""
+    (the actor decodes each parcel's short files side by side), their audio shipped through
+    Ray's object store, and the outputs and the manifest are `--jobs 1`'s byte for byte,
+    bad files' failures included."""
     out, run = cluster_runs[0] / "shared", cluster_runs[1]["shared"]["run"]
     assert run["code"] == shared_reference[1], run["stderr"]
     assert "Traceback" not in run["stderr"]
     _same_as_jobs_1(out, shared_reference)
+    events = [json.loads(line) for line in run["stdout"].splitlines()]
+    assert sum(e["event"] == "done" for e in events) == 7
+    for name in ("truncated.wav", "notes.wav", "empty.wav"):
+        assert sum(name in line for line in run["stderr"].splitlines()) == 1, name
     stats = json.loads(Path(f"{out}.stats.json").read_text())
     assert any("side by side" in note for note in stats["notes"]), stats["notes"]
 
