@@ -61,7 +61,7 @@ def same(tree: str, out: str, extra: list[str]) -> dict:
 
 def shared(tree: str, out: str, extra: list[str]) -> dict:
     """As `same`, the actors' rows on two threads (a later --threads wins): parcels, and the
-    audio shipped (one run for both: a cluster run is the suite's costliest)."""
+    audio shipped (one run for both: each cluster run costs the suite 25-40 s)."""
     flags = [*extra, "--threads", "2", "--ship-audio", "--stats-json", out + ".stats.json"]
     return {"run": _run(_argv(tree, out, flags))}
 
