@@ -39,6 +39,7 @@ def pytest_xdist_auto_num_workers(config) -> int:
 # Then, before anything loads numpy: numpy's BLAS on one thread, as the `kvscribe`
 # command sets it, so results computed in the test process match the CLI's.
 import kvscribe.cli  # noqa: E402, F401  # isort: skip
+from tests.cpu_log import pytest_runtest_protocol  # noqa: E402, F401  (each test's CPU, on ask)
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "jfk.wav"

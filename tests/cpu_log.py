@@ -1,0 +1,46 @@
+"""Each test's CPU seconds, for whoever trims the suite (benchmarks/suite_cpu.py).
+
+With KVSCRIBE_TEST_CPU_LOG=FILE, every test (its setup, call and teardown) appends one
+JSON line to FILE: its node id, the worker, wall seconds, and the CPU seconds its worker
+process and the child processes it reaped spent meanwhile (user + system). The suite runs
+on every core, so a test's wall time says as much about what ran beside it as about the
+test; its CPU seconds are its own. A module fixture's cost falls on the module's first
+test (its setup) and last (its teardown reaps what it started); sum by module to compare.
+Without the variable nothing is measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+
+import pytest
+
+LOG = os.environ.get("KVSCRIBE_TEST_CPU_LOG")
+
+
+def cpu_seconds() -> float:
+    """User + system seconds of this process and of the children it has reaped."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not LOG:
+        yield
+        return
+    cpu, wall = cpu_seconds(), time.perf_counter()
+    yield
+    line = {
+        "test": item.nodeid,
+        "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+        "wall": round(time.perf_counter() - wall, 3),
+        "cpu": round(cpu_seconds() - cpu, 3),
+    }
+    with open(LOG, "a", encoding="utf-8") as log:  # one short write a line: workers share it
+        log.write(json.dumps(line) + "\n")

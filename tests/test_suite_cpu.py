@@ -1,0 +1,55 @@
+"""tests/cpu_log.py and benchmarks/suite_cpu.py: each test's CPU seconds, summed by module."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+BUSY_AND_IDLE = """
+import subprocess, sys, time
+
+def test_busy():
+    end = time.process_time() + 0.4
+    while time.process_time() < end:
+        pass
+
+def test_busy_child():
+    subprocess.run([sys.executable, "-c", "import time\\nend = time.process_time() + 0.4\\n"
+                    "while time.process_time() < end: pass"], check=True)
+
+def test_idle():
+    time.sleep(0.4)
+"""
+
+
+def test_each_test_logs_the_cpu_it_and_its_children_spent(tmp_path):
+    (tmp_path / "test_probe.py").write_text(BUSY_AND_IDLE)
+    log = tmp_path / "cpu.jsonl"
+    argv = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider"]
+    argv += ["--rootdir", str(tmp_path), "-p", "tests.cpu_log", str(tmp_path / "test_probe.py")]
+    env = {**os.environ, "KVSCRIBE_TEST_CPU_LOG": str(log), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = {line["test"].split("::")[1]: line for line in map(json.loads, log.open())}
+    assert set(lines) == {"test_busy", "test_busy_child", "test_idle"}
+    assert lines["test_busy"]["cpu"] >= 0.35 and lines["test_busy_child"]["cpu"] >= 0.35
+    assert lines["test_idle"]["cpu"] < 0.2 and lines["test_idle"]["wall"] >= 0.35
+
+
+def test_modules_are_summed_costliest_first():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from suite_cpu import by_module
+
+    lines = [
+        {"test": "tests/a.py::x", "cpu": 1.0, "wall": 2.0},
+        {"test": "tests/b.py::y", "cpu": 3.0, "wall": 1.0},
+        {"test": "tests/a.py::z[1]", "cpu": 0.5, "wall": 0.5},
+    ]
+    assert by_module(lines) == [
+        {"module": "tests/b.py", "tests": 1, "cpu": 3.0, "wall": 1.0},
+        {"module": "tests/a.py", "tests": 2, "cpu": 1.5, "wall": 2.5},
+    ]
