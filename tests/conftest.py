@@ -40,6 +40,10 @@ def pytest_xdist_auto_num_workers(config) -> int:
 # command sets it, so results computed in the test process match the CLI's.
 import kvscribe.cli  # noqa: E402, F401  # isort: skip
 from tests.cpu_log import pytest_runtest_protocol  # noqa: E402, F401  (each test's CPU, on ask)
+from tests.temp_guard import (  # noqa: E402, F401  (no temporary file left behind)
+    no_temporary_files_left_behind,
+    pytest_sessionfinish,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "jfk.wav"

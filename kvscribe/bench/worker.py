@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import multiprocessing
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -90,21 +91,33 @@ class CellProcess:
 
 
 def _serve(conn, cell: Cell, clips: list[Clip], device: str) -> None:
+    runner = None
     try:
         runner = _make_runner(cell, device)
         for clip in warm_up_clips(cell, clips):  # caches, allocator, page cache; not counted
             runner(clip)
     except KvscribeError as exc:
         conn.send(exc)
+        _close(runner)
         return
     except Exception as exc:  # sent to the parent, which re-raises it
         conn.send(RuntimeError(f"{cell.label}: {type(exc).__name__}: {exc}"))
+        _close(runner)
         return
     conn.send(None)
     settings = getattr(runner, "settings", {})
-    while conn.recv() == "run":
-        results = [runner(clip) for clip in clips]
-        conn.send(CellRun(results, peak_rss_bytes(), dict(settings), runner.device))
+    try:
+        while conn.recv() == "run":
+            results = [runner(clip) for clip in clips]
+            conn.send(CellRun(results, peak_rss_bytes(), dict(settings), runner.device))
+    finally:
+        _close(runner)
+
+
+def _close(runner) -> None:
+    """What a runner holds outside its process (whisper-cli's work folder) goes with it."""
+    if hasattr(runner, "close"):
+        runner.close()
 
 
 def warm_up_clips(cell: Cell, clips: list[Clip]) -> list[Clip]:
@@ -256,6 +269,9 @@ class _WhisperCli:
         self.request = DecodeRequest(fallback=Fallback(best_of=self.beams))
         self.work = Path(tempfile.mkdtemp(prefix="kvscribe-bench-"))
         self.settings = {"beam size": str(self.beams)}
+
+    def close(self) -> None:
+        shutil.rmtree(self.work, ignore_errors=True)
 
     def __call__(self, clip: Clip) -> ClipRun:
         from kvscribe.backends.whispercpp import self_cache_bytes
