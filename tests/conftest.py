@@ -149,9 +149,15 @@ def _lane_needs(request):
 
 @pytest.fixture(autouse=True)
 def _isolated_dirs(tmp_path_factory, monkeypatch):
-    """No test touches the user's cache/config or the network."""
+    """No test touches the user's cache/config or the network. The test cache is one for
+    the whole run, its workers' too (an xdist worker's base folder is inside the run's):
+    what kvscribe writes there once per model (its int8 copy, its encoder graph, the
+    conversions for the other engines) was written again by each worker, and a test that
+    needs an empty cache sets its own. Writers racing for one entry is what kvscribe's own
+    --jobs workers do: each writes a copy of its own and one rename wins."""
     base = tmp_path_factory.getbasetemp()
-    monkeypatch.setenv("KVSCRIBE_CACHE_DIR", str(base / "cache"))
+    run = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    monkeypatch.setenv("KVSCRIBE_CACHE_DIR", str(run / "cache"))
     monkeypatch.setenv("KVSCRIBE_CONFIG_DIR", str(base / "config"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
