@@ -12,21 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import time
 
 import pytest
 
+from kvscribe.machine.capacity import process_cpu_seconds  # with the children it reaped
+
 LOG = os.environ.get("KVSCRIBE_TEST_CPU_LOG")
-
-
-def cpu_seconds() -> float:
-    """User + system seconds of this process and of the children it has reaped."""
-    total = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        usage = resource.getrusage(who)
-        total += usage.ru_utime + usage.ru_stime
-    return total
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -34,13 +26,13 @@ def pytest_runtest_protocol(item, nextitem):
     if not LOG:
         yield
         return
-    cpu, wall = cpu_seconds(), time.perf_counter()
+    cpu, wall = process_cpu_seconds(), time.perf_counter()
     yield
     line = {
         "test": item.nodeid,
         "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
         "wall": round(time.perf_counter() - wall, 3),
-        "cpu": round(cpu_seconds() - cpu, 3),
+        "cpu": round(process_cpu_seconds() - cpu, 3),
     }
     with open(LOG, "a", encoding="utf-8") as log:  # one short write a line: workers share it
         log.write(json.dumps(line) + "\n")
