@@ -40,6 +40,7 @@ def pytest_xdist_auto_num_workers(config) -> int:
 # command sets it, so results computed in the test process match the CLI's.
 import kvscribe.cli  # noqa: E402, F401  # isort: skip
 from tests.cpu_log import pytest_runtest_protocol  # noqa: E402, F401  (each test's CPU, on ask)
+from tests.module_order import longest_first, read_ranking  # noqa: E402
 from tests.temp_guard import (  # noqa: E402, F401  (no temporary file left behind)
     no_temporary_files_left_behind,
     pytest_sessionfinish,
@@ -65,7 +66,8 @@ BACKEND_LANES = ("whispercpp", "transformers", "onnx")
 def pytest_collection_modifyitems(items):
     """A test that asks for a lane's fixture, or is parametrized by a backend's name, is in
     that lane, so `-m` selects by need without every module repeating what its fixtures
-    already say. Runs before `-m` deselects."""
+    already say. Runs before `-m` deselects. Then the modules are put in the order the
+    workers should take them: longest first (tests/module_order.py)."""
     for item in items:
         for fixture, marker in LANE_BY_FIXTURE.items():
             if fixture in getattr(item, "fixturenames", ()):
@@ -76,6 +78,7 @@ def pytest_collection_modifyitems(items):
                 item.add_marker(value)
         if any(item.get_closest_marker(lane) for lane in IMPLY_MODEL):
             item.add_marker("model")
+    longest_first(items, read_ranking())  # the workers take the longest modules first
 
 
 @pytest.hookimpl(tryfirst=True)

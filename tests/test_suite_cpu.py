@@ -38,6 +38,7 @@ def test_each_test_logs_the_cpu_it_and_its_children_spent(tmp_path):
     assert set(lines) == {"test_busy", "test_busy_child", "test_idle"}
     assert lines["test_busy"]["cpu"] >= 0.35 and lines["test_busy_child"]["cpu"] >= 0.35
     assert lines["test_idle"]["cpu"] < 0.2 and lines["test_idle"]["wall"] >= 0.35
+    assert lines["test_idle"]["start"] >= lines["test_busy"]["start"] + 0.35  # run in order
 
 
 def test_modules_are_summed_costliest_first():
@@ -53,3 +54,19 @@ def test_modules_are_summed_costliest_first():
         {"module": "tests/b.py", "tests": 1, "cpu": 3.0, "wall": 1.0},
         {"module": "tests/a.py", "tests": 2, "cpu": 1.5, "wall": 2.5},
     ]
+
+
+def test_each_worker_ends_when_its_last_test_does():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from suite_cpu import timeline
+
+    lines = [
+        {"test": "tests/a.py::x", "worker": "gw0", "start": 100.0, "wall": 5.0, "cpu": 4.0},
+        {"test": "tests/a.py::y", "worker": "gw0", "start": 105.0, "wall": 50.0, "cpu": 9.0},
+        {"test": "tests/b.py::z", "worker": "gw1", "start": 101.0, "wall": 20.0, "cpu": 20.0},
+    ]
+    assert timeline(lines) == [
+        {"worker": "gw1", "ends": 21.0, "busy": 20.0, "cpu": 20.0},
+        {"worker": "gw0", "ends": 55.0, "busy": 55.0, "cpu": 13.0},
+    ]
+    assert timeline([{key: value for key, value in lines[0].items() if key != "start"}]) == []
