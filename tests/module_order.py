@@ -7,7 +7,9 @@ twelve tests wait on the clock for minutes, the docs' 123 take a minute). A long
 dealt last runs alone while the other workers idle, so the modules go out longest first,
 as ranked in tests/module_order.txt: each module's wall seconds summed over its tests in
 a whole-suite run, written by `benchmarks/suite_cpu.py --write-order`. Modules it does not
-list (new ones) follow, in collection order. Tests keep their order inside a module."""
+list (new ones, of unknown cost) go first, in collection order: a short one dealt early
+costs nothing, a long one dealt last would run alone. Tests keep their order inside a
+module."""
 
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ def write_ranking(module_seconds: dict[str, float], path: Path = RANKING) -> Non
 
 
 def longest_first(items: list, ranking: list[str]) -> None:
-    """Sort pytest items in place: ranked modules in rank order, then the rest."""
+    """Sort pytest items in place: unranked modules as collected, then ranked ones in rank
+    order."""
     rank = {module: place for place, module in enumerate(ranking)}
     first_seen: dict[str, int] = {}
     for item in items:
@@ -39,7 +42,7 @@ def longest_first(items: list, ranking: list[str]) -> None:
 
     def place(item) -> int:
         module = _module(item)
-        return rank.get(module, len(rank) + first_seen[module])
+        return rank[module] + len(first_seen) if module in rank else first_seen[module]
 
     items.sort(key=place)  # stable: a module's tests keep their order
 

@@ -14,7 +14,7 @@ def _items(*nodeids: str) -> list:
     return [SimpleNamespace(nodeid=nodeid) for nodeid in nodeids]
 
 
-def test_ranked_modules_go_first_and_a_module_keeps_its_tests_order():
+def test_unranked_modules_go_first_then_ranked_ones_and_a_module_keeps_its_tests_order():
     items = _items(
         "tests/a.py::x",
         "tests/a.py::y",
@@ -25,12 +25,12 @@ def test_ranked_modules_go_first_and_a_module_keeps_its_tests_order():
     )
     longest_first(items, ["tests/c.py", "tests/b.py", "tests/gone.py"])
     assert [item.nodeid for item in items] == [
-        "tests/c.py::w",
-        "tests/b.py::z[1]",
-        "tests/b.py::z[2]",  # ranked, in rank order
         "tests/a.py::x",
         "tests/a.py::y",
         "tests/new.py::n",  # unranked, as collected
+        "tests/c.py::w",
+        "tests/b.py::z[1]",
+        "tests/b.py::z[2]",  # ranked, in rank order
     ]
 
 
