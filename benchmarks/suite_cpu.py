@@ -81,7 +81,8 @@ def main() -> None:
     tests = sorted(lines, key=lambda line: line["cpu"], reverse=True)
     if wall is None and workers:
         wall = workers[-1]["ends"]  # the log's own span: from the first test to the last
-    meta = {"pytest_exit": exit_code, "wall_seconds": round(wall, 1), "tests": len(lines)}
+    wall = round(wall, 1) if wall is not None else None  # None: an old log, no start times
+    meta = {"pytest_exit": exit_code, "wall_seconds": wall, "tests": len(lines)}
     meta["cpu_seconds"] = round(cpu, 1)
     meta["source"] = (
         f"a run's log ({args.from_log.name}): `.venv/bin/pytest -q` with KVSCRIBE_TEST_CPU_LOG set"
@@ -130,7 +131,7 @@ def _markdown(meta: dict, modules: list[dict], tests: list[dict]) -> str:
         "",
         f"The whole suite ({meta['source']}): {meta['tests']} tests, pytest exit "
         f"{'not in the log' if meta['pytest_exit'] is None else meta['pytest_exit']}, "
-        f"{meta['wall_seconds']:.0f} s wall, "
+        f"{'unknown' if meta['wall_seconds'] is None else round(meta['wall_seconds'])} s wall, "
         f"{meta['cpu_seconds']:.0f} CPU s summed over the tests (each worker's own and its "
         "reaped children's, user + system).",
         "",

@@ -7,7 +7,7 @@ whisper-cli (kvscribe's build, `kvscribe setup whisper-cpp`) on samples/jfk.wav 
 tiny.en's ggml file, `-t 1` and `-t <cores>`, alone and beside one busy-looping process
 per core (as the test suite's other workers, or any other work, would be). The settings
 alternate, run after run; each run's wall seconds and its CPU seconds (user + system,
-from the process's own accounting). Writes benchmarks/results/whispercpp_busy.json and .md.
+as this process counts its reaped children). Writes benchmarks/results/whispercpp_busy.json and .md.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ sys.path.insert(0, str(ROOT))
 import results_file  # noqa: E402
 
 from kvscribe.backends.whispercpp import binary  # noqa: E402
+from kvscribe.machine.capacity import process_cpu_seconds  # noqa: E402
 from kvscribe.models import resolve  # noqa: E402
 
 CLIP = ROOT / "samples" / "jfk.wav"
@@ -32,16 +33,15 @@ _SPIN = "while True: pass"
 
 
 def _run(cli: Path, model: Path, threads: int) -> tuple[float, float]:
-    """Wall and CPU seconds of one whisper-cli run."""
+    """Wall and CPU seconds of one whisper-cli run (the CPU its reaped process spent: the
+    spinners beside it are reaped only after it)."""
     argv = [str(cli), "-m", str(model), "-f", str(CLIP), "-t", str(threads), "-np"]
-    started = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        raise SystemExit(f"whisper-cli exited {proc.returncode}: {' '.join(argv)}")
-    return wall, usage.ru_utime + usage.ru_stime
+    cpu, started = process_cpu_seconds(), time.perf_counter()
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall, cpu = time.perf_counter() - started, process_cpu_seconds() - cpu
+    if done.returncode:
+        raise SystemExit(f"whisper-cli exited {done.returncode}: {' '.join(argv)}")
+    return wall, cpu
 
 
 def _measure(cli: Path, model: Path, threads: int, busy: int) -> tuple[float, float]:
