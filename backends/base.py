@@ -169,7 +169,8 @@ class Backend(abc.ABC):
         live mode add them to the report)."""
         batched = self.batch_size_for(request, seconds) > 1
         notes = not_honoured(request, self.honours(request, batched), self.name)
-        if batched and request.condition_on_previous_text:  # asked for, not the profile's
+        prompts = self.capabilities.batched_prompts
+        if batched and request.condition_on_previous_text and not prompts:  # asked for
             notes.append("previous-text prompt: batched chunks decode unprompted")
         return notes
 

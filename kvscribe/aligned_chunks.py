@@ -13,10 +13,10 @@ kvscribe.timing.timed_words cuts them into segments.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
+from kvscribe import chunk_rounds
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio.mel import FRAMES_PER_SECOND
 from kvscribe.chunking import Chunk, ChunkResult
@@ -46,6 +46,7 @@ class AlignedChunk(ChunkResult):
     # where the bound fell, and the alignment spreads them over speech the decoder never
     # read, so they cannot say what it skipped.
     cut_short: bool = False
+    prompt_length: int = 0  # the decoder prompt's tokens (previous text, sot sequence); 0: not kept
 
     def plausible_part(self) -> AlignedChunk | None:
         """The decode from its first word on which openai-whisper's word anomaly test (over
@@ -154,14 +155,27 @@ def decoded_segments(
     with_words: bool,
     seen: Callable[[AlignedChunk], None] = lambda result: None,
     unread: Callable[[Chunk], None] = lambda part: None,
+    prompted: bool = False,
 ) -> Iterator[Segment]:
     """The batched driver of every engine: `chunks` decoded `batch` at a time (`decode_group`:
     the engine's encode, decode with per-row fallback, and alignment; unfinished tails are
     decoded again, kvscribe.rereads.decode_chunks), their segments in time order with ids
-    from 0. `seen` hears every decode kept (a tail's too) before its segments, `unread`
-    every stretch the decoder skipped in each read of it (decode_chunks)."""
+    from 0. `prompted`: the engine takes a previous-text prompt per row
+    (`decode_group(group, rereads, previous=...)`), so the chunks are dealt into lanes and
+    each is prompted with the text decoded before it (kvscribe.chunk_rounds); else they
+    are decoded in order, unprompted. `seen` hears every decode kept (a tail's too) before
+    its segments, `unread` every stretch the decoder skipped in each read of it
+    (decode_chunks)."""
     sourced = _sourced_segments(
-        chunks, batch, decode_group, text_of, fallback, with_words, lambda _, r: seen(r), unread
+        chunks,
+        batch,
+        decode_group,
+        text_of,
+        fallback,
+        with_words,
+        lambda _, r: seen(r),
+        unread,
+        prompted,
     )
     for _, segment in sourced:
         yield segment
@@ -194,26 +208,39 @@ def shared_segments(
 
 
 def _sourced_segments(
-    chunks, batch, decode_group, text_of, fallback, with_words, seen, unread
+    chunks, batch, decode_group, text_of, fallback, with_words, seen, unread, prompted=False
 ) -> Iterator[tuple[int, Segment]]:
-    """(input number, segment) in chunk order, ids and window numbers counted per input."""
+    """(input number, segment) in chunk order, ids and window numbers counted per input;
+    `prompted`: in lanes, each chunk prompted with the text before it (decoded_segments)."""
     first_chunk: dict[int, int] = {}
     for index, chunk in enumerate(chunks):
         first_chunk.setdefault(chunk.source, index)
     next_id: dict[int, int] = dict.fromkeys(first_chunk, 0)
-    pieces = decode_chunks(chunks, batch, decode_group, unread)
-    for index, decoded in itertools.groupby(pieces, key=lambda piece: piece[0]):
+    found: dict[int, list[Segment]] = {}  # each chunk decoded so far: its segments
+    if prompted:
+        rounds = chunk_rounds.in_lanes(len(chunks), batch)
+
+        def previous(numbers: list[int]) -> list[list[int]]:
+            return [chunk_rounds.text_before(number, chunks, found) for number in numbers]
+    else:
+        rounds, previous = chunk_rounds.in_order(len(chunks), batch), None
+    pieces = decode_chunks(chunks, rounds, decode_group, unread, previous)
+    ready = 0  # the first chunk whose segments are not yielded yet
+    for index, decoded in pieces:
         # A chunk's pieces (a skipped stretch decoded again among them) in time order.
-        found = []
-        for _, chunk, result in decoded:
+        segments = []
+        for chunk, result in decoded:
             seen(chunk.source, result)
             window = index - first_chunk[chunk.source]
             text = text_of(list(result.tokens))
-            found += segments_of(chunk, window, result, text, 0, fallback, with_words)
-        source = chunks[index].source
-        for segment in sorted(found, key=lambda segment: segment.start):
-            yield source, replace(segment, id=next_id[source])
-            next_id[source] += 1
+            segments += segments_of(chunk, window, result, text, 0, fallback, with_words)
+        found[index] = sorted(segments, key=lambda segment: segment.start)
+        while ready in found:  # rounds in lanes finish chunks out of order
+            source = chunks[ready].source
+            for segment in found[ready]:
+                yield source, replace(segment, id=next_id[source])
+                next_id[source] += 1
+            ready += 1
 
 
 def segments_of(

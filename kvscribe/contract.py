@@ -44,6 +44,9 @@ class Capabilities:
     # Decodes several short inputs side by side in the batches a long file's chunks use
     # (`Backend.transcribe_together`): a batch folder of short files fills the batch too.
     shares_batches: bool = False
+    # Its batched path prompts a file's chunks with the text decoded before them, dealt in
+    # lanes (kvscribe.chunk_rounds); without, batched chunks decode unprompted.
+    batched_prompts: bool = False
     # A row's tokens do not depend on the other rows of its batch, so `kvscribe serve` may
     # put different requests' inputs in one batch (tests/test_serve.py checks each engine).
     rows_independent: bool = True

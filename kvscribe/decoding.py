@@ -24,6 +24,11 @@ SAMPLING_SEED = 14
 # tokens in the languages measured.
 MOST_TOKENS_PER_SECOND = 25
 _TOKENS_ANY_CHUNK_MAY_HOLD = 16
+# openai-whisper / faster-whisper: the previous text a window is prompted with is at most
+# n_text_ctx // 2 - 1 tokens, and a window decoded above PROMPT_RESET_TEMPERATURE is not
+# used as the next one's prompt (faster-whisper's prompt_reset_on_temperature).
+PROMPT_MAX = 223
+PROMPT_RESET_TEMPERATURE = 0.5
 
 
 def tokens_heard(seconds: float) -> int:

@@ -54,27 +54,34 @@ def uncovered(chunk: Chunk, result: ChunkResult) -> list[Chunk]:
 
 def decode_chunks(
     chunks: list[Chunk],
-    batch: int,
+    rounds: list[list[int]],
     decode_group: Callable[..., list[ChunkResult]],
     unread: Callable[[Chunk], None] = lambda part: None,
-) -> Iterator[tuple[int, Chunk, ChunkResult]]:
-    """(chunk number, chunk, result) in chunk order, `batch` chunks per decoder call; the
-    parts of a group's chunks their decodes skipped are decoded (together, again while
-    decodes skip speech, each round on shorter parts) before the group is yielded, each
-    after its chunk. `decode_group(group, rereads)` may read a first round early
-    (FirstRereads); `decode_group(chunks)` reads a round's packs. `unread` hears each
-    stretch still skipped after the last round (its words are missing from the text: a
-    report says so, nothing is lost silently)."""
-    for first in range(0, len(chunks), batch):
-        group = chunks[first : first + batch]
+    previous: Callable[[list[int]], list[list[int]]] | None = None,
+) -> Iterator[tuple[int, list[tuple[Chunk, ChunkResult]]]]:
+    """(chunk number, its pieces) round by round (`rounds`: the chunk numbers each decoder
+    call takes, kvscribe.chunk_rounds), a round's in its order. A chunk's pieces are
+    (chunk, result), then the parts of it its decode skipped, decoded (together with the
+    round's others, again while decodes skip speech, each round on shorter parts) before
+    the round is yielded, each as (part, result).
+    `decode_group(group, rereads)` may read a first round early (FirstRereads);
+    `decode_group(chunks)` reads a round's packs. With `previous`, a round's chunks are
+    prompted: `decode_group(group, rereads, previous=previous(numbers))`, asked once the
+    rounds before are yielded. `unread` hears each stretch still skipped after the last
+    round (its words are missing from the text: a report says so, nothing is lost
+    silently)."""
+    for numbers in rounds:
+        group = [chunks[number] for number in numbers]
         rereads = FirstRereads(group)
         left: list[Chunk] = []
-        decoded = _with_tails(group, decode_group(group, rereads), decode_group, rereads, left)
+        if previous is None:
+            results = decode_group(group, rereads)
+        else:
+            results = decode_group(group, rereads, previous=previous(numbers))
+        decoded = _with_tails(group, results, decode_group, rereads, left)
         for part in left:
             unread(part)
-        for offset, pieces in enumerate(decoded):
-            for chunk, result in pieces:
-                yield first + offset, chunk, result
+        yield from zip(numbers, decoded, strict=True)
 
 
 class FirstRereads:

@@ -113,17 +113,19 @@ def test_the_stretches_after_where_a_packs_decode_stopped_are_read_again_alone()
         asked.append(spans)
         return [answers.get(span, AlignedChunk([], -0.2, 0.9)) for span in spans]
 
-    decoded = decode_chunks([chunk], 8, decode)
-    pieces = [(part.start / s, part.end / s, len(result.words)) for _, part, result in decoded]
+    decoded = [piece for _, pieces in decode_chunks([chunk], [[0]], decode) for piece in pieces]
+    pieces = [(part.start / s, part.end / s, len(result.words)) for part, result in decoded]
     assert asked == [[(0, 24)], [(3.9, 20)], [(9.9, 20)]]
     assert pieces == [(0, 24, 18), (3.9, 8, 8), (9.9, 20, 20)]
     del answers[(9.9, 20.0)]  # the stretch says nothing alone either: read once, no more
     asked.clear()
-    assert len(list(decode_chunks([chunk], 8, decode))) == 2
+    [(_, pieces)] = decode_chunks([chunk], [[0]], decode)
+    assert len(pieces) == 2
     assert asked == [[(0, 24)], [(3.9, 20)], [(9.9, 20)]]
     del answers[(3.9, 20.0)]  # the pack says nothing: silence, as it judged
     asked.clear()
-    assert len(list(decode_chunks([chunk], 8, decode))) == 1
+    [(_, pieces)] = decode_chunks([chunk], [[0]], decode)
+    assert len(pieces) == 1
     assert asked == [[(0, 24)], [(3.9, 20)]]
 
 
@@ -148,7 +150,7 @@ def test_what_the_last_round_leaves_unread_is_handed_on_not_dropped(monkeypatch)
     for rounds, expected in [(1, [(9.9, 20.0, 10.1)]), (2, [])]:
         monkeypatch.setattr(rereads, "MAX_TAIL_ROUNDS", rounds)
         left: list[Chunk] = []
-        list(decode_chunks([chunk], 8, decode, left.append))
+        list(decode_chunks([chunk], [[0]], decode, left.append))
         assert [(p.start / s, p.end / s, round(p.speech_seconds, 1)) for p in left] == expected
 
 

@@ -18,6 +18,7 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 
+from kvscribe import chunk_rounds
 from kvscribe import setting_rows as row
 from kvscribe.aligned_chunks import decoded_segments, shared_segments
 from kvscribe.audio import SAMPLE_RATE
@@ -70,6 +71,7 @@ class CTranslate2Backend(Backend):
         streams_audio=True,
         batched_cuts_pauses=True,
         shares_batches=True,
+        batched_prompts=True,
         honours=frozenset(OPTIONAL_FIELDS),
     )
 
@@ -170,31 +172,40 @@ class CTranslate2Backend(Backend):
         chunking_started = time.perf_counter()
         chunks = speech_chunks(audio, batched_rules(request.vad))
         chunking_seconds = time.perf_counter() - chunking_started
-        # A group's unfinished tails are decoded after the group: keep its span readable.
-        hold_history(audio, batch * MAX_SECONDS + MAX_SECONDS)
+        # A span of lanes and its rounds' tails are read back over: keep them readable.
+        hold_history(audio, chunk_rounds.history_seconds(batch))
         ahead = EncodedAhead(limit=1)
         language, probability = self._language_of(audio, chunks, request, ahead)
         replicas = self._engines
         plan, tokenizer = ct2_batched.setup(self.engine, language, request, beams, batch, replicas)
         report = self._batched_report(beams, request, batch, replicas.workers, len(chunks))
         report.stage_seconds[ct2_batched.STAGE_CHUNKS] = chunking_seconds
+        prompted = bool(request.condition_on_previous_text)
+        windows = WindowCounter(self.dims, conditioned=False)
+        heard_before = []  # the chunks decoded with previous text (their tails never are)
+
+        def seen(result) -> None:
+            windows.add_chunk(len(result.tokens), result.prompt_length)
+            if result.prompt_length > len(plan.prompt):
+                heard_before.append(result)
 
         def stream() -> Iterator[Segment]:
-            windows = WindowCounter(self.dims, conditioned=False)
             yield from decoded_segments(
                 chunks,
                 batch,
-                lambda group, rereads=None: ct2_batched.decode_group(
-                    plan, (audio,), group, report, ahead, rereads
+                lambda group, rereads=None, previous=None: ct2_batched.decode_group(
+                    plan, (audio,), group, report, ahead, rereads, previous
                 ),
                 tokenizer.decode,
                 plan.fallback,
                 plan.word_timestamps,
-                seen=lambda result: windows.add_chunk(len(result.tokens)),
+                seen=seen,
                 unread=report.left_unread,
+                prompted=prompted,
             )
             rows = min(batch, max(1, len(chunks)))
             ct2_report.count_windows(report, self._basis(), windows, beams, rows)
+            ct2_report.note_prompts(report, prompted, len(heard_before), len(chunks))
             whole_load.note(report)
 
         return Transcription(language, probability, stream(), report)

@@ -56,15 +56,17 @@ class BatchSetup:
     engine: object  # faster_whisper.WhisperModel
     replicas: Replicas  # the engine's weights, one replica per CPU thread
     tokenizer: object  # faster_whisper.tokenizer.Tokenizer
-    prompt: list[int]
+    prompt: list[int]  # a row's prompt without previous text: the request's prompt, hotwords
     suppress: list[int]
-    max_length: int  # prompt plus the tokens a chunk may decode
+    text_limit: int  # the prompt plus the tokens a row decodes: the model's text context
     beams: int
     batch: int
     fallback: Fallback
     word_timestamps: bool = False  # whether segments carry their words (always aligned)
     # The request's options CTranslate2's generate() takes as they are, on every attempt.
     generate_options: dict = field(default_factory=dict)
+    hotwords: str | None = None  # put before a row's previous text (_prompts)
+    max_new_tokens: int | None = None  # the request's bound on the tokens a row decodes
 
 
 def setup(
@@ -77,21 +79,20 @@ def setup(
     previous = tokenizer.encode(" " + text.strip()) if text else []
     prompt = adapter.prompt(engine, tokenizer, previous, request.hotwords)
     suppress = adapter.suppressed_tokens(tokenizer, request.suppress_tokens)
-    limit = adapter.max_length(engine)
-    if request.max_new_tokens is not None:
-        limit = min(limit, len(prompt) + request.max_new_tokens)
     plan = BatchSetup(
         engine,
         replicas,
         tokenizer,
         prompt,
         suppress,
-        limit,
+        adapter.max_length(engine),
         beams,
         batch,
         request.fallback,
         request.word_timestamps,
         {"repetition_penalty": request.repetition_penalty},
+        request.hotwords,
+        request.max_new_tokens,
     )
     return plan, tokenizer
 
@@ -103,11 +104,14 @@ def decode_group(
     clock: DecoderReport | None = None,
     ahead: EncodedAhead | None = None,
     rereads: FirstRereads | None = None,
+    previous: Sequence[list[int]] | None = None,
 ) -> list[AlignedChunk]:
     """Encode and decode `group` (at most `plan.batch` chunks, each of `audios[chunk.source]`)
     in one batch; chunks whose decode fails the fallback rule are decoded again, together,
-    at the next temperature. `clock`: the report whose stage times this call adds to;
-    `ahead`: rows encoded already (language detection's), taken instead of encoding them;
+    at the next temperature. `previous`: each row's previous text, its prompt at every
+    attempt (_prompts; None: the plan's prompt). `clock`: the report whose stage times
+    this call adds to; `ahead`: rows encoded already (language detection's), taken
+    instead of encoding them;
     `rereads`: where the rows are shared out over replicas, each share's skipped stretches
     are read on its replica as soon as its rows are aligned (`_read_claimed`)."""
 
@@ -121,17 +125,19 @@ def decode_group(
     spread = spread_encoder(plan.replicas) if overlapped else None
     if spread is not None:
         rows = SpreadRows(spread, plan.replicas.engine, audios, group, ahead)
-        return _decoded_and_aligned(plan, rows, group, stage, claim)
+        return _decoded_and_aligned(plan, rows, group, stage, claim, previous)
     encoded = encode_group(plan.replicas, audios, group, ahead, stage)
     if overlapped:
-        return _decoded_and_aligned(plan, EncodedRows(encoded), group, stage, claim)
+        return _decoded_and_aligned(plan, EncodedRows(encoded), group, stage, claim, previous)
     with stage(STAGE_DECODER):
-        decoded = _with_fallback(plan, encoded, group)
+        decoded = _with_fallback(plan, encoded, group, previous)
     with stage(STAGE_ALIGNMENT):
         return word_times.aligned(plan, encoded, group, decoded)
 
 
-def _with_fallback(plan: BatchSetup, encoded, group: list[Chunk]) -> list[AlignedChunk]:
+def _with_fallback(
+    plan: BatchSetup, encoded, group: list[Chunk], previous: Sequence[list[int]] | None = None
+) -> list[AlignedChunk]:
     """faster-whisper's generate_with_fallback, per row of a batch (a row's seconds of audio
     guide how long its decode runs; a stretch read again gets one attempt: per_row)."""
     rows = len(group)
@@ -139,7 +145,8 @@ def _with_fallback(plan: BatchSetup, encoded, group: list[Chunk]) -> list[Aligne
 
     def attempt(pending: list[int], _round: int, temperature: float) -> list[AlignedChunk]:
         subset = encoded if len(pending) == rows else rows_of(encoded, pending)  # rare
-        return _generate(plan, subset, [seconds[row] for row in pending], temperature)
+        weights = [seconds[row] for row in pending]
+        return _generate(plan, subset, weights, temperature, _picked(previous, pending))
 
     return per_row(plan.fallback, rows, attempt, [chunk.reread for chunk in group])
 
@@ -161,6 +168,7 @@ def _decoded_and_aligned(
     group: list[Chunk],
     stage: Callable,
     claim: Callable[[list[int], list[AlignedChunk], bool], None] | None = None,
+    previous: Sequence[list[int]] | None = None,
 ) -> list[AlignedChunk]:
     """The group decoded and aligned on the replicas with no wait between the two stages.
     Each replica decodes its share of the rows at the first temperature, then aligns rows
@@ -185,7 +193,7 @@ def _decoded_and_aligned(
     waits on it."""
     replicas, rows = plan.replicas, len(group)
     seconds = [chunk.seconds for chunk in group]
-    max_length = _max_length(plan, seconds)
+    heard = tokens_heard(max(seconds))
     first: list = [None] * rows
     aligning: dict[int, Future] = {}
     shares = replicas.shares(rows, encoded.weights(seconds))
@@ -227,7 +235,7 @@ def _decoded_and_aligned(
             raise
         encoded_share.set_result(None)
         model = replicas.engine.model
-        attempts = _attempts(plan, model, encoded.of(share), max_length, 0.0)
+        attempts = _attempts(plan, model, encoded.of(share), heard, 0.0, _picked(previous, share))
         for row, attempt in zip(share, attempts, strict=True):
             first[row] = attempt
             if settled(row) and word_times.alignable(plan, attempt):
@@ -246,7 +254,7 @@ def _decoded_and_aligned(
             for share in decoding:
                 share.result()
             unsettled = [row for row in range(rows) if not settled(row)]
-            again = _retried(plan, encoded, group, unsettled, first)
+            again = _retried(plan, encoded, group, unsettled, first, previous)
             for row, attempt in again.items():
                 if word_times.alignable(plan, attempt):
                     aligning[row] = pool.submit(
@@ -287,6 +295,7 @@ def _retried(
     group: list[Chunk],
     rows: list[int],
     first: list,
+    previous: Sequence[list[int]] | None = None,
 ) -> dict[int, AlignedChunk]:
     """`rows`, whose first attempts (`first`) the fallback does not keep, through its next
     temperatures (per_row, its first round answered by those attempts)."""
@@ -298,45 +307,74 @@ def _retried(
         if round_ == 0:
             return [first[row] for row in picked]
         weights = [group[row].seconds for row in picked]
-        return _generate(plan, encoded.of(picked), weights, temperature)
+        return _generate(plan, encoded.of(picked), weights, temperature, _picked(previous, picked))
 
     kept = per_row(plan.fallback, len(rows), attempt, [group[row].reread for row in rows])
     return dict(zip(rows, kept, strict=True))
 
 
 def _generate(
-    plan: BatchSetup, encoded, weights: list[float], temperature: float
+    plan: BatchSetup,
+    encoded,
+    weights: list[float],
+    temperature: float,
+    previous: Sequence[list[int]] | None = None,
 ) -> list[AlignedChunk]:
     """One attempt for each row (`weights`: each row's seconds of audio), shared out over
     the replicas where there are any and the search draws no samples."""
     rows = len(weights)
-    max_length = _max_length(plan, weights)
+    heard = tokens_heard(max(weights))
     sampled = temperature > 0  # on one generator, see replicas
     if sampled or not plan.replicas.split(rows):
         model = plan.replicas.decoder(rows, sampled).model
-        return _attempts(plan, model, encoded, max_length, temperature)
+        return _attempts(plan, model, encoded, heard, temperature, previous)
     replicas = plan.replicas
     return replicas.over_rows(
         lambda share: _attempts(
-            plan, replicas.engine.model, rows_of(encoded, share), max_length, temperature
+            plan,
+            replicas.engine.model,
+            rows_of(encoded, share),
+            heard,
+            temperature,
+            _picked(previous, share),
         ),
         rows,
         weights,
     )
 
 
-def _max_length(plan: BatchSetup, weights: list[float]) -> int:
-    """At most as many tokens as the longest row's audio can hold (tokens_heard): the rows
-    a fallback decodes again are mostly short tails, and a repeating sample of one ran to
-    the window's limit."""
-    return min(plan.max_length, len(plan.prompt) + tokens_heard(max(weights)))
+def _picked(previous: Sequence[list[int]] | None, rows: list[int]) -> list[list[int]] | None:
+    return None if previous is None else [previous[row] for row in rows]
+
+
+def _prompts(plan: BatchSetup, previous: Sequence[list[int]] | None, rows: int) -> list[list[int]]:
+    """Each row's prompt: its previous text (kvscribe.chunk_rounds.text_before) with the
+    hotwords and sot sequence, as faster-whisper's transcribe() builds a window's. One
+    `generate` call takes prompts of one length only, so every row keeps as many of its
+    last previous tokens as the row with fewest has; where one has none, every row gets
+    the plan's prompt (the request's)."""
+    keep = min((len(tokens) for tokens in previous), default=0) if previous else 0
+    if keep == 0:
+        return [list(plan.prompt) for _ in range(rows)]
+    return [
+        adapter.prompt(plan.engine, plan.tokenizer, tokens[-keep:], plan.hotwords)
+        for tokens in previous
+    ]
 
 
 def _attempts(
-    plan: BatchSetup, model, encoded, max_length: int, temperature: float
+    plan: BatchSetup,
+    model,
+    encoded,
+    heard: int,
+    temperature: float,
+    previous: Sequence[list[int]] | None = None,
 ) -> list[AlignedChunk]:
     """One `generate` call on `model` (a CTranslate2 Whisper model): an attempt per row of
-    `encoded`, beam search at temperature 0, else `best_of` samples."""
+    `encoded` (`previous`: each row's previous text, _prompts), beam search at temperature
+    0, else `best_of` samples, each at most `heard` tokens (tokens_heard of the longest
+    row's audio: the rows a fallback decodes again are mostly short tails, and a repeating
+    sample of one ran to the window's limit) and the window's limit."""
     if temperature > 0:
         search = {
             "beam_size": 1,
@@ -346,6 +384,10 @@ def _attempts(
         }
     else:
         search = {"beam_size": plan.beams}
+    prompts = _prompts(plan, previous, encoded.shape[0])
+    if plan.max_new_tokens is not None:
+        heard = min(heard, plan.max_new_tokens)
+    max_length = min(plan.text_limit, len(prompts[0]) + heard)
     options = {
         "max_length": max_length,
         "suppress_blank": True,
@@ -355,12 +397,14 @@ def _attempts(
         **plan.generate_options,
         **search,
     }
-    prompts = [list(plan.prompt) for _ in range(encoded.shape[0])]
     results = model.generate(encoded, prompts, **options)
-    return [_decoded(plan, result, temperature, max_length) for result in results]
+    new_tokens = max_length - len(prompts[0])
+    return [_decoded(plan, result, temperature, new_tokens, len(prompts[0])) for result in results]
 
 
-def _decoded(plan: BatchSetup, result, temperature: float, max_length: int) -> AlignedChunk:
+def _decoded(
+    plan: BatchSetup, result, temperature: float, new_tokens: int, prompt_length: int
+) -> AlignedChunk:
     tokens = list(result.sequences_ids[0])
     total_logprob = result.scores[0] * len(tokens)  # scores are length-normalised
     text = plan.tokenizer.decode(tokens).strip()
@@ -370,5 +414,6 @@ def _decoded(plan: BatchSetup, result, temperature: float, max_length: int) -> A
         result.no_speech_prob,
         temperature=temperature,
         compression_ratio=compression_ratio(text),
-        cut_short=len(tokens) >= max_length - len(plan.prompt),
+        cut_short=len(tokens) >= new_tokens,
+        prompt_length=prompt_length,
     )

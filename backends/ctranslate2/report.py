@@ -75,6 +75,13 @@ def batched_report(
     return report
 
 
+def note_prompts(report: DecoderReport, prompted: bool, heard: int, chunks: int) -> None:
+    """The previous-text prompt row of a file's batched chunks dealt in lanes
+    (kvscribe.chunk_rounds): how many were decoded with the text before them."""
+    if prompted:
+        report.settings[row.PREVIOUS_TEXT] = f"{heard} of {chunks} chunks (batched in lanes)"
+
+
 def count_windows(
     report: DecoderReport, basis: ReportBasis, windows: WindowCounter, beams: int, rows: int = 1
 ) -> None:

@@ -4,9 +4,8 @@ self-attention cache it held (kvscribe.kvcache.estimate)."""
 
 from __future__ import annotations
 
+from kvscribe.decoding import PROMPT_MAX
 from kvscribe.models.ct2_file import WhisperDims
-
-_PROMPT_MAX = 223  # faster-whisper keeps the last n_text_ctx // 2 - 1 previous tokens
 
 
 class WindowCounter:
@@ -21,6 +20,7 @@ class WindowCounter:
         self._seek: int | None = None
         self._window_tokens = 0
         self._history = 0
+        self._prompt_length = 0
 
     def add(self, seek: int, tokens: int) -> None:
         if seek != self._seek:
@@ -30,20 +30,23 @@ class WindowCounter:
         self._window_tokens += tokens
         self.decoded += tokens
 
-    def add_chunk(self, tokens: int) -> None:
-        """A batched chunk's decode: a window of its own."""
+    def add_chunk(self, tokens: int, prompt_length: int = 0) -> None:
+        """A batched chunk's decode: a window of its own (`prompt_length`: its decoder
+        prompt's tokens where kept, which a prompted chunk's self-attention cache holds)."""
         self.add(self.count, tokens)
+        self._prompt_length = prompt_length
 
     def _close_window(self) -> None:
         if self._seek is None:
             return
-        prompt = self.sot_length
+        prompt = max(self.sot_length, self._prompt_length)
         if self.conditioned and self._history:
-            prompt += 1 + min(self._history, _PROMPT_MAX)
+            prompt += 1 + min(self._history, PROMPT_MAX)
         self.peak_positions = max(self.peak_positions, prompt + self._window_tokens + 1)
         self.decoded += 1  # end-of-text
         self._history += self._window_tokens
         self._window_tokens = 0
+        self._prompt_length = 0
 
     def finish(self) -> None:
         self._close_window()

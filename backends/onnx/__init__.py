@@ -295,7 +295,8 @@ class OnnxBackend(SharesSteppedBatches, Backend):
     ):
         """The decoding plan for one input (the transformers backend's signature); without
         `request`, the defaults. `timestamps` False: batched chunks, their words aligned."""
-        from kvscribe.stepped.longform import PROMPT_MAX, WindowPlan
+        from kvscribe.decoding import PROMPT_MAX
+        from kvscribe.stepped.longform import WindowPlan
         from kvscribe.stepped.rules import TokenRules
         from kvscribe.stepped.search import SearchSetup
 

@@ -35,7 +35,8 @@ class TorchWhisper:
         import torch
 
         from kvscribe.backends.transformers.decoder import PolicyDecoder
-        from kvscribe.stepped.longform import PROMPT_MAX, WindowPlan
+        from kvscribe.decoding import PROMPT_MAX
+        from kvscribe.stepped.longform import WindowPlan
         from kvscribe.stepped.rules import TokenRules
         from kvscribe.stepped.search import SearchSetup
 

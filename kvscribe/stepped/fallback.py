@@ -13,11 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvscribe.decoding import SAMPLING_SEED, Fallback, compression_ratio
-
-# openai-whisper / faster-whisper: a window decoded above this temperature is not used as
-# the next window's prompt (faster-whisper's prompt_reset_on_temperature).
-PROMPT_RESET_TEMPERATURE = 0.5
+from kvscribe.decoding import PROMPT_RESET_TEMPERATURE, SAMPLING_SEED, Fallback, compression_ratio
 
 
 @dataclass(frozen=True)

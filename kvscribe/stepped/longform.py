@@ -15,7 +15,7 @@ from typing import Any
 
 from kvscribe import setting_rows as row
 from kvscribe.audio.mel import FRAMES_PER_WINDOW
-from kvscribe.decoding import Fallback
+from kvscribe.decoding import PROMPT_MAX, Fallback
 from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
 from kvscribe.kvcache.spec import CrossSpec, LayerSpec
 from kvscribe.models.vocab import SpecialTokens
@@ -26,7 +26,6 @@ from kvscribe.types import Segment, Word
 SECONDS_PER_FRAME = 0.01
 SECONDS_PER_TIMESTAMP = 0.02
 FRAMES_PER_TIMESTAMP = 2
-PROMPT_MAX = 223  # n_text_ctx // 2 - 1 previous tokens
 
 # kvscribe/stepped/alignment.py's WordAligner: (encoded window, each segment's
 # tokens, window frames, offset s, *, sot_sequence, bounds, last_speech) -> one tuple of
