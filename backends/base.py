@@ -59,6 +59,10 @@ class Backend(abc.ABC):
         self.profile = profile
         self.device = device
 
+    def profile_conditions(self) -> bool:
+        """Whether the profile prompts each window with the text before it."""
+        return bool(self.completed(DecodeRequest()).condition_on_previous_text)
+
     def completed(self, request: DecodeRequest) -> DecodeRequest:
         """`request` with every field it leaves to the profile (None) filled from this
         backend's profile section (kvscribe.contract.completed), before any engine sees it."""

@@ -17,6 +17,7 @@ CONFIGS = {  # name -> (engine, extra flags)
     "fw-batched-words": ("fw", ["--mode", "batched", "--batch-size", "8", "--word-timestamps"]),
     "kvscribe-default": ("kvscribe", []),
     "kvscribe-batch1": ("kvscribe", ["--batch-size", "1"]),
+    "kvscribe-batch4": ("kvscribe", ["--batch-size", "4"]),
     "kvscribe-transformers": ("kvscribe", ["--backend", "transformers"]),
     "kvscribe-transformers-float32": (
         "kvscribe",

@@ -18,6 +18,8 @@ Configurations (CONFIGS, in benchmarks/longform_configs.py):
 - kvscribe-default: `kvscribe AUDIO -f txt` (profile auto = cpu-laptop on CPU: ctranslate2
   int8, beam 5, batch 8 on files over 30 s).
 - kvscribe-batch1: the same with --batch-size 1 (sequential, previous-text prompts).
+- kvscribe-batch4: the same with --batch-size 4 (a file of 5 to 8 speech chunks takes two
+  rounds of lanes instead of one, half its chunks prompted: kvscribe/chunk_rounds.py).
 - kvscribe-default-srt: the default writing SRT (`-f srt`) instead of plain text.
 - kvscribe-default-ct2-encoder, kvscribe-batch1-ct2-encoder: either with CTranslate2's
   own encoder (a profile with `[ctranslate2] encoder = "ctranslate2"`) instead of the one

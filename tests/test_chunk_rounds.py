@@ -124,3 +124,30 @@ def test_a_file_of_more_chunks_than_a_batch_prompts_its_later_chunks(tmp_path, l
         "--condition-on-previous-text": "1 of 3 chunks (batched in lanes)",
         "--no-condition-on-previous-text": "off (batched)",
     }
+
+
+def test_one_generate_call_takes_its_rows_previous_text_cut_to_the_shortest():
+    """CTranslate2 takes a batch's prompts of one length only: each row keeps as many of
+    its last previous tokens as the row with fewest, after the hotwords and before the sot
+    sequence; where one row has none, every row gets the request's prompt."""
+    from kvscribe.backends.ctranslate2 import batched as ct2_batched
+    from kvscribe.backends.ctranslate2.generate import row_prompts
+    from kvscribe.backends.ctranslate2.replicas import Replicas
+    from kvscribe.contract import DecodeRequest
+    from tests.loaded import backend
+
+    engine = backend("ctranslate2").engine
+    request = DecodeRequest(hotwords="Kennedy")
+    plan, tokenizer = ct2_batched.setup(engine, "en", request, 5, 8, Replicas(engine, engine, 1))
+    one, two = tokenizer.encode(" ask not what"), tokenizer.encode(" my fellow Americans")
+    prompts = row_prompts(plan, [one, two], 2)
+    shortest = min(len(one), len(two))
+    assert len(prompts[0]) == len(prompts[1]) == len(plan.prompt) + shortest
+    hotwords = tokenizer.encode(" Kennedy")
+    for prompt, previous in zip(prompts, (one, two), strict=True):
+        assert prompt[0] == tokenizer.sot_prev and prompt[1 : 1 + len(hotwords)] == hotwords
+        after = 1 + len(hotwords)
+        assert prompt[after : after + shortest] == previous[-shortest:]
+        assert prompt[after + shortest :] == plan.prompt[after:]  # sot sequence
+    assert row_prompts(plan, [one, []], 2) == [plan.prompt, plan.prompt]
+    assert row_prompts(plan, None, 3) == [plan.prompt] * 3

@@ -114,13 +114,9 @@ class CTranslate2Backend(Backend):
     def describe_settings(self) -> dict[str, str]:
         return {
             row.COMPUTE_TYPE: self.engine.model.compute_type,
-            row.PREVIOUS_TEXT: "on" if self._profile_conditions() else "off",
+            row.PREVIOUS_TEXT: "on" if self.profile_conditions() else "off",
             row.ENCODER: self._encoder_row,
         }
-
-    def _profile_conditions(self) -> bool:
-        """Whether the profile prompts each window with the text before it."""
-        return bool(self.completed(DecodeRequest()).condition_on_previous_text)
 
     def decode(self, audio: Samples, request: DecodeRequest) -> Transcription:
         self.check_language(request, self.dims.is_multilingual, self.engine.supported_languages)
@@ -181,13 +177,7 @@ class CTranslate2Backend(Backend):
         report = self._batched_report(beams, request, batch, replicas.workers, len(chunks))
         report.stage_seconds[ct2_batched.STAGE_CHUNKS] = chunking_seconds
         prompted = bool(request.condition_on_previous_text)
-        windows = WindowCounter(self.dims, conditioned=False)
-        heard_before = []  # the chunks decoded with previous text (their tails never are)
-
-        def seen(result) -> None:
-            windows.add_chunk(len(result.tokens), result.prompt_length)
-            if result.prompt_length > len(plan.prompt):
-                heard_before.append(result)
+        tally = ct2_report.ChunkTally(self.dims, len(plan.prompt))
 
         def stream() -> Iterator[Segment]:
             yield from decoded_segments(
@@ -199,13 +189,13 @@ class CTranslate2Backend(Backend):
                 tokenizer.decode,
                 plan.fallback,
                 plan.word_timestamps,
-                seen=seen,
+                seen=tally.seen,
                 unread=report.left_unread,
                 prompted=prompted,
             )
             rows = min(batch, max(1, len(chunks)))
-            ct2_report.count_windows(report, self._basis(), windows, beams, rows)
-            ct2_report.note_prompts(report, prompted, len(heard_before), len(chunks))
+            ct2_report.count_windows(report, self._basis(), tally.windows, beams, rows)
+            tally.note_prompts(report, prompted, len(chunks))
             whole_load.note(report)
 
         return Transcription(language, probability, stream(), report)
@@ -363,7 +353,7 @@ class CTranslate2Backend(Backend):
             self.model.name,
             self.engine.model.compute_type,
             self._choice.threads,
-            self._encode_on_ctranslate2,
+            functools.partial(encode_windows, self._engines),  # as the batched chunks run it
         )
         engines = self._engines
         wholes = [] if engines.whole is engines.engine else [engines.whole]
@@ -374,10 +364,6 @@ class CTranslate2Backend(Backend):
             # every window of a one-row path runs on the every-thread engine: load it now
             engines.start_whole()
         return choice.row
-
-    def _encode_on_ctranslate2(self, windows) -> None:
-        """CTranslate2's encoder over `windows` as the batched chunks run it."""
-        encode_windows(self._engines, windows)
 
     def _second_half_engine(self):
         """The engine of a second transcribe beside the first (halves.py): the same replicas

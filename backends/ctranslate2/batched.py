@@ -1,6 +1,6 @@
 """Batched decoding on CTranslate2: kvscribe's speech chunks through one `generate` call per
-batch, with faster-whisper's feature extractor, prompt, suppression and temperature
-fallback rules.
+batch (backends/ctranslate2/generate.py), with faster-whisper's feature extractor, prompt,
+suppression and temperature fallback rules.
 
 Each chunk is decoded without timestamp tokens (as faster-whisper's
 `BatchedInferencePipeline` does by default: with them the model skips speech between one
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.aligned_chunks import AlignedChunk
 from kvscribe.audio.stream import Samples
+from kvscribe.backends.ctranslate2 import generate as rows_decode
 from kvscribe.backends.ctranslate2 import word_times
 from kvscribe.backends.ctranslate2.group_encoding import (
     STAGE_ENCODER,
@@ -43,7 +44,7 @@ from kvscribe.backends.ctranslate2.group_encoding import (
 from kvscribe.backends.ctranslate2.replicas import Replicas, rows_of
 from kvscribe.chunking import Chunk
 from kvscribe.contract import DecodeRequest, DecoderReport
-from kvscribe.decoding import Fallback, compression_ratio, per_row, tokens_heard
+from kvscribe.decoding import Fallback, per_row, tokens_heard
 from kvscribe.rereads import FirstRereads
 
 # The stages a batched run times (the stats' "time by stage"); speech chunks are timed by
@@ -65,7 +66,7 @@ class BatchSetup:
     word_timestamps: bool = False  # whether segments carry their words (always aligned)
     # The request's options CTranslate2's generate() takes as they are, on every attempt.
     generate_options: dict = field(default_factory=dict)
-    hotwords: str | None = None  # put before a row's previous text (_prompts)
+    hotwords: str | None = None  # put before a row's previous text (generate.row_prompts)
     max_new_tokens: int | None = None  # the request's bound on the tokens a row decodes
 
 
@@ -109,7 +110,7 @@ def decode_group(
     """Encode and decode `group` (at most `plan.batch` chunks, each of `audios[chunk.source]`)
     in one batch; chunks whose decode fails the fallback rule are decoded again, together,
     at the next temperature. `previous`: each row's previous text, its prompt at every
-    attempt (_prompts; None: the plan's prompt). `clock`: the report whose stage times
+    attempt (generate.row_prompts; None: the plan's prompt). `clock`: the report whose stage times
     this call adds to; `ahead`: rows encoded already (language detection's), taken
     instead of encoding them;
     `rereads`: where the rows are shared out over replicas, each share's skipped stretches
@@ -146,7 +147,9 @@ def _with_fallback(
     def attempt(pending: list[int], _round: int, temperature: float) -> list[AlignedChunk]:
         subset = encoded if len(pending) == rows else rows_of(encoded, pending)  # rare
         weights = [seconds[row] for row in pending]
-        return _generate(plan, subset, weights, temperature, _picked(previous, pending))
+        return rows_decode.generate(
+            plan, subset, weights, temperature, rows_decode.picked(previous, pending)
+        )
 
     return per_row(plan.fallback, rows, attempt, [chunk.reread for chunk in group])
 
@@ -235,7 +238,9 @@ def _decoded_and_aligned(
             raise
         encoded_share.set_result(None)
         model = replicas.engine.model
-        attempts = _attempts(plan, model, encoded.of(share), heard, 0.0, _picked(previous, share))
+        attempts = rows_decode.attempts(
+            plan, model, encoded.of(share), heard, 0.0, rows_decode.picked(previous, share)
+        )
         for row, attempt in zip(share, attempts, strict=True):
             first[row] = attempt
             if settled(row) and word_times.alignable(plan, attempt):
@@ -307,113 +312,8 @@ def _retried(
         if round_ == 0:
             return [first[row] for row in picked]
         weights = [group[row].seconds for row in picked]
-        return _generate(plan, encoded.of(picked), weights, temperature, _picked(previous, picked))
+        chosen = rows_decode.picked(previous, picked)
+        return rows_decode.generate(plan, encoded.of(picked), weights, temperature, chosen)
 
     kept = per_row(plan.fallback, len(rows), attempt, [group[row].reread for row in rows])
     return dict(zip(rows, kept, strict=True))
-
-
-def _generate(
-    plan: BatchSetup,
-    encoded,
-    weights: list[float],
-    temperature: float,
-    previous: Sequence[list[int]] | None = None,
-) -> list[AlignedChunk]:
-    """One attempt for each row (`weights`: each row's seconds of audio), shared out over
-    the replicas where there are any and the search draws no samples."""
-    rows = len(weights)
-    heard = tokens_heard(max(weights))
-    sampled = temperature > 0  # on one generator, see replicas
-    if sampled or not plan.replicas.split(rows):
-        model = plan.replicas.decoder(rows, sampled).model
-        return _attempts(plan, model, encoded, heard, temperature, previous)
-    replicas = plan.replicas
-    return replicas.over_rows(
-        lambda share: _attempts(
-            plan,
-            replicas.engine.model,
-            rows_of(encoded, share),
-            heard,
-            temperature,
-            _picked(previous, share),
-        ),
-        rows,
-        weights,
-    )
-
-
-def _picked(previous: Sequence[list[int]] | None, rows: list[int]) -> list[list[int]] | None:
-    return None if previous is None else [previous[row] for row in rows]
-
-
-def _prompts(plan: BatchSetup, previous: Sequence[list[int]] | None, rows: int) -> list[list[int]]:
-    """Each row's prompt: its previous text (kvscribe.chunk_rounds.text_before) with the
-    hotwords and sot sequence, as faster-whisper's transcribe() builds a window's. One
-    `generate` call takes prompts of one length only, so every row keeps as many of its
-    last previous tokens as the row with fewest has; where one has none, every row gets
-    the plan's prompt (the request's)."""
-    keep = min((len(tokens) for tokens in previous), default=0) if previous else 0
-    if keep == 0:
-        return [list(plan.prompt) for _ in range(rows)]
-    return [
-        adapter.prompt(plan.engine, plan.tokenizer, tokens[-keep:], plan.hotwords)
-        for tokens in previous
-    ]
-
-
-def _attempts(
-    plan: BatchSetup,
-    model,
-    encoded,
-    heard: int,
-    temperature: float,
-    previous: Sequence[list[int]] | None = None,
-) -> list[AlignedChunk]:
-    """One `generate` call on `model` (a CTranslate2 Whisper model): an attempt per row of
-    `encoded` (`previous`: each row's previous text, _prompts), beam search at temperature
-    0, else `best_of` samples, each at most `heard` tokens (tokens_heard of the longest
-    row's audio: the rows a fallback decodes again are mostly short tails, and a repeating
-    sample of one ran to the window's limit) and the window's limit."""
-    if temperature > 0:
-        search = {
-            "beam_size": 1,
-            "num_hypotheses": plan.fallback.best_of,
-            "sampling_topk": 0,
-            "sampling_temperature": temperature,
-        }
-    else:
-        search = {"beam_size": plan.beams}
-    prompts = _prompts(plan, previous, encoded.shape[0])
-    if plan.max_new_tokens is not None:
-        heard = min(heard, plan.max_new_tokens)
-    max_length = min(plan.text_limit, len(prompts[0]) + heard)
-    options = {
-        "max_length": max_length,
-        "suppress_blank": True,
-        "suppress_tokens": plan.suppress,
-        "return_scores": True,
-        "return_no_speech_prob": True,
-        **plan.generate_options,
-        **search,
-    }
-    results = model.generate(encoded, prompts, **options)
-    new_tokens = max_length - len(prompts[0])
-    return [_decoded(plan, result, temperature, new_tokens, len(prompts[0])) for result in results]
-
-
-def _decoded(
-    plan: BatchSetup, result, temperature: float, new_tokens: int, prompt_length: int
-) -> AlignedChunk:
-    tokens = list(result.sequences_ids[0])
-    total_logprob = result.scores[0] * len(tokens)  # scores are length-normalised
-    text = plan.tokenizer.decode(tokens).strip()
-    return AlignedChunk(
-        tokens,
-        total_logprob / (len(tokens) + 1),
-        result.no_speech_prob,
-        temperature=temperature,
-        compression_ratio=compression_ratio(text),
-        cut_short=len(tokens) >= new_tokens,
-        prompt_length=prompt_length,
-    )

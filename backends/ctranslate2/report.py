@@ -75,11 +75,26 @@ def batched_report(
     return report
 
 
-def note_prompts(report: DecoderReport, prompted: bool, heard: int, chunks: int) -> None:
-    """The previous-text prompt row of a file's batched chunks dealt in lanes
-    (kvscribe.chunk_rounds): how many were decoded with the text before them."""
-    if prompted:
-        report.settings[row.PREVIOUS_TEXT] = f"{heard} of {chunks} chunks (batched in lanes)"
+class ChunkTally:
+    """What a file's batched chunks decoded: the positions of each (the self-attention
+    estimate, WindowCounter) and how many were prompted with the text before them (dealt in
+    lanes, kvscribe.chunk_rounds: a longer prompt than `plain_prompt` tokens)."""
+
+    def __init__(self, dims, plain_prompt: int):
+        self.windows = WindowCounter(dims, conditioned=False)
+        self.prompted = 0
+        self._plain_prompt = plain_prompt
+
+    def seen(self, result) -> None:
+        self.windows.add_chunk(len(result.tokens), result.prompt_length)
+        self.prompted += result.prompt_length > self._plain_prompt
+
+    def note_prompts(self, report: DecoderReport, in_lanes: bool, chunks: int) -> None:
+        """The previous-text prompt row, where the chunks were dealt in lanes."""
+        if in_lanes:
+            report.settings[row.PREVIOUS_TEXT] = (
+                f"{self.prompted} of {chunks} chunks (batched in lanes)"
+            )
 
 
 def count_windows(

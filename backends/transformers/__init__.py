@@ -135,7 +135,7 @@ class TransformersBackend(SharesSteppedBatches, Backend):
             row.COMPUTE_TYPE: self.compute_type,
             row.SELF_POLICY: self.profile.kv_self,
             row.CROSS_POLICY: self.cross_spec.describe(),
-            row.PREVIOUS_TEXT: "on" if self._profile_conditions() else "off",
+            row.PREVIOUS_TEXT: "on" if self.profile_conditions() else "off",
         }
 
     def _compute_type(self) -> str:
@@ -154,10 +154,6 @@ class TransformersBackend(SharesSteppedBatches, Backend):
         if wanted == "int8" and not on_cpu:  # torch's int8 linear kernels are CPU-only
             return "float16"
         return wanted
-
-    def _profile_conditions(self) -> bool:
-        """Whether the profile prompts each window with the text before it."""
-        return bool(self.completed(DecodeRequest()).condition_on_previous_text)
 
     def _request_settings(self, request: DecodeRequest, beams: int) -> dict[str, str]:
         from kvscribe.stepped.request import decoding_rows
