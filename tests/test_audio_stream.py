@@ -43,6 +43,27 @@ def test_slices_equal_the_whole_file_reading_forwards_and_back(six_minutes):
     assert streamed[7:7].size == 0
 
 
+def test_two_threads_read_a_streamed_file_at_once(six_minutes):
+    """The replicas read their rows' audio from threads of their own; a batch's chunks in
+    lanes lie minutes apart, so both move the file's decoder at once. Unguarded, a 60-minute
+    file failed with "generator already executing" (docs/long-files.md); each thread's
+    slices must equal the file's, every time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    whole = load_audio(six_minutes)
+    window = 30 * SAMPLE_RATE
+
+    def read(streamed, first: int) -> bool:
+        starts = range(first * window, whole.size - window, 2 * window)
+        return all(np.array_equal(streamed[a : a + window], whole[a : a + window]) for a in starts)
+
+    for _ in range(3):
+        streamed = open_streamed(six_minutes, hold_seconds=0)
+        streamed.hold_history(360)  # a span's reads, as the batched path asks
+        with ThreadPoolExecutor(2) as pool:
+            assert all(pool.map(read, (streamed, streamed), (0, 1)))
+
+
 def test_a_file_of_ten_minutes_or_less_keeps_its_scan_s_samples(six_minutes, tmp_path):
     """Held whole, the file is never decoded again: its reads still work once it is gone.
     One sample over the limit and the file streams (and needs the file)."""

@@ -18,6 +18,7 @@ digital silence cut out), and `blocks` walks any of them a block at a time.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -90,16 +91,21 @@ class StreamedAudio(_ReadInSlices):
         self._chunks: Iterator[np.ndarray] | None = None
         self._buffer = np.zeros(0, dtype=np.float32)
         self._low = 0  # sample index of _buffer[0]
+        # The replicas read their rows' audio from threads of their own (a batch's rows
+        # spread over a long file when its chunks are dealt in lanes): one read at a time
+        # moves the decoder and the buffer.
+        self._reading = threading.Lock()
 
     def __getitem__(self, key: slice) -> np.ndarray:
         start, stop = self._bounds(key)
         if stop <= start:
             return np.zeros(0, dtype=np.float32)
-        if start < self._low:
-            self._restart()
-        self._decode_until(stop)
-        out = self._buffer[start - self._low : stop - self._low].copy()
-        self._forget_before(start - self.history)
+        with self._reading:
+            if start < self._low:
+                self._restart()
+            self._decode_until(stop)
+            out = self._buffer[start - self._low : stop - self._low].copy()
+            self._forget_before(start - self.history)
         return out
 
     def hold_history(self, seconds: float) -> None:
