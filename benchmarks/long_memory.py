@@ -2,7 +2,8 @@
 1-minute and a 60-minute WAV (the eval clips concatenated), per backend and profile.
 
     .venv/bin/python benchmarks/long_memory.py [--minutes 1 --minutes 60] [--backend B]...
-        [--profile P]... [--model M] [--resume] [--out DIR] [--timeout S] [--cache-dir DIR]
+        [--profile P]... [--model M] [--resume] [--out DIR] [--name STEM] [--timeout S]
+        [--cache-dir DIR]
 
 Each cell runs `kvscribe FILE -f txt -o TMP -q --backend B --profile P --stats-json S` as a
 child process. Its peak RSS comes from os.wait4 (ru_maxrss: the largest single process of
@@ -171,11 +172,16 @@ def measure_cell(wav: Path, backend: str, profile: str, args, work: Path) -> dic
     out, stats, log = work / "out", work / "stats.json", work / "log.txt"
     argv = [str(KVSCRIBE), str(wav), "-f", "txt", "-o", str(out), "-q"]
     # "cpu-laptop+batch1": the profile with --batch-size 1 (rows decoded at once bound the
-    # memory of the batched paths, so a batch is measured apart from the length)
-    name, _, batch = profile.partition("+batch")
+    # memory of the batched paths, so a batch is measured apart from the length);
+    # "cpu-laptop+unprompted": with --no-condition-on-previous-text (chunks in order,
+    # none prompted: what a prompted row's cache holds, measured apart)
+    name, unprompted, rest = profile.partition("+unprompted")
+    name, _, batch = (name + rest).partition("+batch")
     argv += ["--backend", backend, "--profile", name, "--stats-json", str(stats)]
     if batch:
         argv += ["--batch-size", batch]
+    if unprompted:
+        argv += ["--no-condition-on-previous-text"]
     if args.model:
         argv += ["--model", args.model]
     row = {"backend": backend, "profile": profile, "minutes": args.current_minutes}
@@ -212,7 +218,8 @@ def markdown(rows: list[dict], minutes: list[float], meta: dict) -> str:
         "process; whisper-cli included). MB = 10^6 bytes.",
         f"Ratio: the {long:g}-min peak over each shorter one's; target <= {TARGET_RATIO:.2f}.",
         "Ratio (tree sum): the same for the tree's summed RSS (below), which counts kvscribe",
-        "and whisper-cli together. `+batchN`: the profile run with --batch-size N.",
+        "and whisper-cli together. `+batchN`: the profile run with --batch-size N; "
+        "`+unprompted`: with --no-condition-on-previous-text.",
         "",
         f"| backend | profile | {lengths} | {ratios} | {tree_ratios} | {walls} | note |",
         "|---|---|" + "---|" * (len(minutes) + 2 * len(shorter) + len(minutes) + 1),
@@ -297,6 +304,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--model", help="default: kvscribe's (tiny.en, embedded)")
     parser.add_argument("--resume", action="store_true", help="skip cells already saved")
     parser.add_argument("--out", type=Path, help="results folder (default benchmarks/results)")
+    parser.add_argument("--name", default=NAME, help=f"result file stem (default {NAME})")
     parser.add_argument("--timeout", type=float, help="seconds per run before it is killed")
     parser.add_argument(
         "--cache-dir", type=Path, help="inputs (default <kvscribe cache>/bench-long)"
@@ -318,7 +326,9 @@ def main() -> None:
     cache = args.cache_dir or paths.cache_dir() / "bench-long"
     clips = eval_clips()
     wavs = {m: long_wav(clips, m, cache) for m in args.minutes}
-    rows, earlier = load_previous(results_file.OUT / f"{NAME}.json") if args.resume else ([], [])
+    rows, earlier = (
+        load_previous(results_file.OUT / f"{args.name}.json") if args.resume else ([], [])
+    )
     done = {cell_key(r) for r in rows}
     found = hardware.detect()
     meta = {
@@ -346,9 +356,9 @@ def main() -> None:
                     flush=True,
                 )
                 rows.append(row)
-                results_file.write(NAME, meta, rows, markdown(rows, args.minutes, meta))
-    results_file.write(NAME, meta, rows, markdown(rows, args.minutes, meta))
-    print("\n" + (results_file.OUT / f"{NAME}.md").read_text())
+                results_file.write(args.name, meta, rows, markdown(rows, args.minutes, meta))
+    results_file.write(args.name, meta, rows, markdown(rows, args.minutes, meta))
+    print("\n" + (results_file.OUT / f"{args.name}.md").read_text())
 
 
 if __name__ == "__main__":
