@@ -240,6 +240,8 @@ def _sourced_segments(
             for segment in found[ready]:
                 yield source, replace(segment, id=next_id[source])
                 next_id[source] += 1
+            if not prompted:  # nothing asks for the text before a chunk
+                del found[ready]
             ready += 1
 
 
