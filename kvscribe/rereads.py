@@ -14,7 +14,13 @@ from collections.abc import Callable, Iterator
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.chunking import MAX_SECONDS, Chunk, ChunkResult
 
-MIN_UNFINISHED = 1.0  # seconds of speech left after the decoder stopped worth decoding again
+# Seconds of skipped speech worth decoding again: five words at a fast speaking rate (200
+# a minute), the shortest loss the project counts. On 19 recordings (telephone dev, holdout
+# and reordered in English, French and Spanish; the espeak and joined real ones) all 16
+# stretches of 1.0-1.4 s came back empty, as an echo, or as words not said ("distrait.",
+# "y todo."), each at the cost of a whole encoder window; the 4 that held lost words were
+# 2.0-6.2 s (docs/long-files.md, benchmarks/results/reread_stretches.md).
+MIN_UNFINISHED = 1.5
 MAX_TAIL_ROUNDS = 3  # a chunk is decoded at most this many times more
 
 

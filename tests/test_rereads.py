@@ -15,7 +15,8 @@ from kvscribe.timing.timed_words import TimedWord
 
 def test_a_chunk_the_decoder_left_early_is_decoded_again_from_where_it_stopped():
     """Where the last aligned word ends (1.0 s + 21.4 s here) the rest of the chunk is
-    decoded again, unless less than a second of its speech is left, or it said nothing."""
+    decoded again, unless less than MIN_UNFINISHED (1.5 s: five fast words) of its speech
+    is left, or it said nothing."""
     chunk = Chunk(16_000, 16_000 + 27 * SAMPLE_RATE, speech_end=16_000 + 26 * SAMPLE_RATE)
 
     def decoded(last_word_end: float, tokens=(400,)) -> AlignedChunk:
@@ -25,7 +26,9 @@ def test_a_chunk_the_decoder_left_early_is_decoded_again_from_where_it_stopped()
     tail = unfinished(chunk, decoded(22.4))
     start = 16_000 + round(21.4 * SAMPLE_RATE)
     assert tail == Chunk(start, chunk.end, chunk.speech_end, reread=True)
-    assert unfinished(chunk, decoded(26.6)) is None  # less than 1 s of speech left
+    assert unfinished(chunk, decoded(26.6)) is None  # 0.4 s of speech left
+    assert unfinished(chunk, decoded(25.7)) is None  # 1.3 s: a word or two at most
+    assert unfinished(chunk, decoded(25.3)) == chunk.after(round(25.3 * SAMPLE_RATE))
     assert unfinished(chunk, decoded(5.0, tokens=())) is None  # silence: no text
 
 
@@ -37,14 +40,15 @@ def _words_at(*spans: tuple[float, float]) -> AlignedChunk:
 def test_speech_the_decoder_skipped_before_between_or_after_its_words_is_decoded_again():
     """A 27 s chunk (speech to 26 s) whose words leave 3 s unheard at its start, 2 s in its
     middle and 4 s at its end: each is decoded again, on its own part of the chunk. A gap
-    shorter than a second (a word's alignment slack) is not, nor a pause the chunk cut out
-    of its decoded audio, nor a chunk judged silent."""
+    shorter than MIN_UNFINISHED (a word's alignment slack, or a word or two) is not, nor a
+    pause the chunk cut out of its decoded audio, nor a chunk judged silent."""
     s = SAMPLE_RATE
     chunk = Chunk(0, 27 * s, speech_end=26 * s)
     parts = uncovered(chunk, _words_at((3.0, 3.5), (3.9, 10.0), (12.0, 22.0)))
     assert [(p.start, p.end) for p in parts] == [(0, 3 * s), (10 * s, 12 * s), (22 * s, 27 * s)]
     assert all(p.reread for p in parts) and not chunk.reread
     assert uncovered(chunk, _words_at((0.5, 10.0), (10.8, 25.5))) == []
+    assert uncovered(chunk, _words_at((1.3, 10.0), (11.3, 24.7))) == []  # 1.3 s each
     cut = Chunk(0, 27 * s, speech_end=26 * s, spans=((0, 10 * s), (14 * s, 27 * s)))
     assert uncovered(cut, _words_at((0.2, 9.8), (14.3, 25.5))) == []  # the gap was the pause
     assert uncovered(chunk, AlignedChunk([], -0.2, 0.9)) == []
