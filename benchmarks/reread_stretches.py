@@ -30,9 +30,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 import results_file  # noqa: E402
-from longform_peers import CLIPS, KVSCRIBE, _names, made_clips, wer  # noqa: E402
+from longform_peers import CLIPS, KVSCRIBE, _names, command, made_clips, text_of, wer  # noqa: E402
+
+from kvscribe.audio import SAMPLE_RATE  # noqa: E402
 
 CHILD = "--child"  # argv[1] of the logging child: LOG THRESHOLD then kvscribe's argv
+DEFAULT = "kvscribe-default"  # longform_peers.py's command for it
 
 
 def child(log: Path, threshold: float, argv: list[str]) -> None:
@@ -55,8 +58,8 @@ def child(log: Path, threshold: float, argv: list[str]) -> None:
         part = reading.pop("part", None)
         if part is not None:  # only _with_tails calls it on a stretch
             row = {
-                "start": round(part.start / 16_000, 2),
-                "end": round(part.end / 16_000, 2),
+                "start": round(part.start / SAMPLE_RATE, 2),
+                "end": round(part.end / SAMPLE_RATE, 2),
                 "seconds": round(part.seconds, 2),
                 "said": reading["said"],
                 "kept": "".join(w.word for w in kept.words) if kept else None,
@@ -71,17 +74,16 @@ def child(log: Path, threshold: float, argv: list[str]) -> None:
 
 
 def run(clip, threshold: float, threads: int) -> dict:
-    language = [] if clip.language == "en" else ["--language", clip.language]
-    argv = [str(clip.path), "--model", clip.model, "-f", "txt", "-q", "--threads", str(threads)]
+    argv = command(DEFAULT, clip, threads)[1:]  # the user's command, less the executable
     with tempfile.TemporaryDirectory() as folder:
         log = Path(folder) / "stretches.jsonl"
         log.touch()
-        command = [sys.executable, __file__, CHILD, str(log), str(threshold), *argv, *language]
-        done = subprocess.run(command, capture_output=True, text=True, env=os.environ)
+        logging = [sys.executable, __file__, CHILD, str(log), str(threshold), *argv]
+        done = subprocess.run(logging, capture_output=True, text=True, env=os.environ)
         if done.returncode:
             sys.exit(f"{clip.name} at {threshold}: exit {done.returncode}\n{done.stderr}")
         stretches = [json.loads(line) for line in log.read_text().splitlines()]
-    text = " ".join(line.strip() for line in done.stdout.splitlines() if line.strip())
+    text = text_of(DEFAULT, done.stdout)
     return {"wer": wer(clip, [text]), "stretches": stretches, "text": text}
 
 

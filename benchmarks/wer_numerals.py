@@ -61,22 +61,21 @@ NUMBER_WORDS = {  # 0-10, the keys and counts the telephone prompts say
 ENGINES = ("fw-sequential", "kvscribe-default")
 
 
-def words(text: str, language: str, spell_numbers: bool) -> list[str]:
-    """The basic normaliser's words (diacritics removed), 0-10 as words when asked."""
-    found = _basic_normalizer()(text).split()
-    if not spell_numbers:
-        return found
+def spelled_words(text: str, language: str) -> list[str]:
+    """The basic normaliser's words (diacritics removed), 0-10 written as words."""
     spelled = NUMBER_WORDS[language]
+    found = _basic_normalizer()(text).split()
     return [spelled[int(w)] if w.isdigit() and int(w) < len(spelled) else w for w in found]
 
 
-def wer(reference_text: str, hypothesis: str, language: str, spell_numbers: bool) -> float:
-    ref = words(reference_text, language, spell_numbers)
-    return edit_distance(ref, words(hypothesis, language, spell_numbers)) / max(1, len(ref))
+def spelled_wer(reference_text: str, hypothesis: str, language: str) -> float:
+    ref = spelled_words(reference_text, language)
+    return edit_distance(ref, spelled_words(hypothesis, language)) / max(1, len(ref))
 
 
 def rescored(results: list[dict], clips: dict) -> list[dict]:
-    """Each French or Spanish row of `results`: both engines' WER plain and numbers spelled."""
+    """Each French or Spanish row of `results`: both engines' WER as committed (plain) and
+    with numbers spelled."""
     rows = []
     for row in results:
         clip = clips.get(row["clip"])
@@ -85,10 +84,10 @@ def rescored(results: list[dict], clips: dict) -> list[dict]:
         ref = reference(clip)
         out = {"clip": row["clip"], "path": row["path"]}
         for engine in ENGINES:
-            text = row[engine]["text"]
+            run = row[engine]
             out[engine] = {
-                spelled: wer(ref, text, clip.language, spelled == "spelled")
-                for spelled in ("plain", "spelled")
+                "plain": run["wer"],
+                "spelled": spelled_wer(ref, run["text"], clip.language),
             }
         rows.append(out)
     return rows
