@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from rich.console import Console
 
 from kvscribe import audio
 from kvscribe.errors import AudioDecodeError, InputNotFoundError
@@ -310,6 +311,42 @@ def test_a_live_source_the_session_does_not_keep_up_with_drops_and_counts():
     assert capture.dropped_seconds == pytest.approx(40 * CHUNK_SECONDS)
     kept = _drain(capture)
     assert [int(c.samples[0]) for c in kept] == list(range(40, 50))  # the newest audio stays
+
+
+def test_audio_a_device_lost_is_reported_by_the_session_and_its_stats():
+    """A microphone read too late overflows: PortAudio flags it and the audio is gone before
+    kvscribe sees it (a fault the suite's audio server cannot cause: it buffers seconds for
+    a stalled reader). The session counts it, the stats and the status line say so."""
+    from kvscribe.cli.live import live_stats_table
+    from kvscribe.cli.live_view import LiveView
+    from kvscribe.live.session import LiveSession
+    from kvscribe.live.stats import LiveStats
+    from kvscribe.live.streaming import StreamSettings
+
+    class OverflowingDevice:
+        label, live, overflows = "microphone 0: test", True, 0
+
+        def run(self, emit, stopped: threading.Event) -> None:
+            for _ in range(10):  # one second of silence: nothing to decode
+                self.overflows += 1
+                emit(np.zeros(1600, dtype=np.float32))
+
+    settings = StreamSettings()
+    stats = LiveStats("ctranslate2", "cpu-laptop", "tiny.en", "microphone 0: test", paced=True)
+    view = LiveView(stats, None, quiet=True)
+    session = LiveSession(
+        None, None, Capture(OverflowingDevice()), VoiceDetector(SileroVad(), settings.vad),
+        view, stats, settings,
+    )  # fmt: skip
+    session.run()
+    report = stats.to_dict()
+    assert report["input_overflows"] == 10 and report["dropped_audio_seconds"] == 0
+    assert "+ 10 device overflows" in view._status().plain
+    console = Console(width=200, file=io.StringIO())
+    console.print(live_stats_table(report))
+    shown = console.file.getvalue()
+    assert "the device overflowed 10 times (length unknown)" in shown
+    assert "audio was dropped" in shown
 
 
 def test_replay_errors_reach_the_session_as_one_error(tmp_path):

@@ -192,7 +192,7 @@ def _live_rows(r: dict) -> list[tuple[str, str]]:
             f"{r['decodes']} (p50 {secs(r['decode_p50_seconds'])}; "
             f"{r['tails_read_again']} read on past words that stopped short of the speech)",
         ),
-        ("dropped audio", secs(r["dropped_audio_seconds"])),
+        ("dropped audio", secs(r["dropped_audio_seconds"]) + _overflows(r["input_overflows"])),
         *cores_busy_rows(r),
         *kv_rows(r),
         ("peak RSS", human_bytes(r["peak_rss_bytes"])),
@@ -206,6 +206,13 @@ def _live_rows(r: dict) -> list[tuple[str, str]]:
                 f" ({'+' if growth >= 0 else '-'}{human_bytes(abs(growth))})",
             )
         )
-    if r["dropped_audio_seconds"] > 0:
+    if r["dropped_audio_seconds"] > 0 or r["input_overflows"] > 0:
         rows.append(("warning", "this machine did not keep up: audio was dropped"))
     return rows + policy_rows(r["notes"], r["not_applicable"])
+
+
+def _overflows(count: int) -> str:
+    """The device's own losses, which PortAudio counts but does not measure."""
+    if count == 0:
+        return ""
+    return f", and the device overflowed {count} time{'s' * (count != 1)} (length unknown)"

@@ -136,7 +136,7 @@ class LiveView:
         status.append(
             f"level {bar:<20} {self._level:5.0f} dB | latency {latency} | "
             f"KV {human_bytes(s.kv_bytes)}{_kv_mark(s)} | audio {s.audio_seconds:6.1f} s | "
-            f"dropped {s.dropped_seconds:.1f} s | Ctrl-C to stop"
+            f"dropped {s.dropped_seconds:.1f} s{_overflow_mark(s)} | Ctrl-C to stop"
         )
         for label, note in policy_rows(s.notes, sorted(s.kv.not_applicable)):
             status.append(f"\n{label}: {note}", style="yellow")
@@ -149,3 +149,7 @@ def _kv_mark(stats: LiveStats) -> str:
         return ""  # nothing decoded yet: no figure to qualify
     kind = weakest_kind(stats.kv.provenance)
     return "" if kind == MEASURED else f" ({kind})"
+
+
+def _overflow_mark(stats: LiveStats) -> str:
+    return f" + {stats.input_overflows} device overflows" if stats.input_overflows else ""

@@ -33,6 +33,9 @@ Emit = Callable[[np.ndarray], None]
 class Source(Protocol):
     label: str
     live: bool  # audio arrives whether or not it is taken: a full queue drops it
+    # Times the device lost input before handing it over (a microphone read too late: an
+    # overflow, its length unknown). Only a device can; other sources keep 0.
+    overflows: int
 
     def run(self, emit: Emit, stopped: threading.Event) -> None:
         """Emit chunks until the audio ends or `stopped` is set; raise KvscribeError."""
@@ -41,6 +44,8 @@ class Source(Protocol):
 class FileReplay:
     """An audio file in 0.1 s chunks, each released when its time comes (`paced`), or all
     as fast as the session takes them."""
+
+    overflows = 0
 
     def __init__(self, path: Path, paced: bool):
         audio.check_readable(path)
@@ -68,6 +73,7 @@ class PcmStdin:
 
     label = "stdin (s16le 16 kHz mono)"
     live = False
+    overflows = 0
 
     def __init__(self, stream: BinaryIO):
         self.stream = stream
@@ -139,6 +145,10 @@ class Capture:
             self._queue.put(_END)
             raise item
         return item
+
+    @property
+    def device_overflows(self) -> int:
+        return self.source.overflows
 
     def waiting(self) -> bool:
         return not self._queue.empty()

@@ -115,7 +115,7 @@ class LiveSession:
             self._end_of_audio()
         finally:
             self.capture.close()
-            self.stats.dropped_seconds = self.capture.dropped_seconds
+            self._count_lost_audio()
             self.stats.finish()
         return self.stats
 
@@ -127,7 +127,7 @@ class LiveSession:
         speaking = self.detector.in_speech
         for event in self.detector.feed(chunk.samples):
             self._on_event(event)
-        self.stats.dropped_seconds = self.capture.dropped_seconds
+        self._count_lost_audio()
         self.listener.heard(level_dbfs(chunk.samples), speaking)
         if decode and self._decode_due():
             self._redecode()
@@ -138,6 +138,10 @@ class LiveSession:
         if self.stats.audio_seconds >= self._next_memory_sample:
             self.stats.sample_memory()
             self._next_memory_sample += _MEMORY_EVERY
+
+    def _count_lost_audio(self) -> None:
+        self.stats.dropped_seconds = self.capture.dropped_seconds
+        self.stats.input_overflows = self.capture.device_overflows
 
     def _append(self, chunk: Chunk) -> None:
         self._audio = np.concatenate([self._audio, chunk.samples])

@@ -34,6 +34,7 @@ class LiveStats:
     audio_seconds: float = 0.0
     busy_seconds: float = 0.0  # VAD + decoding: the compute a live stream costs
     dropped_seconds: float = 0.0
+    input_overflows: int = 0  # times the device lost audio before kvscribe got it
     utterances: int = 0
     latencies: list[float] = field(default_factory=list)  # utterance end -> its text committed
     # The latencies of utterances committed at a pause; the others waited for their end (a
@@ -106,6 +107,7 @@ class LiveStats:
             "real_time_factor": _ratio(self.busy_seconds, self.audio_seconds),
             **(self.cpu.figures(wall) if self.cpu is not None else {}),
             "dropped_audio_seconds": round(self.dropped_seconds, 3),
+            "input_overflows": self.input_overflows,
             "utterances": self.utterances,
             "latency_p50_seconds": _rounded(percentile(self.latencies, 0.5)),
             "latency_p95_seconds": _rounded(percentile(self.latencies, 0.95)),

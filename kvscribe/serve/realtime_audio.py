@@ -21,6 +21,7 @@ class SocketAudio:
 
     label = "realtime session (PCM16 24 kHz)"
     live = True  # audio keeps arriving whether the session keeps up or not
+    overflows = 0  # a socket's audio waits in its queue: none is lost before it
 
     def __init__(self) -> None:
         import av
