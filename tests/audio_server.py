@@ -44,8 +44,10 @@ def missing() -> str | None:
 
 
 @contextmanager
-def running(folder: Path) -> Iterator[dict[str, str]]:
-    """Start a server in `folder`; yield the environment a client needs to use it; stop it."""
+def running(folder: Path, slow_start: bool = False) -> Iterator[dict[str, str]]:
+    """Start a server in `folder`; yield the environment a client needs to use it; stop it.
+    `slow_start`: the sink keeps its default 2 s blocks, a device whose first audio comes
+    up to 2 s after a recording opens."""
     folder.mkdir(parents=True, exist_ok=True)
     socket = folder / "native"
     env = {
@@ -64,7 +66,8 @@ def running(folder: Path) -> Iterator[dict[str, str]]:
             "--disable-shm=yes",
             "-n",  # no default.pa: only the modules named here
             f"--load=module-native-protocol-unix socket={socket} auth-anonymous=1",
-            f"--load=module-null-sink sink_name={SINK} rate=16000 channels=1 norewinds=1",
+            f"--load=module-null-sink sink_name={SINK} rate=16000 channels=1"
+            + ("" if slow_start else " norewinds=1"),
         ],
         env=env,
         stdout=subprocess.DEVNULL,
@@ -128,6 +131,21 @@ def record_while_playing(
 ) -> Heard:
     """Start `kvscribe mic --live` on the server's default source, play `clip` into it once
     it listens, Ctrl-C after 1.5 s of silence (the pause that ends the last utterance)."""
+
+    def played() -> None:
+        play(env, clip)
+        time.sleep(1.5)
+
+    return _recorded(env, kvscribe, folder, played, ready_within)
+
+
+def record_for(env: dict[str, str], kvscribe: Path, seconds: float, folder: Path) -> Heard:
+    """Start `kvscribe mic --live` on the server's default source and Ctrl-C it `seconds`
+    after it says it listens."""
+    return _recorded(env, kvscribe, folder, lambda: time.sleep(seconds), 120.0)
+
+
+def _recorded(env, kvscribe: Path, folder: Path, meanwhile, ready_within: float) -> Heard:
     out, err, stats = folder / "mic.txt", folder / "stderr.txt", folder / "stats.json"
     command = [str(kvscribe), "mic", "--live", "-o", str(out), "--stats-json", str(stats)]
     with err.open("wb") as stderr:
@@ -136,8 +154,7 @@ def record_while_playing(
         )
         try:
             _wait_until_listening(err, mic, ready_within)
-            play(env, clip)
-            time.sleep(1.5)
+            meanwhile()
             mic.send_signal(signal.SIGINT)
             code = mic.wait(timeout=300)
         finally:

@@ -17,13 +17,17 @@ RUNS = 3  # the abort this test guards against (a double free at teardown) came 
 MAX_WER_GAP = 0.02  # live from the microphone, pooled over the runs, against the file offline
 
 
-@pytest.fixture(scope="module")
-def pulse(tmp_path_factory):
+def _need_a_server() -> None:
     problem = audio_server.missing()
     if problem:
         if os.environ.get("CI"):  # CI installs the server: a skip there would hide a gap
             pytest.fail(f"no audio server in CI: {problem}")
         pytest.skip(problem)
+
+
+@pytest.fixture(scope="module")
+def pulse(tmp_path_factory):
+    _need_a_server()
     with audio_server.running(tmp_path_factory.mktemp("pulse")) as env:
         yield env
 
@@ -47,3 +51,15 @@ def test_the_microphone_hears_what_is_played_and_ctrl_c_ends_cleanly(pulse, tmp_
         pairs.append((reference, heard.text))
     offline_wer = pooled_wer([(reference, offline.stdout)] * RUNS)
     assert pooled_wer(pairs) <= offline_wer + MAX_WER_GAP, pairs
+
+
+def test_listening_is_said_when_audio_arrives_not_when_the_device_opens(tmp_path):
+    """A device that delivers its first block seconds after it opens (here the null sink's
+    default 2 s blocks): words spoken after "listening to" must be recorded. Ctrl-C 3 s
+    after the line: 3 s of audio or more."""
+    _need_a_server()
+    with audio_server.running(tmp_path / "pulse", slow_start=True) as env:
+        heard = audio_server.record_for(env, KVSCRIBE, 3.0, tmp_path)
+    assert heard.code == 0, heard.log[-2000:]
+    # 3.2 s in each of two runs; 2.2 s and 2.7 s when the line came as the device opened
+    assert heard.stats["audio_seconds"] >= 2.9, heard.stats["audio_seconds"]

@@ -116,16 +116,21 @@ def _run(options: LiveOptions, console) -> int:
         decode_request(options),
         Capture(source),
         detector,
-        LiveView(stats, transcript, options.quiet),
+        LiveView(stats, transcript, options.quiet, on_first_audio=_say_listening(source, console)),
         stats,
         streaming,
     )
-    if not options.quiet:
-        console.print(f"[dim]kvscribe: listening to {source.label} (Ctrl-C to stop)[/]")
     with session.listener, _stop_on_signals(session):
         session.run()
     _report(options, stats, console)
     return ExitCode.OK
+
+
+def _say_listening(source, console):
+    """Said when the first audio arrives, not when the source opens: a device may take
+    seconds to deliver its first block (PulseAudio's null sink, up to 2 s), and words
+    spoken meanwhile are not recorded."""
+    return lambda: console.print(f"[dim]kvscribe: listening to {source.label} (Ctrl-C to stop)[/]")
 
 
 class _stop_on_signals:

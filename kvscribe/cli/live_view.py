@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -68,9 +69,16 @@ class TranscriptFile:
 class LiveView:
     """The session's listener for the terminal and the transcript file."""
 
-    def __init__(self, stats: LiveStats, output: TranscriptFile | None, quiet: bool):
+    def __init__(
+        self,
+        stats: LiveStats,
+        output: TranscriptFile | None,
+        quiet: bool,
+        on_first_audio: Callable[[], None] | None = None,
+    ):
         self.stats = stats
         self.output = output
+        self._on_first_audio = None if quiet else on_first_audio
         self.out = Console(highlight=False, soft_wrap=True)
         self.interactive = self.out.is_terminal and not quiet
         self._committed: list[str] = []
@@ -115,6 +123,9 @@ class LiveView:
 
     def heard(self, level_db: float, speaking: bool) -> None:
         self._level, self._speaking = level_db, speaking
+        if self._on_first_audio is not None:
+            self._on_first_audio()
+            self._on_first_audio = None
 
     # -- drawing ----------------------------------------------------------------------------
 
