@@ -72,12 +72,8 @@ class LiveSession:
         settings: StreamSettings,
     ):
         self.backend, self.request, self.capture = backend, request, capture
-        self.detector, self.listener, self.stats, self.settings = (
-            detector,
-            listener,
-            stats,
-            settings,
-        )
+        self.detector, self.listener = detector, listener
+        self.stats, self.settings = stats, settings
         self._pad = int(settings.vad.pad * SAMPLE_RATE)
         self._step = int(settings.step * SAMPLE_RATE)
         self._settle_after = int(settings.commit_after * SAMPLE_RATE)
