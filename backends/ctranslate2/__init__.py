@@ -91,8 +91,8 @@ class CTranslate2Backend(Backend):
             )
         self.dims = whisper_dims(self.model.path / "model.bin")
         # CTranslate2 samples (temperature fallback) from a generator per engine thread,
-        # seeded when the thread first samples and never again: without a seed set first,
-        # from the OS, so the same file gave other text in every process.
+        # seeded when the thread first samples: without a seed set first, from the OS, so
+        # the same file gave other text in every process (backends/ctranslate2/sampling.py).
         ctranslate2.set_random_seed(SAMPLING_SEED)
         self._choice = engine_choice.choose(self.settings, self.device, self.model)
         self._engines = load_engines(
@@ -142,7 +142,7 @@ class CTranslate2Backend(Backend):
         if at is None:
             raw, info = ct2_stream.transcribe(engine, decoded, frames, **options)
         else:
-            engines = halves.HalfEngines(self._engines.beside(), self._second_half_engine)
+            engines = halves.HalfEngines(self._engines.beside(), self._engines.beside)
             raw, info = halves.transcribe(
                 engines, decoded, at, options, report, self._choice.threads
             )
@@ -364,23 +364,6 @@ class CTranslate2Backend(Backend):
             # every window of a one-row path runs on the every-thread engine: load it now
             engines.start_whole()
         return choice.row
-
-    def _second_half_engine(self):
-        """The engine of a second transcribe beside the first (halves.py): the same replicas
-        and encoder, its sampled windows on a one-thread model of its own, loaded at the
-        first (a generator of its own: the text stays the same run after run)."""
-
-        def sampling_model():
-            import ctranslate2
-
-            return ctranslate2.models.Whisper(
-                str(self._choice.weights),
-                device=self.device,
-                compute_type=self.engine.model.compute_type,
-                intra_threads=1,
-            )
-
-        return self._engines.beside(functools.cache(sampling_model))
 
     def _stream(
         self,

@@ -10,10 +10,9 @@ window still prompted with the text before it; only the second half's first wind
 text before it, as the first window of a file of its own has none. The second half's
 segments are held until the first half's are out, so they come in time order.
 
-A window that falls back to sampling draws from the generator of the engine thread that
-runs it (CTranslate2 seeds one per thread, once): the first half samples on the backend's
-engine, the second on a model of its own, loaded when it first samples, so neither
-half's samples depend on how the two happen to interleave.
+A window that falls back to sampling is decoded on a load of its own
+(backends/ctranslate2/sampling.py), so neither half's samples depend on how the two
+happen to interleave.
 """
 
 from __future__ import annotations

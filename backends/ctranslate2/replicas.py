@@ -26,10 +26,10 @@ that draw samples) is a second load of the same weights made only when a call fi
 needs it (`OnDemand`; tiny.en int8: about 80 MB to load, 100-190 MB more RSS in use).
 Where every one-row window needs it (CTranslate2's encoder chosen, or a wide decoder) its
 load starts at once, beside the first file's reading (backends/ctranslate2/__init__.py).
-Sampled calls (temperature fallback) go to it because CTranslate2 seeds a sampling
-generator per worker thread, and which replica takes a call is a race, so sampled text
-would change from run to run. With one thread (`--threads 1`) or on a GPU there are no
-replicas: one engine with every thread does everything.
+Sampled calls (temperature fallback) run a row at a time on a load of their own
+(backends/ctranslate2/sampling.py), never on a replica or the engine with every thread. With
+one thread (`--threads 1`) or on a GPU there are no replicas: one engine with every thread
+does everything else.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from kvscribe.backends.ctranslate2.sampling import FreshSamples, is_sampled
 from kvscribe.errors import BackendUnavailableError
 
 Item = TypeVar("Item")
@@ -59,8 +60,9 @@ ONE_ROW_WIDTH = 512
 class Replicas:
     """`engine`: a faster_whisper.WhisperModel whose model runs as `workers` single-thread
     replicas; `whole`: the same weights as one replica with every thread (loaded on
-    demand where there are replicas), for sampled calls and a one-row path's encoder and
-    alignment; `one_row`: whether a call of one row goes to a replica."""
+    demand where there are replicas), for a one-row path's encoder and alignment and the
+    sampled calls, which it passes on to loads of their own (sampling.FreshSamples);
+    `one_row`: whether a call of one row goes to a replica."""
 
     engine: object
     whole: object
@@ -110,21 +112,19 @@ class Replicas:
 
         return adapter.with_model(self.whole, OneRowModel(self.whole.model, self.engine.model))
 
-    def beside(self, sampler: Callable[[], object] | None = None):
+    def beside(self):
         """A one-row engine for a transcribe running beside another (halves.py): the same
-        replicas, its sampled calls on `sampler()`'s model (default: `whole`'s), and its
-        windows encoded on the calling thread alone where onnxruntime encodes (the other
-        core runs the other transcribe: two windows at once on the every-thread session
-        took 0.156 s each, tiny.en on 2 cores of an AMD EPYC, about what one takes on a
-        thread of its own)."""
+        replicas, and its windows encoded on the calling thread alone where onnxruntime
+        encodes (the other core runs the other transcribe: two windows at once on the
+        every-thread session took 0.156 s each, tiny.en on 2 cores of an AMD EPYC, about
+        what one takes on a thread of its own)."""
         from kvscribe.adapters import faster_whisper as adapter
         from kvscribe.backends.ctranslate2.encoder import OnnxEncodedModel
 
         whole = self.whole.model
         if isinstance(whole, OnnxEncodedModel):
             whole = whole.alone()
-        model = OneRowModel(whole, self.engine.model, sampler)
-        return adapter.with_model(self.whole, model)
+        return adapter.with_model(self.whole, OneRowModel(whole, self.engine.model))
 
     @property
     def rows_on_replica(self) -> bool:
@@ -160,24 +160,20 @@ class Replicas:
 class OneRowModel:
     """A CTranslate2 Whisper model for calls of one row, run on two loads of its weights:
     beam search (a decoder step at a time) and language detection (one step) on
-    `replicas` (a free single-thread replica takes each); sampled search (its one
-    generator keeps sampled text the same from run to run) and everything else on
-    `whole`: the encoder and the alignment are each one pass over a window or a text,
-    which threads do speed up."""
+    `replicas` (a free single-thread replica takes each); sampled search (each row on a
+    load of its own, sampling.FreshSamples) and everything else on `whole`: the encoder
+    and the alignment are each one pass over a window or a text, which threads do speed
+    up."""
 
-    def __init__(self, whole, replicas, sampler: Callable[[], object] | None = None):
-        """`sampler`: the model for sampled calls, asked for at the first one (default:
-        `whole`); a second transcribe running beside another needs a generator of its own
-        (backends/ctranslate2/halves.py)."""
+    def __init__(self, whole, replicas):
         self._whole, self._replicas = whole, replicas
-        self._sampler = sampler or (lambda: whole)
 
     def encode(self, *args, **kwargs):
         return self._whole.encode(*args, **kwargs)
 
     def generate(self, *args, **kwargs):
-        sampled = kwargs.get("sampling_topk", 1) != 1  # CTranslate2's 1: the best token
-        return (self._sampler() if sampled else self._replicas).generate(*args, **kwargs)
+        model = self._whole if is_sampled(kwargs) else self._replicas
+        return model.generate(*args, **kwargs)
 
     def detect_language(self, *args, **kwargs):
         return self._replicas.detect_language(*args, **kwargs)
@@ -201,26 +197,28 @@ def load(path: str, device: str, compute_type: str, threads: int, width: int) ->
     `threads` single-thread replicas, and its every-thread engine (`whole`) loaded only
     when a call first needs it (OnDemand). Elsewhere one engine with every thread.
     `width`: the decoder's, which decides where one row goes."""
-    from faster_whisper import WhisperModel
-
-    if device != "cpu" or threads < 2:
-        engine = WhisperModel(path, device=device, compute_type=compute_type, cpu_threads=threads)
-        return Replicas(engine, engine, 1)
     import ctranslate2
+    from faster_whisper import WhisperModel
 
     from kvscribe.adapters import faster_whisper as adapter
 
+    def every_thread():
+        return ctranslate2.models.Whisper(
+            path, device=device, compute_type=compute_type, intra_threads=threads
+        )
+
+    if device != "cpu" or threads < 2:
+        engine = WhisperModel(path, device=device, compute_type=compute_type, cpu_threads=threads)
+        if device == "cpu":
+            adapter.install_model(engine, FreshSamples(engine.model, every_thread))
+        return Replicas(engine, engine, 1)
     engine = WhisperModel(
         path, device=device, compute_type=compute_type, cpu_threads=1, num_workers=threads
     )
-    whole = OnDemand(
-        lambda: ctranslate2.models.Whisper(
-            path, device=device, compute_type=compute_type, intra_threads=threads
-        ),
-        like=engine.model,
-    )
+    whole = OnDemand(every_thread, like=engine.model)
+    sampled_apart = FreshSamples(whole, every_thread)
     one_row = width <= ONE_ROW_WIDTH
-    return Replicas(engine, adapter.with_model(engine, whole), threads, one_row, whole)
+    return Replicas(engine, adapter.with_model(engine, sampled_apart), threads, one_row, whole)
 
 
 class OnDemand:
