@@ -25,6 +25,7 @@ from kvscribe.contract import (
     not_honoured,
 )
 from kvscribe.errors import UsageError
+from kvscribe.languages import WHISPER_CODES
 from kvscribe.models import ModelRef
 from kvscribe.profile import Profile
 from kvscribe.types import Segment
@@ -187,24 +188,27 @@ class Backend(abc.ABC):
         return wanted if seconds > MAX_SECONDS else 1
 
     def check_language(self, request: DecodeRequest, multilingual: bool, known: list[str]) -> None:
-        """English-only models take no other language and cannot translate; codes must exist."""
+        """Codes must exist (for an English-only model: be one of Whisper's); English-only
+        models take no other language and cannot translate. The hints name the choices,
+        not the command line's flags: the server words its errors from them too."""
+        codes = known if multilingual else WHISPER_CODES
+        if request.language is not None and request.language not in codes:
+            raise UsageError(
+                f"unknown language code {request.language!r}",
+                subject="--language",
+                hint=f"use a code such as {', '.join(known[:8] if multilingual else ['en'])}, "
+                "..., a name such as English, or omit it",
+            )
         if not multilingual:
             if request.language not in (None, "en"):
                 raise UsageError(
                     f"model {self.model.name} is English-only",
                     subject="--language",
-                    hint="use --language en, or a multilingual model (--model base)",
+                    hint="ask for en, or run a multilingual model such as base (--model base)",
                 )
             if request.task == "translate":
                 raise UsageError(
                     f"model {self.model.name} is English-only and cannot translate",
                     subject="--task",
-                    hint="use a multilingual model (--model base)",
+                    hint="run a multilingual model such as base (--model base)",
                 )
-        if request.language is not None and request.language not in known:
-            raise UsageError(
-                f"unknown language code {request.language!r}",
-                subject="--language",
-                hint=f"use a code such as {', '.join(known[:8])}, ..., a name such as "
-                "English, or omit it",
-            )

@@ -120,6 +120,9 @@ NAME_TO_CODE = {
 }
 
 
+WHISPER_CODES = frozenset(NAME_TO_CODE.values())  # every language code Whisper knows
+
+
 def language_code(value: str | None) -> str | None:
     """`value` as a language code: a name (any case) becomes its code; a code, or anything
     else, lower-cased (the backend says which codes its model knows)."""

@@ -20,7 +20,7 @@ import pytest
 
 from kvscribe.audio import load_audio
 from kvscribe.models.embedded import EMBEDDED
-from tests.conftest import EVAL_DIR, KVSCRIBE, ROOT, SAMPLE, SAMPLE_TEXT, wer
+from tests.conftest import EVAL_DIR, KVSCRIBE, LONG_FORM, ROOT, SAMPLE, SAMPLE_TEXT, wer
 from tests.serving import (  # noqa: F401 - fixtures
     Served,
     long_clip,
@@ -94,8 +94,10 @@ def test_models_are_listed_and_retrieved(served):
     client = served.client()
     assert [m.id for m in client.models.list()] == ["tiny.en"]
     assert client.models.retrieve("tiny.en").owned_by == "kvscribe"
-    with pytest.raises(openai.NotFoundError):
+    assert client.models.retrieve("whisper-1").id == "whisper-1"  # what requests may name
+    with pytest.raises(openai.NotFoundError) as missing:
         client.models.retrieve("whisper-9")
+    assert "this server runs tiny.en" in missing.value.message
 
 
 def test_the_sdk_raises_its_typed_errors(served, tmp_path):
@@ -289,6 +291,16 @@ def test_an_error_in_one_request_fails_it_alone(served):
     nothing_left(served)
 
 
+def test_a_sampled_request_reads_the_same_every_time(served):
+    """Temperature 1.0: every window sampled. A lane's engine lives on between requests, and
+    CTranslate2 seeds its sampling generator once per engine thread, so the same request
+    used to read differently each time it was sent (backends/ctranslate2/sampling.py)."""
+    client = served.client()
+    clip = EVAL_DIR.parent / "clips_joined" / "joined_real.wav"
+    texts = [transcribe(client, clip, temperature=1.0).text for _ in range(3)]
+    assert texts[0].strip() and texts[1:] == texts[:1] * 2, texts
+
+
 # -- the process ------------------------------------------------------------------------
 
 
@@ -299,12 +311,52 @@ def test_sigterm_drains_the_requests_running(tmp_path, long_clip):
             running = [pool.submit(transcribe, served.client(), p) for p in (long_clip, SAMPLE)]
             time.sleep(1.5)
             served.proc.send_signal(15)
+            health = _health(served)  # a load balancer's probe sends traffic elsewhere
             texts = [r.result().text for r in running]
         assert all(texts)
+        assert health[0] == 503 and health[1]["status"] == "draining"
         assert served.proc.wait(120) == 0
+        assert "Traceback" not in served.proc.stderr.read()
     finally:
         served.stop()
     assert not list(tmp_path.glob("kvscribe-serve-*")), "the upload folder was left behind"
+
+
+def test_a_second_ctrl_c_stops_at_once(tmp_path):
+    """The first Ctrl-C drains; a second, while a long request still decodes, ends the
+    process at once (exit 130), saying what was not answered, without the tracebacks of
+    the tasks it cancels, and removes the upload folder."""
+    served = Served(tmp_path)
+    try:
+        assert _health(served) == (200, {"status": "ok", "queue_depth": 0})
+        with cf.ThreadPoolExecutor(1) as pool:
+            running = pool.submit(transcribe, served.client(), LONG_FORM)  # 182 s
+            time.sleep(1.5)
+            served.proc.send_signal(2)
+            time.sleep(0.3)
+            served.proc.send_signal(2)
+            stopped = time.monotonic()
+            assert served.proc.wait(30) == 130
+            assert time.monotonic() - stopped < 5
+            with pytest.raises(openai.APIConnectionError):
+                running.result()
+        said = served.proc.stderr.read()
+        assert "Traceback" not in said and "1 request(s) in flight not answered" in said
+    finally:
+        served.stop()
+    assert not list(tmp_path.glob("kvscribe-serve-*")), "the upload folder was left behind"
+
+
+def _health(served: Served) -> tuple[int, dict]:
+    import json
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{served.url}/health", timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as answered:
+        return answered.code, json.loads(answered.read())
 
 
 def test_listening_beyond_loopback_needs_a_key(tmp_path):

@@ -85,7 +85,63 @@ def test_malformed_bodies_are_400s_and_leave_nothing(served):
     nothing_left(served)
 
 
+def test_wrong_routes_methods_and_bodies_get_openais_error_shape(served):
+    """A GET on an audio route, a route that is not there, a JSON or raw audio body: each
+    answered as OpenAI answers errors, with the fix; /metrics counts them under the
+    route's template, so a client naming models cannot add series."""
+    host, port = served.url.removeprefix("http://").split(":")
+
+    def ask(method: str, path: str, body: bytes | None = None, kind: str | None = None):
+        connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        headers = {**served.auth(), **({"Content-Type": kind} if kind else {})}
+        connection.request(method, path, body=body, headers=headers)
+        response = connection.getresponse()
+        answer = (response.status, json.loads(response.read())["error"])
+        connection.close()
+        return answer
+
+    status, error = ask("GET", "/v1/audio/transcriptions")
+    assert status == 405 and error["code"] == "method_not_allowed" and "POST" in error["message"]
+    status, error = ask("GET", "/v2/nothing")
+    assert status == 404 and "/v1/audio/transcriptions" in error["message"]
+    for body, kind in ((b'{"model": "whisper-1"}', "application/json"), (b"RIFF", "audio/wav")):
+        status, error = ask("POST", "/v1/audio/transcriptions", body, kind)
+        assert status == 400 and error["code"] == "invalid_content_type", error
+        assert "multipart/form-data" in error["message"] and kind in error["message"]
+    for name in ("rnd1", "rnd2", "A" * 3000):
+        assert ask("GET", f"/v1/models/{name}")[0] == 404
+    figures = served.metrics()
+    assert not [label for label in figures if "rnd1" in label or "AAAA" in label]
+    assert figures['kvscribe_requests_total{route="/v1/models/{name:path}",status="404"}'] == 3
+    assert figures['kvscribe_requests_total{route="other",status="404"}'] == 1
+    nothing_left(served)
+
+
+def test_field_errors_name_the_apis_fields(served):
+    """A language the model cannot take, or a translation an English-only model cannot
+    do, is worded with the API's fields, not the command line's flags; the granularity
+    list is read with or without the brackets OpenAI's clients put after its name."""
+    audio = SAMPLE.read_bytes()
+    model = [("model", "whisper-1")]
+    status, error = _raw(served, _form([*model, ("language", "klingon")], audio), MULTIPART)
+    assert status == 400 and error["error"]["param"] == "language"
+    assert error["error"]["message"].startswith("language: unknown language code 'klingon'")
+    status, error = _raw(served, _form([*model, ("language", "de")], audio), MULTIPART)
+    assert "English-only" in error["error"]["message"]
+    assert "--language" not in error["error"]["message"]
+    fields = [*model, ("response_format", "verbose_json"), ("timestamp_granularities", "word")]
+    status, verbose = _raw(served, _form(fields, audio), MULTIPART)
+    assert status == 200 and wer(SAMPLE_TEXT, " ".join(w["word"] for w in verbose["words"])) < 0.1
+    client = served.client()
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.audio.translations.create(model="whisper-1", file=SAMPLE)
+    assert "cannot translate" in refused.value.message and "--task" not in refused.value.message
+    nothing_left(served)
+
+
 def test_an_oversized_body_is_refused_before_or_while_it_is_read(served):
+    counted = 'kvscribe_requests_total{route="/v1/audio/transcriptions",status="413"}'
+    before = served.metrics().get(counted, 0)
     host, port = served.url.removeprefix("http://").split(":")
     # Declared: 413 before any of the body is sent.
     connection = http.client.HTTPConnection(host, int(port), timeout=60)
@@ -112,11 +168,38 @@ def test_an_oversized_body_is_refused_before_or_while_it_is_read(served):
         encode_chunked=True,
     )
     response = connection.getresponse()  # the rest was read and dropped: no reset
-    assert response.status == 413 and json.loads(response.read())["error"]["code"] == (
-        "body_too_large"
-    )
+    error = json.loads(response.read())["error"]
+    assert response.status == 413 and error["code"] == "body_too_large"
+    assert "--max-body-mb" in error["message"]
     connection.close()
+    assert served.metrics()[counted] == before + 2  # the declared one too
     nothing_left(served)
+
+
+def test_a_stalled_upload_is_answered_408_when_its_time_is_up(tmp_path):
+    """Half a body, then nothing: 408 at --upload-timeout (it came 10 s later while the
+    server waited for the rest, which a stalled client never sends), naming the option."""
+    served = Served(tmp_path, "--upload-timeout", "2")
+    try:
+        host, port = served.url.removeprefix("http://").split(":")
+        connection = http.client.HTTPConnection(host, int(port), timeout=60)
+        connection.putrequest("POST", "/v1/audio/transcriptions")
+        for name, value in {"Content-Type": MULTIPART, **served.auth()}.items():
+            connection.putheader(name, value)
+        body = _form([("model", "whisper-1")], SAMPLE.read_bytes())
+        connection.putheader("Content-Length", str(len(body)))
+        connection.endheaders()
+        started = time.monotonic()
+        connection.send(body[: len(body) // 2])
+        response = connection.getresponse()
+        waited = time.monotonic() - started
+        error = json.loads(response.read())["error"]
+        connection.close()
+        assert response.status == 408 and "--upload-timeout" in error["message"], error
+        assert 1.9 < waited < 6, waited
+        nothing_left(served)
+    finally:
+        served.stop()
 
 
 def test_an_answer_given_before_the_upload_ends_reaches_the_client(served):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import socket
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -140,11 +142,28 @@ def serve(**given: Any) -> None:
     exit_with(body, console, given["debug"])
 
 
+def _stopper(spool_dir: Path):
+    """A second Ctrl-C while draining: remove the upload folder, say what was not answered,
+    and end the process at once (exit 130, as an interrupted command)."""
+
+    def stop_now(in_flight: int) -> None:
+        shutil.rmtree(spool_dir, ignore_errors=True)
+        print(
+            f"kvscribe serve: stopped at once; {in_flight} request(s) in flight not answered",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(ExitCode.INTERRUPTED)
+
+    return stop_now
+
+
 def _run(options, console) -> int:
     try:
         import uvicorn
 
-        from kvscribe.serve.app import DrainingServer, Limits, Server, create_app
+        from kvscribe.serve.app import Limits, Server, create_app
+        from kvscribe.serve.draining import DrainingServer
     except ImportError as exc:
         raise BackendUnavailableError(
             f"{exc.name} is not installed",
@@ -191,7 +210,7 @@ def _run(options, console) -> int:
         ws_max_size=4 * server.realtime_limits.message_bytes,
     )
     try:
-        DrainingServer(config, scheduler).run(sockets=[listener])
+        DrainingServer(config, scheduler, _stopper(spool_dir)).run(sockets=[listener])
     finally:
         scheduler.stop()
         shutil.rmtree(spool_dir, ignore_errors=True)

@@ -18,11 +18,18 @@ _TYPES = {
     400: "invalid_request_error",
     401: "invalid_request_error",
     404: "invalid_request_error",
+    405: "invalid_request_error",
+    408: "invalid_request_error",  # the client's upload was too slow
     413: "invalid_request_error",
     429: "rate_limit_error",  # kvscribe's queue is full, not a quota
     500: "server_error",
     503: "server_error",
 }
+
+
+# A backend's error names the command line's flag; the API has no field for these (the
+# task is the route: a translation needs the server to run a multilingual model).
+_API_FIELDS: dict[str, str | None] = {"--task": None}
 
 
 @dataclass
@@ -58,5 +65,22 @@ def from_kvscribe(exc: KvscribeError, param: str = "file") -> ApiError:
         return ApiError(400, f"the uploaded file: {message}", param, "invalid_audio")
     if isinstance(exc, UsageError):
         subject = exc.subject or param
-        return ApiError(400, f"{subject}: {message}", subject.lstrip("-"), "invalid_value")
+        field = _API_FIELDS.get(subject, subject.lstrip("-"))
+        return ApiError(400, f"{field}: {message}" if field else message, field, "invalid_value")
     return ApiError(500, f"the engine failed on this request: {message}", None, "engine_error")
+
+
+def no_route(method: str, path: str, status: int, headers: dict | None) -> ApiError:
+    """Starlette's 404 (no such route) and 405 (a route's other method) in OpenAI's shape."""
+    if status == 405:
+        allowed = (headers or {}).get("Allow", "")
+        return ApiError(
+            405, f"{method} is not allowed on {path}; use {allowed}", None, "method_not_allowed"
+        )
+    return ApiError(
+        status,
+        f"no route {method} {path} here: the API is POST /v1/audio/transcriptions and "
+        "/v1/audio/translations, GET /v1/models (docs/server.md)",
+        None,
+        "not_found",
+    )

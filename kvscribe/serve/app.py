@@ -7,8 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import signal
-import threading
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -16,8 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import (
     HTMLResponse,
@@ -26,21 +25,27 @@ from starlette.responses import (
     Response,
     StreamingResponse,
 )
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Match, Route, WebSocketRoute
 
 from kvscribe.contract import DecodeRequest
 from kvscribe.decoding import temperatures_from
 from kvscribe.serve import keys, responses
-from kvscribe.serve.api_errors import ApiError
+from kvscribe.serve.api_errors import ApiError, no_route
 from kvscribe.serve.body import RequestBody
-from kvscribe.serve.forms import MAX_FIELDS, TranscriptionAsk, decoded_audio, read_ask, spool
+from kvscribe.serve.forms import (
+    MAX_FIELDS,
+    TranscriptionAsk,
+    check_model,
+    decoded_audio,
+    read_ask,
+    spool,
+)
 from kvscribe.serve.metrics import Metrics
 from kvscribe.serve.realtime import SessionLimits, serve_socket
 from kvscribe.serve.scheduler import Decoded, Failed, Finished, Job, Scheduler, Started
 from kvscribe.stats import FileStats, RunStats
 from kvscribe.types import Transcript
 
-HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # A client that has gone is noticed within this many seconds while its request waits.
 DISCONNECT_POLL_SECONDS = 0.25
 
@@ -71,6 +76,10 @@ class Server:
 
 
 def create_app(server: Server) -> Starlette:
+    # The multipart parser warns of a malformed body with the body's bytes; the client
+    # gets its 400, and the server logs no request's content.
+    logging.getLogger("python_multipart").setLevel(logging.ERROR)
+
     async def transcriptions(request: Request) -> Response:
         return await _audio(server, request, "transcribe")
 
@@ -85,12 +94,15 @@ def create_app(server: Server) -> Starlette:
     async def model(request: Request) -> Response:
         _check_key(server, request)
         name = request.path_params["name"]
-        if name not in server.model_names:
-            raise ApiError(404, f"model {name!r} is not loaded here", "model", "model_not_found")
+        check_model(name, server.model_names)
         return JSONResponse(_model(name))
 
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok", "queue_depth": server.scheduler.queue_depth})
+        # Draining: 503, so a load balancer sends the next requests elsewhere.
+        draining = server.scheduler.draining
+        status = {"status": "draining" if draining else "ok"}
+        body = {**status, "queue_depth": server.scheduler.queue_depth}
+        return JSONResponse(body, 503 if draining else 200)
 
     async def metrics(request: Request) -> Response:
         _check_key(server, request)
@@ -112,8 +124,9 @@ def create_app(server: Server) -> Starlette:
         await serve_socket(websocket, server)
 
     async def api_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, ApiError)
-        server.metrics.answered(request.url.path, exc.status)
+        if not isinstance(exc, ApiError):  # Starlette's own: no route, or not this method
+            exc = no_route(request.method, request.url.path, exc.status_code, exc.headers)
+        server.metrics.answered(route_of(request.scope), exc.status)
         return JSONResponse(exc.body(), exc.status, headers=exc.headers())
 
     routes = [
@@ -126,8 +139,16 @@ def create_app(server: Server) -> Starlette:
         Route("/metrics", metrics),
         WebSocketRoute("/v1/realtime", realtime),
     ]
-    app = Starlette(routes=routes, exception_handlers={ApiError: api_error})
-    return RequestBody(app, server.limits.body_bytes)
+
+    def route_of(scope) -> str:
+        """The route a request is counted under: its template, never the path the client
+        chose (a series per model name asked for would grow without bound)."""
+        return next((r.path for r in routes if r.matches(scope)[0] is not Match.NONE), "other")
+
+    handlers = {ApiError: api_error, HTTPException: api_error}
+    app = Starlette(routes=routes, exception_handlers=handlers)
+    refused = lambda scope, status: server.metrics.answered(route_of(scope), status)  # noqa: E731
+    return RequestBody(app, server.limits.body_bytes, refused)
 
 
 @functools.cache
@@ -182,6 +203,15 @@ async def _upload(server: Server, request: Request, task: str) -> tuple[Transcri
     from starlette.exceptions import HTTPException
     from starlette.formparsers import MultiPartException
 
+    kind = request.headers.get("content-type", "")
+    if not kind.startswith("multipart/form-data"):
+        raise ApiError(
+            400,
+            f"the body must be multipart/form-data (the audio as a `file` part, the rest as "
+            f"form fields), as OpenAI's clients send it; got {kind or 'no Content-Type'}",
+            None,
+            "invalid_content_type",
+        )
     try:
         form = await asyncio.wait_for(
             request.form(max_files=1, max_fields=MAX_FIELDS), server.limits.upload_seconds
@@ -190,8 +220,13 @@ async def _upload(server: Server, request: Request, task: str) -> tuple[Transcri
         detail = getattr(exc, "message", None) or getattr(exc, "detail", "")
         raise ApiError(400, f"malformed multipart body: {detail}", None, "invalid_body") from None
     except TimeoutError:
+        seconds = server.limits.upload_seconds
         raise ApiError(
-            408, f"the upload took over {server.limits.upload_seconds:g} s", None, "upload_timeout"
+            408,
+            f"the upload took over {seconds:g} s, this server's limit (kvscribe serve "
+            "--upload-timeout); send the file again over a faster link",
+            "file",
+            "upload_timeout",
         ) from None
     except ClientDisconnect:
         raise ApiError(400, "the client went away during the upload", None, "client_gone") from None
@@ -329,36 +364,3 @@ async def _stream(server, job, events, ask, clock) -> AsyncIterator[bytes]:
     finally:
         if collected.finished is None:
             server.scheduler.cancel(job)
-
-
-class DrainingServer(uvicorn.Server):
-    """uvicorn, whose SIGTERM (or Ctrl-C) first drains the scheduler: new requests are
-    answered 503 while the queued and running ones finish, then the server stops."""
-
-    DRAIN_SECONDS = 600.0
-
-    def __init__(self, config: uvicorn.Config, scheduler: Scheduler):
-        super().__init__(config)
-        self.scheduler = scheduler
-
-    def handle_exit(self, sig, frame) -> None:
-        self.scheduler.begin_draining()
-        super().handle_exit(sig, frame)
-
-    @contextlib.contextmanager
-    def capture_signals(self):
-        """uvicorn's, without raising the signal again once the server has stopped: the
-        command ends itself, exit 0, after removing its upload folder."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = {sig: signal.signal(sig, self.handle_exit) for sig in HANDLED_SIGNALS}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-    async def shutdown(self, sockets=None) -> None:
-        await asyncio.to_thread(self.scheduler.drain, self.DRAIN_SECONDS)
-        await super().shutdown(sockets)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.responses import JSONResponse
@@ -46,9 +47,11 @@ class RequestBody:
     declared, else as soon as the bytes read pass it, raised from `receive` into the form
     parser), and the unread rest of a body dropped before any answer starts."""
 
-    def __init__(self, app, limit: int):
+    def __init__(self, app, limit: int, refused: Callable[[dict, int], None] | None = None):
+        """`refused(scope, status)`: told of each request refused here, before the app."""
         self.app = app
         self.limit = limit
+        self.refused = refused
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -72,12 +75,15 @@ class RequestBody:
         async def answer(message: dict) -> None:
             if message["type"] == "http.response.start" and not received.complete:
                 hopeless = length is not None and length - received.bytes > DISCARD_BYTES
-                if not hopeless and not (waits and received.bytes == 0):
+                stalled = message["status"] == 408  # its rest would not come either
+                if not (hopeless or stalled or (waits and received.bytes == 0)):
                     await _drop_rest(receive, received)
             await send(message)
 
         if length is not None and length > self.limit:
             error = self._too_large()
+            if self.refused is not None:
+                self.refused(scope, error.status)
             response = JSONResponse(error.body(), 413, headers={"Connection": "close"})
             await response(scope, receive, answer)
             return
@@ -87,7 +93,8 @@ class RequestBody:
         mib = self.limit / (1024 * 1024)
         return ApiError(
             413,
-            f"the request body is over this server's limit of {mib:g} MiB",
+            f"the request body is over this server's limit of {mib:g} MiB (kvscribe serve "
+            "--max-body-mb); send a compressed file (mp3, opus) or a shorter recording",
             "file",
             "body_too_large",
         )

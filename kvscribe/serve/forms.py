@@ -48,7 +48,7 @@ class TranscriptionAsk:
 
 def read_ask(form: Any, task: str, model_names: tuple[str, ...]) -> TranscriptionAsk:
     """The request's fields, each checked; an ApiError (400 or 404) names the first bad one."""
-    _check_model(_one(form, "model", required=True), model_names)
+    check_model(_one(form, "model", required=True), model_names)
     response_format = _one(form, "response_format") or "json"
     if response_format not in RESPONSE_FORMATS:
         raise ApiError(
@@ -58,7 +58,11 @@ def read_ask(form: Any, task: str, model_names: tuple[str, ...]) -> Transcriptio
             "response_format",
             "invalid_value",
         )
-    granularities = tuple(form.getlist("timestamp_granularities[]"))
+    # OpenAI's clients send the list as `timestamp_granularities[]`; curl users often
+    # leave the brackets off.
+    granularities = tuple(
+        form.getlist("timestamp_granularities[]") + form.getlist("timestamp_granularities")
+    )
     if any(g not in GRANULARITIES for g in granularities):
         raise ApiError(
             400,
@@ -103,7 +107,8 @@ def _one(form: Any, name: str, required: bool = False) -> str | None:
     return value
 
 
-def _check_model(name: str | None, loaded: tuple[str, ...]) -> None:
+def check_model(name: str | None, loaded: tuple[str, ...]) -> None:
+    """404 unless `name` is the loaded model's, or OpenAI's name, which means it here."""
     if name not in (*loaded, OPENAI_MODEL):
         raise ApiError(
             404,

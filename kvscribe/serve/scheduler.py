@@ -191,6 +191,10 @@ class Scheduler:
     def rows_in_flight(self) -> int:
         return sum(lane.rows for lane in self._lanes)
 
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
     def begin_draining(self) -> None:
         """From now on, new requests are answered 503."""
         with self._wake:
