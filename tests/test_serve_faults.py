@@ -82,6 +82,7 @@ def test_malformed_bodies_are_400s_and_leave_nothing(served):
         status, error = _raw(served, body, content_type)
         assert status == 400, (case, error)
         assert set(error["error"]) == {"message", "type", "param", "code"}, case
+        assert error["error"]["code"], case  # what a client can branch on
     nothing_left(served)
 
 
@@ -129,6 +130,11 @@ def test_field_errors_name_the_apis_fields(served):
     status, error = _raw(served, _form([*model, ("language", "de")], audio), MULTIPART)
     assert "English-only" in error["error"]["message"]
     assert "--language" not in error["error"]["message"]
+    for bad in (("temperature", "5"), ("stream", "true"), ("response_format", "doc")):
+        fields = [*model, ("response_format", "srt"), bad] if bad[0] == "stream" else [*model, bad]
+        status, error = _raw(served, _form(fields, audio), MULTIPART)
+        assert status == 400 and error["error"]["param"] == bad[0], error
+        assert error["error"]["code"] == "invalid_value", error
     fields = [*model, ("response_format", "verbose_json"), ("timestamp_granularities", "word")]
     status, verbose = _raw(served, _form(fields, audio), MULTIPART)
     assert status == 200 and wer(SAMPLE_TEXT, " ".join(w["word"] for w in verbose["words"])) < 0.1

@@ -80,7 +80,10 @@ def read_ask(form: Any, task: str, model_names: tuple[str, ...]) -> Transcriptio
     stream = _flag(form, "stream")
     if stream and response_format not in ("json", "text"):
         raise ApiError(
-            400, "stream=true gives text deltas: use response_format json or text", "stream"
+            400,
+            "stream=true gives text deltas: use response_format json or text",
+            "stream",
+            "invalid_value",
         )
     language = _language(_one(form, "language")) if task == "transcribe" else None
     return TranscriptionAsk(
@@ -139,7 +142,12 @@ def _temperature(value: str | None) -> float:
     except ValueError:
         number = math.nan
     if not 0.0 <= number <= 1.0:
-        raise ApiError(400, f"temperature must be between 0 and 1; got {value!r}", "temperature")
+        raise ApiError(
+            400,
+            f"temperature must be between 0 and 1; got {value!r}",
+            "temperature",
+            "invalid_value",
+        )
     return number
 
 
@@ -147,7 +155,9 @@ def spool(upload: Any, folder: Path) -> Path:
     """The uploaded file copied to `folder` (the server's private folder) under a random
     name; the caller removes it."""
     if upload is None or isinstance(upload, str):
-        raise ApiError(400, "file is required: the audio, as a file part", "file")
+        raise ApiError(
+            400, "file is required: the audio, as a file part", "file", "missing_required_parameter"
+        )
     handle, name = tempfile.mkstemp(dir=folder, prefix="upload-")
     with os.fdopen(handle, "wb") as out:
         upload.file.seek(0)
