@@ -150,6 +150,16 @@ class Backend(abc.ABC):
         """The engine settings in force after load(), for the stats report."""
         return {}
 
+    def bad_compute_type(self, wanted: str, allowed: Sequence[str]) -> UsageError:
+        """The error for a compute type this backend cannot run, blaming where it came
+        from: --compute-type, or the profile's section."""
+        from_flag = self.profile.compute_type_from_command_line
+        return UsageError(
+            f"the {self.name} backend has no compute type {wanted!r}",
+            subject="--compute-type" if from_flag else f"{self.profile.source} [{self.name}]",
+            hint="use " + ", ".join(allowed),
+        )
+
     def profile_settings(self, schema: dict[str, type]) -> dict[str, Any]:
         """This backend's section of the profile, checked against `schema` (key -> type)."""
         section = dict(self.profile.settings_for(self.name))
@@ -196,8 +206,10 @@ class Backend(abc.ABC):
             raise UsageError(
                 f"unknown language code {request.language!r}",
                 subject="--language",
-                hint=f"use a code such as {', '.join(known[:8] if multilingual else ['en'])}, "
-                "..., a name such as English, or omit it",
+                hint=f"use a code such as {', '.join(known[:8])}, ..., a name such as English, "
+                "or omit it"
+                if multilingual
+                else "this model takes en (English) only: use en, or omit it",
             )
         if not multilingual:
             if request.language not in (None, "en"):

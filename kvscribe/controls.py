@@ -99,7 +99,7 @@ CONTROLS = (
         None,
         "At most this many tokens per 30 s window.",
         check=_between(1, MAX_NEW_TOKENS, " (room for the longest prompt)"),
-        show_default="224",
+        show_default="none: what the 448-token context leaves after the prompt",
         mic={
             "help": "At most this many tokens per decode of the buffer.",
             "show_default": "12 per second of buffer, and 16",

@@ -20,7 +20,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from kvscribe.digest import sha256_file
-from kvscribe.errors import ExitCode, UsageError
+from kvscribe.errors import ExitCode, OutputError, UsageError
 
 STATE_DIR = ".kvscribe"  # the one hidden entry kvscribe adds to an output folder
 NAME = "manifest.jsonl"
@@ -109,10 +109,18 @@ class Manifest:
         self._lock: FileLock | None = None
 
     def __enter__(self) -> Manifest:
-        self.state.mkdir(parents=True, exist_ok=True)
-        self._lock = _take_lock(self.state / "lock", self.folder)
-        self.records = _read(self.path)
-        self._handle = open(self.path, "a", encoding="utf-8")
+        try:
+            self.state.mkdir(parents=True, exist_ok=True)
+            self._lock = _take_lock(self.state / "lock", self.folder)
+            self.records = _read(self.path)
+            self._handle = open(self.path, "a", encoding="utf-8")
+        except OSError as exc:  # a folder no one may write in, checked only by trying
+            self.__exit__()
+            raise OutputError(
+                f"cannot write here: {exc.strerror}",
+                subject=str(self.folder),
+                hint="choose another --output-dir or fix its permissions",
+            ) from None
         return self
 
     def __exit__(self, *exc_info) -> None:

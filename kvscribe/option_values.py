@@ -4,6 +4,7 @@ UsageError naming the flag (kvscribe.options holds what a run was asked)."""
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -60,6 +61,32 @@ def check_output_dir(folder: Path | None) -> None:
         subject="--output-dir",
         hint=f"name a folder, or write one file with `-f {folder.suffix[1:].lower()} > {folder}`",
     )
+
+
+def check_writable(path: Path | None, option: str, folder: bool = False) -> None:
+    """`option`'s path (a file, or with `folder` a folder) can be made there: no file where
+    a folder must be, no folder where the file goes, and the nearest folder that exists is
+    one this process may write in. Checked before a model loads, so a run does not end on
+    it; what only the write finds (a read-only system folder) is said then."""
+    if path is None:
+        return
+    if not folder and path.is_dir():
+        raise UsageError(f"{path} is a folder", subject=option, hint="name a file to write")
+    nearest = path if folder else path.parent
+    while not nearest.exists() and nearest != nearest.parent:
+        nearest = nearest.parent
+    if not nearest.is_dir():
+        raise UsageError(
+            f"cannot write under {nearest}: it is a file, not a folder",
+            subject=option,
+            hint="choose another path",
+        )
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"cannot write in {nearest}",
+            subject=option,
+            hint="choose a folder you can write in, or fix its permissions",
+        )
 
 
 def check_decoding(task: str, beam_size: int | None) -> None:

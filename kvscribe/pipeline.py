@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from kvscribe import setting_rows as row
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio.stream import Joined, Samples
-from kvscribe.timing.timemap import TimeMap
+from kvscribe.timing.timemap import TimeMap, within_audio
 from kvscribe.voice.digital_silence import without_digital_silence
 from kvscribe.voice.regions import speech_only
 
@@ -28,7 +28,14 @@ def transcribe_speech(backend: Backend, samples: Samples, request: DecodeRequest
     """`backend`'s transcription of `samples`, with --vad-filter done here when its engine has
     none, and long digital silence cut out (a pause costs no window of its own and no lost
     context, as a clip boundary would; a backend whose batched chunks cut pauses itself
-    sees them, so its segments end there), times mapped back to the input."""
+    sees them, so its segments end there), times mapped back to the input and ending by
+    its end."""
+    run = _transcribed(backend, samples, request)
+    seconds = samples.size / SAMPLE_RATE
+    return dataclasses.replace(run, segments=within_audio(run.segments, seconds))
+
+
+def _transcribed(backend: Backend, samples: Samples, request: DecodeRequest) -> Transcription:
     if request.clips:  # first: the rest (VAD, digital silence) acts on the spans kept
         clipped, time_map = clipped_audio(samples, request.clips)
         note = f"{_seconds(clipped)} of {_seconds(samples)} s decoded ({len(request.clips)} spans)"

@@ -342,14 +342,23 @@ def _kvscribe_json(t: Transcript) -> dict[str, Any]:
 
 def render_json(t: Transcript, options: WriterOptions = DEFAULT_OPTIONS) -> str:
     """openai-whisper's result dict; "words" in every segment when words were decoded."""
+    return json.dumps(_json_document(t), ensure_ascii=False, indent=2) + "\n"
+
+
+def render_json_line(t: Transcript, options: WriterOptions = DEFAULT_OPTIONS) -> str:
+    """render_json's document on one line: several files' documents on one stream are
+    JSON Lines, one a line (its `kvscribe.source` says whose), not documents run together."""
+    return json.dumps(_json_document(t), ensure_ascii=False) + "\n"
+
+
+def _json_document(t: Transcript) -> dict[str, Any]:
     with_words = has_words(t)
-    document = {
+    return {
         "text": t.text,
         "segments": [segment_json(s, with_words) for s in t.segments],
         "language": t.language,
         "kvscribe": _kvscribe_json(t),
     }
-    return json.dumps(document, ensure_ascii=False, indent=2) + "\n"
 
 
 RENDERERS: dict[str, Renderer] = {

@@ -14,7 +14,7 @@ import webvtt
 
 from kvscribe.errors import ExitCode
 from kvscribe.machine import hardware
-from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
+from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, run_cli, wer
 
 pytestmark = [pytest.mark.model]
 
@@ -220,6 +220,8 @@ def visible(folder: Path) -> list[str]:
         (["--device", "mps"], ExitCode.USAGE, "backend ctranslate2 cannot run on mps"),
         (["--jobs", "2"], ExitCode.USAGE, "--jobs: only applies to runs that write into a folder"),
         (["--json"], ExitCode.USAGE, "add --output-dir"),
+        (["--compute-type", "bogus"], ExitCode.USAGE, "--compute-type: the ctranslate2 backend"),
+        (["--language", "klingon"], ExitCode.USAGE, "unknown language code 'klingon'"),
     ],
 )
 def test_bad_options(args, code, words):
@@ -240,6 +242,57 @@ def test_an_output_folder_named_like_a_file_is_refused_unless_it_is_there(tmp_pa
     written = run_cli(SAMPLE, "-o", talk, "-f", "txt", "-q")
     assert written.code == 0, written.stderr
     assert visible(talk) == ["jfk.txt"]
+
+
+def test_outputs_that_cannot_be_written_are_one_line_errors(tmp_path):
+    """A file where a folder must be (-o under a file, --stats-json under one) is refused
+    before the model loads; a folder no one may make (under /proc: what only the write
+    finds, even for root) is said in one line, not as an internal error."""
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    for args in (["-o", blocker / "sub"], ["--stats-json", blocker / "stats.json", "-q"]):
+        result = run_cli(SAMPLE, *args)
+        assert result.code == ExitCode.USAGE, result.stderr
+        assert f"cannot write under {blocker}: it is a file" in result.stderr
+        assert result.stderr.count("\n") == 1 and not result.stdout
+    if Path("/proc/self").is_dir():
+        result = run_cli(SAMPLE, "-o", "/proc/kvscribe-test", "-q")
+        assert result.code == ExitCode.SOME_FAILED, result.stderr
+        assert "/proc/kvscribe-test: cannot write here" in result.stderr
+        assert "internal error" not in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_several_files_as_json_on_stdout_are_json_lines(tmp_path):
+    """Pretty documents run together are not JSON; one compact document a line is."""
+    import json
+
+    for clip in (SAMPLE, EVAL_DIR / "ps_cards_001.wav"):
+        (tmp_path / clip.name).write_bytes(clip.read_bytes())
+    result = run_cli(tmp_path, "-f", "json", "-q")
+    assert result.code == 0, result.stderr
+    documents = [json.loads(line) for line in result.stdout.splitlines()]
+    sources = sorted(Path(d["kvscribe"]["source"]).name for d in documents)
+    assert sources == ["jfk.wav", "ps_cards_001.wav"]
+    assert (
+        wer(SAMPLE_TEXT, next(d["text"] for d in documents if "jfk" in d["kvscribe"]["source"]))
+        < 0.1
+    )
+
+
+def test_subtitles_end_by_the_end_of_the_audio():
+    """Whisper's last timestamp overshoots a short clip's end (this 1.1 s clip's segment
+    ended at 2.0 s): every cue ends by the audio's end."""
+    import srt
+
+    from kvscribe.audio import SAMPLE_RATE, load_audio
+
+    clip = EVAL_DIR / "ps_cards_001.wav"
+    seconds = load_audio(clip).size / SAMPLE_RATE
+    result = run_cli(clip, "-f", "srt", "-q")
+    assert result.code == 0, result.stderr
+    cues = list(srt.parse(result.stdout))
+    assert cues and all(c.end.total_seconds() <= seconds + 0.0005 for c in cues), cues
+    assert cues[-1].end.total_seconds() > seconds - 0.5  # the last words still reach it
 
 
 def test_gpu_profile_runs_on_cuda_or_says_there_is_none():

@@ -94,6 +94,9 @@ class CTranslate2Backend(Backend):
         # seeded when the thread first samples: without a seed set first, from the OS, so
         # the same file gave other text in every process (backends/ctranslate2/sampling.py).
         ctranslate2.set_random_seed(SAMPLING_SEED)
+        wanted = self.settings.get("compute_type", "default")
+        if wanted not in engine_choice.COMPUTE_TYPES:
+            raise self.bad_compute_type(wanted, engine_choice.COMPUTE_TYPES)
         self._choice = engine_choice.choose(self.settings, self.device, self.model)
         self._engines = load_engines(
             str(self._choice.weights),

@@ -21,6 +21,21 @@ def choose(settings: dict, device: str, model) -> EngineChoice:
     return EngineChoice(kind, cpu_threads(settings), weights(model, device, kind))
 
 
+# What CTranslate2 takes (ctranslate2.get_supported_compute_types names what a device runs).
+COMPUTE_TYPES = (
+    "default",
+    "auto",
+    "int8",
+    "int8_float32",
+    "int8_float16",
+    "int8_bfloat16",
+    "int16",
+    "float16",
+    "bfloat16",
+    "float32",
+)
+
+
 def compute_type(settings: dict, device: str) -> str:
     wanted = settings.get("compute_type", "int8" if device == "cpu" else "float16")
     if device == "cpu" and ("float16" in wanted or wanted == "default"):

@@ -26,7 +26,7 @@ from kvscribe.audio.mel import FRAMES_PER_WINDOW
 from kvscribe.audio.stream import Samples, hold_history
 from kvscribe.backends.base import Backend
 from kvscribe.contract import Capabilities, DecodeRequest, DecoderReport, Transcription
-from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
+from kvscribe.errors import BackendUnavailableError, ModelNotFoundError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
 from kvscribe.provenance import MEASURED, make_provenance
 from kvscribe.stepped.request import decoding_rows
@@ -103,11 +103,7 @@ class OnnxBackend(SharesSteppedBatches, Backend):
         wanted = self.settings.get("compute_type", "float32")
         wanted = "float32" if wanted == "default" else wanted
         if wanted not in _COMPUTE_TYPES:
-            raise UsageError(
-                f"bad compute type {wanted!r} for the onnx backend",
-                subject=self.profile.source,
-                hint="use " + " or ".join(_COMPUTE_TYPES),
-            )
+            raise self.bad_compute_type(wanted, _COMPUTE_TYPES)
         return wanted
 
     def _export(self):

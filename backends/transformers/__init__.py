@@ -22,7 +22,7 @@ from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio.stream import Samples, hold_history
 from kvscribe.backends.base import Backend
 from kvscribe.contract import Capabilities, DecodeRequest, DecoderReport, Transcription
-from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
+from kvscribe.errors import BackendUnavailableError, ModelNotFoundError
 from kvscribe.kvcache.spec import parse_cross, parse_policy
 from kvscribe.machine import hardware
 from kvscribe.provenance import MEASURED, make_provenance
@@ -141,11 +141,7 @@ class TransformersBackend(SharesSteppedBatches, Backend):
     def _compute_type(self) -> str:
         wanted = self.settings.get("compute_type", "default")
         if wanted not in _COMPUTE_TYPES:
-            raise UsageError(
-                f"bad setting [{self.name}] compute_type = {wanted!r}",
-                subject=self.profile.source,
-                hint="use " + " or ".join(_COMPUTE_TYPES),
-            )
+            raise self.bad_compute_type(wanted, _COMPUTE_TYPES)
         on_cpu = self.device == "cpu"
         if wanted == "default":
             if not on_cpu:

@@ -25,6 +25,7 @@ from kvscribe.cli.render import (
     stderr_console,
 )
 from kvscribe.errors import ExitCode
+from kvscribe.option_values import check_writable
 from kvscribe.options import LiveOptions
 from kvscribe.provenance import BYTES_UNIT
 from kvscribe.stats import CpuClock
@@ -48,6 +49,8 @@ def mic(**given: Any) -> None:
             **option_values(given, LiveOptions)
             | {"paced": not given["as_fast_as_possible"], "mic": given["mic_device"]}
         )
+        check_writable(options.output, "--output")
+        check_writable(options.stats_json, "--stats-json")
         return _run(options, console)
 
     exit_with(body, console, given["debug"])

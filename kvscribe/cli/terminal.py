@@ -16,7 +16,7 @@ from kvscribe.cli.render import print_error
 from kvscribe.errors import KvscribeError
 from kvscribe.options import TranscribeOptions
 from kvscribe.types import Segment, Transcript
-from kvscribe.writers import RENDERERS, render_console_line
+from kvscribe.writers import RENDERERS, render_console_line, render_json_line
 
 
 class TerminalListener:
@@ -69,7 +69,8 @@ class TerminalListener:
     def file_done(self, source: Path, transcript: Transcript, outputs: list[Path]) -> None:
         self._drop_task()
         if self.options.output_dir is None and self.options.formats:
-            render = RENDERERS[self.options.formats[0]]
+            kind = self.options.formats[0]
+            render = render_json_line if self.several and kind == "json" else RENDERERS[kind]
             sys.stdout.write(render(transcript, self.options.writer_options()))
             sys.stdout.flush()
         if outputs and not self.options.quiet:

@@ -18,7 +18,7 @@ from kvscribe.cli.render import (
 from kvscribe.cli.terminal import TerminalListener
 from kvscribe.cli.transcribe_parameters import PARAMETERS
 from kvscribe.errors import ExitCode, KvscribeError
-from kvscribe.option_values import check_output_dir, parse_formats
+from kvscribe.option_values import check_output_dir, check_writable, parse_formats
 from kvscribe.options import TranscribeOptions
 
 
@@ -41,6 +41,8 @@ def _transcribe(given: dict[str, Any]) -> int:
 
     jobs, output_dir = given["jobs"], given["output_dir"]
     check_output_dir(output_dir)
+    check_writable(output_dir, "--output-dir", folder=True)
+    check_writable(given["stats_json"], "--stats-json")
     on_cluster = cluster_run(given["cluster"], given["ship_audio"], jobs, output_dir)
     listed = read_files_from(given["files_from"]) if given["files_from"] else []
     options = TranscribeOptions(
@@ -49,7 +51,7 @@ def _transcribe(given: dict[str, Any]) -> int:
             "inputs": (*(given["files"] or ()), *listed),
             "formats": parse_formats(given["output_format"], to_dir=output_dir is not None),
             "globs": tuple(given["glob"] or ()),
-            "jobs": jobs or 1,
+            "jobs": 1 if jobs is None else jobs,  # None: as many as fit (_run_batch)
         }
     )
     if options.reads_stdin:

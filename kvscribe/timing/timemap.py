@@ -102,3 +102,20 @@ class TimeMap:
     def segments(self, segments: Iterator[Segment]) -> Iterator[Segment]:
         for segment in segments:
             yield self.segment(segment)
+
+
+def within_audio(segments: Iterator[Segment], seconds: float) -> Iterator[Segment]:
+    """`segments` with no time past the audio's end: Whisper's last timestamp token can
+    overshoot it (a 1.1 s clip's segment ended at 2.0 s), and a subtitle would then
+    outlast the file."""
+    for segment in segments:
+        if segment.end <= seconds:
+            yield segment
+            continue
+        words = tuple(
+            dataclasses.replace(w, start=min(w.start, seconds), end=min(w.end, seconds))
+            for w in segment.words
+        )
+        yield dataclasses.replace(
+            segment, start=min(segment.start, seconds), end=seconds, words=words
+        )
