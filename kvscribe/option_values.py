@@ -54,6 +54,12 @@ def parse_formats(values: Sequence[str] | None, to_dir: bool) -> tuple[str, ...]
 def check_output_dir(folder: Path | None) -> None:
     """-o names a folder: one not there yet whose name ends like an output file
     (`-o talk.txt`) would become a folder of that name holding talk.txt/<stem>.txt."""
+    if folder is not None and str(folder) == "-":
+        raise UsageError(
+            "-o - would make a folder named '-'",
+            subject="--output-dir",
+            hint="leave -o out: without it the transcript (or one -f format) goes to stdout",
+        )
     if folder is None or folder.exists() or folder.suffix[1:].lower() not in FORMATS:
         return
     raise UsageError(

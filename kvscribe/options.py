@@ -195,6 +195,7 @@ class TranscribeOptions(EngineOptions):
         self._check_words()
         self._check_stdin()
         self.clips()
+        self._check_vad_settings()
         if self.hallucination_silence_threshold is not None and not self.word_timestamps:
             raise UsageError(
                 "skips silences found from word times",
@@ -245,6 +246,18 @@ class TranscribeOptions(EngineOptions):
         if self.clip_timestamps is None:
             return ()
         return parse_clips(self.clip_timestamps)
+
+    def _check_vad_settings(self) -> None:
+        """The VAD's settings tune --vad-filter; without it they would change nothing."""
+        if self.vad_filter:
+            return
+        for name in ("vad_threshold", "vad_min_speech", "vad_min_silence", "vad_pad"):
+            if getattr(self, name) != type(self).__dataclass_fields__[name].default:
+                raise UsageError(
+                    "tunes --vad-filter, which is off",
+                    subject="--" + name.replace("_", "-"),
+                    hint="add --vad-filter",
+                )
 
     def vad(self) -> VadFilter | None:
         if not self.vad_filter:

@@ -41,18 +41,24 @@ def names() -> list[str]:
     return sorted({ep.name for ep in entry_points(group=GROUP)})
 
 
+def registered(name: str):
+    """The entry point registering backend `name`, loaded or not; a UsageError for a name
+    no backend has."""
+    entries = {ep.name: ep for ep in entry_points(group=GROUP)}
+    if name not in entries:
+        raise UsageError(
+            "unknown backend",
+            subject=name,
+            hint=f"choose one of: {', '.join(sorted(entries))} (`kvscribe backends`)",
+        )
+    return entries[name]
+
+
 def get(name: str) -> type:
     """The backend class for `name`, checked to be available on this machine. Only that
     backend's module is imported: a run does not pay for the others' (the whisper.cpp
     backend's modules alone took ~60 ms of a ctranslate2 run's start)."""
-    registered = {ep.name: ep for ep in entry_points(group=GROUP)}
-    if name not in registered:
-        raise UsageError(
-            "unknown backend",
-            subject=name,
-            hint=f"choose one of: {', '.join(sorted(registered))} (`kvscribe backends`)",
-        )
-    entry = _loaded(registered[name])
+    entry = _loaded(registered(name))
     if entry.backend is None:
         raise BackendUnavailableError(
             f"plugin failed to load ({entry.load_error})",

@@ -106,6 +106,11 @@ def test_bad_batch_sizes_are_one_line_usage_errors():
         result = run_cli("bench", "--profile", "cpu-laptop", *args)
         assert result.code == 2, result.stderr
         assert "--batch-sizes" in result.stderr and "Traceback" not in result.stderr
+    # An unknown backend or profile is a usage error, not a cell skipped (which exited 1).
+    for args, said in ((["-b", "bogus"], "unknown backend"), (["-p", "nope"], "unknown profile")):
+        result = run_cli("bench", *args)
+        assert result.code == 2 and said in result.stderr, result.stderr
+        assert result.stderr.count("\n") == 1
 
 
 @pytest.fixture(scope="module")

@@ -222,6 +222,8 @@ def visible(folder: Path) -> list[str]:
         (["--json"], ExitCode.USAGE, "add --output-dir"),
         (["--compute-type", "bogus"], ExitCode.USAGE, "--compute-type: the ctranslate2 backend"),
         (["--language", "klingon"], ExitCode.USAGE, "unknown language code 'klingon'"),
+        (["-o", "-"], ExitCode.USAGE, "goes to stdout"),
+        (["--vad-pad", "0.2"], ExitCode.USAGE, "--vad-pad: tunes --vad-filter, which is off"),
     ],
 )
 def test_bad_options(args, code, words):

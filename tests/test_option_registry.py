@@ -113,11 +113,14 @@ def test_each_output_shaping_option_changes_the_resume_key(name):
         pytest.fail(f"add a value of {name} that changes outputs to DIFFERENT")
     needs = {"max_line_count": {"max_line_width": 42}}.get(name, {})  # valid alone otherwise
     needs_words = _WORD_LAYOUT | {"hallucination_silence_threshold"}
-    words = {"word_timestamps": True} if name in needs_words else {}
-    changed = dataclasses.replace(BASE, **words, **needs, **{name: DIFFERENT[name]})
-    if words:  # the layout flag must change the key beyond what --word-timestamps does
-        base_words = dataclasses.replace(BASE, **words, **needs)
-        assert _key(changed) != _key(base_words), f"{name} is missing from the batch resume key"
+    vad_settings = {"vad_threshold", "vad_min_speech", "vad_min_silence", "vad_pad"}
+    # what the option tunes, switched on: --word-timestamps, --vad-filter
+    on = {"word_timestamps": True} if name in needs_words else {}
+    on |= {"vad_filter": True} if name in vad_settings else {}
+    changed = dataclasses.replace(BASE, **on, **needs, **{name: DIFFERENT[name]})
+    if on:  # the option must change the key beyond what switching on what it tunes does
+        base_on = dataclasses.replace(BASE, **on, **needs)
+        assert _key(changed) != _key(base_on), f"{name} is missing from the batch resume key"
     assert _key(changed) != _key(BASE), f"{name} is missing from the batch resume key"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
-from kvscribe import __version__
+from kvscribe import __version__, profile, registry
 from kvscribe.atomic_file import atomic_write_text
 from kvscribe.bench import cells as matrix_
 from kvscribe.bench.clips import Clip, read_manifest, shipped
@@ -45,6 +45,10 @@ class BenchOptions:
 def main(options: BenchOptions, console: Console) -> int:
     machine = hardware.detect()
     check_requested(options.device, machine)
+    for name in options.backends:
+        registry.registered(name)  # an unknown name is a usage error, not a skipped cell
+    for name in options.profiles:
+        profile.load(name, resolve_auto=False)
     clips = read_manifest(options.manifest) if options.manifest else shipped()
     cells = matrix_.matrix(
         list(options.backends) or _available_backends(console),
@@ -81,7 +85,6 @@ def main(options: BenchOptions, console: Console) -> int:
 
 
 def _available_backends(console: Console) -> list[str]:
-    from kvscribe import registry
 
     found = []
     for name, entry in registry.discover().items():
