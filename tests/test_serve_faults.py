@@ -139,8 +139,8 @@ def test_field_errors_name_the_apis_fields(served):
     status, verbose = _raw(served, _form(fields, audio), MULTIPART)
     assert status == 200 and wer(SAMPLE_TEXT, " ".join(w["word"] for w in verbose["words"])) < 0.1
     client = served.client()
-    with pytest.raises(openai.BadRequestError) as refused:
-        client.audio.translations.create(model="whisper-1", file=SAMPLE)
+    with pytest.raises(openai.BadRequestError) as refused, SAMPLE.open("rb") as audio:
+        client.audio.translations.create(model="whisper-1", file=audio)
     assert "cannot translate" in refused.value.message and "--task" not in refused.value.message
     nothing_left(served)
 
