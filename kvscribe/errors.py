@@ -6,6 +6,28 @@ and a hint that says what to do, so the CLI can print one line.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+# Paths the user never named, shown as what they did name: the spool of `kvscribe -` is
+# "stdin" (kvscribe/audio/stdin.py), not a temporary file gone by the time they read it.
+_SHOWN_AS: dict[str, str] = {}
+
+
+@contextmanager
+def shown_as(path: object, name: str) -> Iterator[None]:
+    """While inside, errors about `path` name it `name`."""
+    _SHOWN_AS[str(path)] = name
+    try:
+        yield
+    finally:
+        _SHOWN_AS.pop(str(path), None)
+
+
+def shown_name(path: object) -> str:
+    """How messages and events name `path`."""
+    return _SHOWN_AS.get(str(path), str(path))
+
 
 class ExitCode:
     """Process exit codes (docs/stats.md, "Exit codes")."""
@@ -35,7 +57,7 @@ class KvscribeError(Exception):
         """The whole error on one line: `subject: message (hint)`."""
         text = self.message
         if self.subject:
-            text = f"{self.subject}: {text}"
+            text = f"{shown_name(self.subject)}: {text}"
         if self.hint:
             text = f"{text} ({self.hint})"
         return " ".join(text.split())

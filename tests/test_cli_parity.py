@@ -125,6 +125,20 @@ def test_nothing_on_stdin_is_an_audio_error():
     assert "stdin" in stderr and len(stderr.strip().splitlines()) == 1
 
 
+def test_damaged_audio_on_stdin_is_named_stdin_not_its_spool(tmp_path):
+    """The error and the JSON events name what the user piped, not the temporary file it
+    was copied to (gone by the time they read the line)."""
+    cut = SAMPLE.read_bytes()[:20000]  # the header promises 11 s
+    proc = _piped("-", "-q", data=cut)
+    stderr = proc.stderr.decode()
+    assert proc.returncode == ExitCode.AUDIO_UNDECODABLE, stderr
+    assert stderr.startswith("kvscribe: error: stdin: incomplete") and "kvscribe-" not in stderr
+    proc = _piped("-", "-q", "-o", tmp_path / "out", "--json", data=cut)
+    events = [json.loads(line) for line in proc.stdout.decode().splitlines()]
+    assert [e["event"] for e in events] == ["started", "failed"], events
+    assert all(e["path"] == "stdin" for e in events) and "kvscribe-" not in events[1]["error"]
+
+
 # -- --vad-filter ------------------------------------------------------------------------
 
 

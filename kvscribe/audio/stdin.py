@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.errors import AudioDecodeError, UsageError
+from kvscribe.errors import AudioDecodeError, UsageError, shown_as
 
 DEFAULT_NAME = "stdin"
 # Raw PCM on stdin: 16 kHz mono, as `kvscribe mic --input -` and whisper.cpp take it.
@@ -29,7 +29,8 @@ _BLOCK = 1 << 20
 @contextmanager
 def spooled(stream: BinaryIO, name: str | None, input_format: str | None) -> Iterator[Path]:
     """A file holding everything read from `stream`, deleted on exit. Its stem is `name`
-    (default "stdin"), which is what output files are named after."""
+    (default "stdin"), which is what output files are named after; errors about it name
+    "stdin"."""
     if input_format is not None and input_format not in RAW_FORMATS:
         raise UsageError(
             f"unknown raw format {input_format!r}",
@@ -50,7 +51,8 @@ def spooled(stream: BinaryIO, name: str | None, input_format: str | None) -> Ite
                 subject="-",
                 hint="pipe audio in, e.g. cat talk.mp3 | kvscribe -",
             )
-        yield path
+        with shown_as(path, "stdin"):
+            yield path
 
 
 def _write_wav(stream: BinaryIO, out: BinaryIO, tag: int, bits: int) -> None:

@@ -22,7 +22,7 @@ from rich.text import Text
 from kvscribe.batch import Result, Summary, Task
 from kvscribe.cli.render import print_error
 from kvscribe.cli.terminal import audio_done, audio_progress
-from kvscribe.errors import KvscribeError
+from kvscribe.errors import KvscribeError, shown_name
 from kvscribe.inputs import Input
 from kvscribe.manifest import Record
 from kvscribe.types import Segment
@@ -137,7 +137,7 @@ class BatchView:
                 speech_unread_seconds=round(report.unread_speech_seconds, 2) if report else 0.0,
             )
             if not self.quiet and self._progress is None:
-                line = f"[{self.completed}/{self.total}] {path}"
+                line = f"[{self.completed}/{self.total}] {shown_name(path)}"
                 if probability is not None:
                     line += f" (detected language: {language}, p = {probability:.2f})"
                 self.console.print(
@@ -164,7 +164,7 @@ class BatchView:
         if self.quiet or report is None or not report.unread_stretches:
             return
         line = (
-            f"{path}: {report.unread_speech_seconds:.1f} s of speech "
+            f"{shown_name(path)}: {report.unread_speech_seconds:.1f} s of speech "
             f"({report.unread_stretches} stretch(es)) was skipped by every read and is not in "
             "the transcript; --batch-size 1 reads the file in order instead"
         )
@@ -228,7 +228,7 @@ class BatchView:
     def _event(self, kind: str, path: Path, **fields) -> None:
         if not self.json_events:
             return
-        sys.stdout.write(json.dumps({"event": kind, "path": str(path), **fields}) + "\n")
+        sys.stdout.write(json.dumps({"event": kind, "path": shown_name(path), **fields}) + "\n")
         sys.stdout.flush()
 
     def _error(self, error: KvscribeError) -> None:

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn
 from rich.text import Text
 
 from kvscribe.cli.render import print_error
-from kvscribe.errors import KvscribeError
+from kvscribe.errors import KvscribeError, shown_name
 from kvscribe.options import TranscribeOptions
 from kvscribe.types import Segment, Transcript
 from kvscribe.writers import RENDERERS, render_console_line, render_json_line
@@ -46,7 +46,7 @@ class TerminalListener:
 
     def file_started(self, source: Path, duration: float) -> None:
         if self.several and not self.options.quiet:
-            self.console.rule(f"{source} ({duration:.1f} s)", align="left", style="dim")
+            self.console.rule(f"{shown_name(source)} ({duration:.1f} s)", align="left", style="dim")
         self._duration = duration
         if self._progress is not None:
             self._task = self._progress.add_task(
