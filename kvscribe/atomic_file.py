@@ -2,29 +2,40 @@
 
 Transcripts, stats JSON and benchmark results all go through here, so an interrupted
 run (Ctrl-C, kill, a full disk) never leaves half a file where a whole one was expected.
+A path that is a symlink is written at its target (the link stays); one that is not a
+regular file (`/dev/stdout`, a FIFO, a device) is written into, never replaced by a file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 from kvscribe.errors import OutputError
 
+# The temporary name's marker: `.<name>.kvscribe-<random>.part` (the stale ones a killed run
+# leaves are recognised by it: kvscribe.batch).
+TEMP_MARKER = ".kvscribe-"
+
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write `text` to `path` via a temp file and rename; clean up on any failure."""
+    with contextlib.suppress(OSError):
+        if not stat.S_ISREG(os.stat(path).st_mode):  # follows a symlink (/dev/stdout is one)
+            _write_into(path, text)
+            return
+    path = Path(os.path.realpath(path)) if os.path.islink(path) else path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{path.name}{TEMP_MARKER}", suffix=".part", dir=path.parent
+        )
     except OSError as exc:
-        raise OutputError(
-            f"cannot write here: {exc.strerror}",
-            subject=str(path),
-            hint="choose another --output-dir or fix its permissions",
-        ) from exc
+        raise _error(path, "cannot write here", exc) from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
@@ -36,9 +47,30 @@ def atomic_write_text(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         if isinstance(exc, OSError):
-            raise OutputError(
-                f"write failed: {exc.strerror}",
-                subject=str(path),
-                hint="free some disk space or choose another --output-dir",
-            ) from exc
+            raise _error(path, "write failed", exc) from exc
         raise
+
+
+def _write_into(path: Path, text: str) -> None:
+    """A pipe, a terminal or a device: written as it is (there is nothing to rename)."""
+    try:
+        with open(path, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise _error(path, "write failed", exc) from exc
+
+
+def _error(path: Path, what: str, exc: OSError) -> OutputError:
+    return OutputError(f"{what}: {exc.strerror}", subject=str(path), hint=_hint(exc))
+
+
+def _hint(exc: OSError) -> str:
+    """The fix for this failure, not a guess: a full disk, a folder in the way, a file
+    where a folder must be, or permissions."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return "free some disk space or write elsewhere"
+    if exc.errno == errno.EISDIR:
+        return "a folder stands where the file goes: move it or write elsewhere"
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        return "a file stands where a folder must be: move it or write elsewhere"
+    return "write elsewhere or fix the permissions"

@@ -3,7 +3,7 @@
 One JSON record per finished input, appended and fsynced after its outputs are
 renamed into place, so a crash at any moment leaves either a complete record
 or none (a torn last line is ignored). The last record for an input wins. A
-record holds the input's fingerprint (size, mtime, sha256), the key of the
+record holds the input's fingerprint (size, mtime, inode, ctime, sha256), the key of the
 options that shape its outputs, and what became of it. Only one kvscribe run
 writes to an output folder at a time (a lock on `.kvscribe/lock`, on every OS).
 """
@@ -11,6 +11,7 @@ writes to an output folder at a time (a lock on `.kvscribe/lock`, on every OS).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from kvscribe.atomic_file import TEMP_MARKER
 from kvscribe.digest import sha256_file
 from kvscribe.errors import ExitCode, OutputError, UsageError
 
@@ -35,29 +37,34 @@ class Fingerprint:
     mtime_ns: int
     mode: int
     sha256: str | None  # None when the file cannot be read
+    # Another file moved or copied in with the same size and mtime (`mv`, `cp -p`, `rsync
+    # -t`) has another inode, or a newer ctime. 0: a record written before they were kept.
+    inode: int = 0
+    ctime_ns: int = 0
+
+    def stat_key(self) -> tuple[int, ...]:
+        return (self.size, self.mtime_ns, self.mode, self.inode, self.ctime_ns)
 
     def same_stat(self, other: Fingerprint | None) -> bool:
-        return other is not None and (self.size, self.mtime_ns, self.mode) == (
-            other.size,
-            other.mtime_ns,
-            other.mode,
-        )
+        return other is not None and self.stat_key() == other.stat_key()
 
 
 def fingerprint(path: Path, known: Fingerprint | None = None) -> Fingerprint | None:
-    """The file's fingerprint; its bytes are hashed only when size/mtime/mode moved."""
+    """The file's fingerprint; its bytes are hashed only when its stat moved."""
     try:
         stat = path.stat()
     except OSError:
         return None
-    quick = Fingerprint(stat.st_size, stat.st_mtime_ns, stat.st_mode, None)
+    quick = Fingerprint(
+        stat.st_size, stat.st_mtime_ns, stat.st_mode, None, stat.st_ino, stat.st_ctime_ns
+    )
     if quick.same_stat(known):
         return known
     try:
         digest = sha256_file(path)
     except OSError:
         return quick
-    return Fingerprint(stat.st_size, stat.st_mtime_ns, stat.st_mode, digest)
+    return dataclasses.replace(quick, sha256=digest)
 
 
 @dataclass
@@ -125,7 +132,8 @@ class Manifest:
 
     def __exit__(self, *exc_info) -> None:
         if self._handle is not None:
-            self._handle.close()
+            with contextlib.suppress(OSError):  # add() has said why: a full disk
+                self._handle.close()
         if self._lock is not None:
             self._lock.release()
 
@@ -135,21 +143,33 @@ class Manifest:
     def add(self, record: Record) -> None:
         """Append and fsync: once this returns, the record survives a crash."""
         assert self._handle is not None, "use the manifest as a context manager"
-        self._handle.write(record.to_json() + "\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        try:
+            self._handle.write(record.to_json() + "\n")
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+        except OSError as exc:  # a full disk: nothing more can be recorded, so the run stops
+            raise OutputError(
+                f"write failed: {exc.strerror}",
+                subject=str(self.path),
+                hint="free some disk space, then rerun to resume",
+            ) from None
         self.records[record.input] = record
 
     def compact(self) -> None:
         """Rewrite with one line per input (atomically), so the file does not grow forever."""
         assert self._handle is not None
-        staging = self.path.with_name(f".{NAME}.{os.getpid()}.part")
-        with open(staging, "w", encoding="utf-8") as out:
-            for record in self.records.values():
-                out.write(record.to_json() + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(staging, self.path)
+        staging = self.path.with_name(f".{NAME}{TEMP_MARKER}{os.getpid():06d}.part")
+        try:
+            with open(staging, "w", encoding="utf-8") as out:
+                for record in self.records.values():
+                    out.write(record.to_json() + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(staging, self.path)
+        except OSError:  # a full disk: the appended file stays as it is, whole
+            with contextlib.suppress(OSError):
+                os.unlink(staging)
+            return
         self._handle.close()
         self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (kept open)
 

@@ -11,6 +11,7 @@ transcripts: the driver alone writes outputs and the manifest.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import time
@@ -19,7 +20,9 @@ from pathlib import Path
 from typing import Protocol
 
 from kvscribe import profile as profiles
+from kvscribe.atomic_file import TEMP_MARKER
 from kvscribe.batch.executors import Executor, TaskEvents, local_executor
+from kvscribe.batch.guard import OutputGuard
 from kvscribe.batch.worker import Result, Task
 from kvscribe.errors import ExitCode, KvscribeError
 from kvscribe.inputs import Input, output_bases
@@ -39,8 +42,9 @@ __all__ = [
     "output_settings",
 ]
 
-# atomic_write_text's (kvscribe.atomic_file) temporary files: `.<name>.<random>.part`
-_STALE_PART = re.compile(r"^\..+\.[A-Za-z0-9_]{6,}\.part$")
+# atomic_write_text's (kvscribe.atomic_file) temporary files and Manifest.compact's:
+# `.<name>.kvscribe-<random>.part`, a name no one else gives a file
+_STALE_PART = re.compile(r"^\..+" + re.escape(TEMP_MARKER) + r"[A-Za-z0-9_]{6,}\.part$")
 
 
 class BatchListener(TaskEvents, Protocol):
@@ -121,8 +125,8 @@ class Batch:
             return summary
         key = options_key(output_settings(self.options))
         with Manifest(self.folder) as manifest:
-            _remove_stale_parts(self.folder)
             todo, skipped = self._plan(inputs, manifest, key, summary)
+            _remove_stale_parts(self.folder, todo)
             self.listener.planned(todo, skipped)
             try:
                 self._execute(todo, manifest, key, summary)
@@ -138,9 +142,12 @@ class Batch:
 
     def _plan(self, inputs: list[Input], manifest: Manifest, key: str, summary: Summary):
         bases = output_bases([entry for entry in inputs if entry.error is None])
+        guard = OutputGuard(self.folder, self.options.formats, inputs, manifest)
         todo: list[Task] = []
         skipped: list[tuple[Path, Record]] = []
         for entry in inputs:
+            if entry.error is None:
+                entry = dataclasses.replace(entry, error=guard.conflict(entry.path, bases))
             if entry.error is not None:
                 summary.input_errors += 1
                 summary.failures.append((entry.error.one_line(), entry.error.exit_code))
@@ -189,9 +196,12 @@ class Batch:
         try:
             for result in results:
                 self._write(result)
-                if self._record(result, manifest, key, summary) and self.fail_fast:
+                try:
+                    failed = self._record(result, manifest, key, summary)
+                except KvscribeError as exc:  # the manifest cannot be written (a full disk)
+                    summary.fatal = exc
                     break
-                if summary.fatal is not None:
+                if (failed and self.fail_fast) or summary.fatal is not None:
                     break
         finally:
             results.close()  # stops the workers now, not when the iterator is collected
@@ -250,11 +260,15 @@ class Batch:
         return failed
 
 
-def _remove_stale_parts(folder: Path) -> None:
-    """Temporary files a killed run left behind (never a finished output)."""
-    for root, dirs, names in os.walk(folder):
-        dirs[:] = [d for d in dirs if d != STATE_DIR]
-        for name in names:
-            if _STALE_PART.match(name):
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(root, name))
+def _remove_stale_parts(folder: Path, todo: list[Task]) -> None:
+    """Temporary files a killed run left behind (never a finished output) in the folders
+    this run writes to: the manifest's, and those of the inputs it transcribes (an input
+    killed while its outputs were written has no record, so it is in `todo` again). Only
+    kvscribe's own names, and no walk of the folder's whole tree."""
+    folders = {folder / STATE_DIR, *((folder / task.base).parent for task in todo)}
+    for place in folders:
+        with contextlib.suppress(OSError), os.scandir(place) as entries:
+            for entry in entries:
+                if _STALE_PART.match(entry.name) and entry.is_file(follow_symlinks=False):
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)

@@ -8,9 +8,11 @@ executor (kvscribe.cluster) follows the same Executor protocol.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import multiprocessing
 import multiprocessing.queues
 import os
+import signal
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -113,18 +115,16 @@ class ProcessPool:
             initargs=(self.options, threads, progress),
         )
         pending: dict[cf.Future, list[Task]] = {}
-        try:
-            shared = pool.submit(shares_in_process).result()  # the workers are alike
-        except cf.process.BrokenProcessPool:
-            shared = False  # the first task's result says the worker died
-        queue = list(reversed(parcels(todo, self.options, self.jobs, shared)))
-        try:
+        try:  # from the first submit on: an interrupt anywhere still shuts the pool down
+            shared = _first_worker_shares(pool)
+            queue = list(reversed(parcels(todo, self.options, self.jobs, shared)))
             while queue or pending:
                 while queue and len(pending) < self.jobs:  # one per worker: submitted = started
                     parcel = queue.pop()
                     for task in parcel:
                         events.started(task)
-                    pending[pool.submit(work_in_process, parcel)] = parcel
+                    with _workers_born_deaf_to_ctrl_c():
+                        pending[pool.submit(work_in_process, parcel)] = parcel
                 finished, _ = cf.wait(
                     pending, timeout=self.POLL_SECONDS, return_when=cf.FIRST_COMPLETED
                 )
@@ -138,6 +138,31 @@ class ProcessPool:
                         return
         finally:
             _shut_down(pool, pending, progress)
+
+
+def _first_worker_shares(pool: cf.ProcessPoolExecutor) -> bool:
+    """Whether the workers' short files share batches (they are alike: the first says)."""
+    with _workers_born_deaf_to_ctrl_c():
+        first = pool.submit(shares_in_process)
+    try:
+        return first.result()
+    except cf.process.BrokenProcessPool:
+        return False  # the first task's result says the worker died
+
+
+@contextlib.contextmanager
+def _workers_born_deaf_to_ctrl_c() -> Iterator[None]:
+    """Ctrl-C blocked while `submit` may start a worker process: the worker inherits the
+    block through fork and exec, and lifts it once its model is loaded (kvscribe.batch.worker
+    init_process). A Ctrl-C meanwhile reaches this process when the block is lifted here."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _relay(progress: multiprocessing.queues.SimpleQueue, events: TaskEvents | None) -> None:

@@ -10,8 +10,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import multiprocessing.connection
 import multiprocessing.queues
 import os
+import signal
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -19,7 +22,7 @@ from pathlib import Path, PurePosixPath
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio.stream import Samples, open_streamed
 from kvscribe.chunking import MAX_SECONDS
-from kvscribe.errors import EngineError, KvscribeError
+from kvscribe.errors import EngineError, ExitCode, KvscribeError
 from kvscribe.machine.memtrace import peak_rss_bytes
 from kvscribe.manifest import Fingerprint, fingerprint
 from kvscribe.options import TranscribeOptions
@@ -330,9 +333,37 @@ def init_process(
     """Runs once in each worker process: share the cores, load the model, keep the queue
     that carries progress to the driver (kvscribe.batch.executors.ProcessPool drains it)."""
     global _WORKER, _PROGRESS
+    _exit_with_the_driver()
     os.environ["OMP_NUM_THREADS"] = str(threads)
     _PROGRESS = progress
     _WORKER = Worker(options)
+    _hear_ctrl_c_from_now_on()
+
+
+def _exit_with_the_driver() -> None:
+    """A driver killed outright (kill -9, the OOM killer, a supervisor's timeout) cannot stop
+    its workers: each watches the driver and exits with it, rather than hold its model for
+    good."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(ExitCode.INTERRUPTED)
+
+    threading.Thread(target=watch, name="kvscribe-driver-watch", daemon=True).start()
+
+
+def _hear_ctrl_c_from_now_on() -> None:
+    """Workers start with Ctrl-C blocked (kvscribe.batch.executors): one that arrives while
+    they import and load their model would print their tracebacks over the driver's one
+    line. A Ctrl-C that came meanwhile stops this worker quietly (the driver stops too)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        return
+    if signal.SIGINT in signal.sigpending():
+        os._exit(ExitCode.INTERRUPTED)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def shares_in_process() -> bool:

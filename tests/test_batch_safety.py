@@ -1,0 +1,233 @@
+"""What a batch into an output folder must never do, for real: replace an input or another
+input's transcript, miss a replaced recording, delete a file it did not write, crash on a
+manifest it cannot write, or leave its workers behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from kvscribe.errors import ExitCode
+from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
+
+pytestmark = [pytest.mark.model]
+
+OTHER = EVAL_DIR / "ps_librivox_ss01_0870.wav"  # a second short recording, other words
+FAST = ("--beam-size", "1", "-f", "txt", "-q")
+
+
+def test_an_output_never_replaces_another_input_s_transcript_or_an_input(tmp_path):
+    a, b, out = tmp_path / "in" / "a", tmp_path / "in" / "b", tmp_path / "out"
+    a.mkdir(parents=True)
+    b.mkdir()
+    shutil.copy(SAMPLE, a / "cards.wav")
+    shutil.copy(OTHER, b / "cards.wav")
+    assert run_cli(a, "-o", out, *FAST).code == 0
+    first = (out / "cards.txt").read_text()
+    assert wer(SAMPLE_TEXT, first) <= 0.1
+    refused = run_cli(b, "-o", out, *FAST)  # each run given one folder: both are cards.txt
+    assert refused.code == ExitCode.SOME_FAILED
+    assert f"holds the transcript of {a / 'cards.wav'}" in refused.stderr
+    assert "--output-dir" in refused.stderr and refused.stderr.count("\n") == 1
+    assert (out / "cards.txt").read_text() == first  # nothing lost
+    assert run_cli(a, "-o", out, *FAST).code == 0 and (out / "cards.txt").read_text() == first
+    # A recording moved to another folder takes its outputs over.
+    moved = tmp_path / "in" / "c"
+    a.rename(moved)
+    assert run_cli(moved, "-o", out, *FAST, "--force").code == 0
+    # A recording named like an output, into its own folder: refused, the audio kept.
+    named = tmp_path / "named"
+    named.mkdir()
+    shutil.copy(SAMPLE, named / "talk.txt")
+    refused = run_cli(named / "talk.txt", "-o", named, *FAST)
+    assert refused.code == ExitCode.SOME_FAILED and "would replace the input" in refused.stderr
+    assert (named / "talk.txt").read_bytes() == SAMPLE.read_bytes()
+
+
+def test_a_recording_replaced_with_the_same_size_and_mtime_is_done_again(tmp_path):
+    """`cp -p`, `rsync -t` or `mv` of another take of the same length: its inode and ctime
+    differ, so its bytes are hashed again."""
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    shutil.copy(SAMPLE, folder / "x.wav")
+    assert run_cli(folder, "-o", out, *FAST).code == 0
+    stat = (folder / "x.wav").stat()
+    other = bytearray(SAMPLE.read_bytes())
+    samples = other.index(b"data") + 8
+    other[samples:] = bytes(len(other) - samples)  # the same header and size, 11 s of silence
+    replacement = tmp_path / "replacement.wav"
+    replacement.write_bytes(other)
+    os.utime(replacement, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    replacement.rename(folder / "x.wav")
+    rerun = run_cli(folder, "-o", out, "--json", *FAST)
+    events = [json.loads(line) for line in rerun.stdout.splitlines()]
+    assert [e["event"] for e in events] == ["started", "done"], events
+    assert wer(SAMPLE_TEXT, (out / "x.txt").read_text() or "-") == 1.0  # silence, not JFK
+
+
+def test_only_kvscribe_s_own_leftovers_are_removed(tmp_path):
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    shutil.copy(SAMPLE, folder / "x.wav")
+    (out / "photos").mkdir(parents=True)
+    theirs = out / "photos" / ".holiday.backup_2024.part"
+    theirs.write_text("precious")
+    ours = out / ".x.txt.kvscribe-a1b2c3d4.part"  # a kill -9 while x.txt was written
+    ours.write_text("half")
+    (out / ".kvscribe").mkdir()
+    staging = out / ".kvscribe" / ".manifest.jsonl.kvscribe-012345.part"
+    staging.write_text("half")
+    assert run_cli(folder, "-o", out, *FAST).code == 0
+    assert theirs.read_text() == "precious"
+    assert not ours.exists() and not staging.exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names fds through /proc")
+def test_a_manifest_that_cannot_be_written_stops_the_run_in_one_line(tmp_path, monkeypatch):
+    from kvscribe import batch
+    from kvscribe.inputs import expand
+    from kvscribe.options import TranscribeOptions
+
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    for name in ("a.wav", "b.wav"):
+        shutil.copy(SAMPLE, folder / name)
+    options = TranscribeOptions(inputs=(folder,), output_dir=out, formats=("txt",), beam_size=1)
+    real_fsync = os.fsync
+
+    def disk_full_for_the_manifest(fd):  # ENOSPC at the OS boundary, for the manifest only
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("manifest.jsonl"):
+            raise OSError(28, "No space left on device")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", disk_full_for_the_manifest)
+    summary = batch.Batch(options, _Quiet()).run(expand([folder]))
+    assert summary.fatal is not None and summary.exit_code == ExitCode.SOME_FAILED
+    line = summary.fatal.one_line()
+    assert "manifest.jsonl: write failed: No space left on device" in line and "rerun" in line
+    assert summary.done == 0  # the first record failed: the run stopped there
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    again = batch.Batch(options, _Quiet()).run(expand([folder]))
+    assert again.exit_code == ExitCode.OK and again.done == 2
+
+
+class _Quiet:
+    def planned(self, todo, skipped): ...
+    def started(self, task): ...
+    def retrying(self, task, attempt, attempts, reason): ...
+    def progress(self, task, seconds_done, duration, segment): ...
+    def finished(self, result): ...
+    def failed_input(self, entry): ...
+
+
+def _children(pid: int) -> set[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return set()
+    return {int(child) for child in text.split()}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _folder_of(tmp_path: Path, files: int) -> Path:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for index in range(files):
+        shutil.copy(SAMPLE, folder / f"f{index}.wav")
+    return folder
+
+
+def _workers_of(proc: subprocess.Popen, count: int, seconds: float = 60) -> set[int]:
+    """The driver's worker processes once `count` are there (bounded wait)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        workers = {
+            pid
+            for pid in _children(proc.pid)
+            if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        }
+        if len(workers) >= count:
+            return workers
+        time.sleep(0.01)
+    return set()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
+def test_workers_exit_when_their_driver_is_killed(tmp_path):
+    folder = _folder_of(tmp_path, 12)
+    argv = [KVSCRIBE, folder, "-o", tmp_path / "out", "--jobs", "2", *FAST]
+    proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
+    workers = _workers_of(proc, 2)
+    assert workers, "no worker processes started"
+    proc.kill()  # the driver alone: kill -9, the OOM killer
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
+        time.sleep(0.05)
+    left = [pid for pid in workers if _alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "workers outlived their driver"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
+def test_ctrl_c_while_the_workers_start_is_one_summary_and_no_traceback(tmp_path):
+    """A terminal's Ctrl-C reaches the whole process group, workers that are still
+    importing and loading their model too."""
+    folder = _folder_of(tmp_path, 6)
+    argv = [KVSCRIBE, folder, "-o", tmp_path / "out", "--jobs", "2", "-f", "txt"]
+    proc = subprocess.Popen(
+        argv, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True
+    )
+    stderr: list[bytes] = []
+    reader = threading.Thread(target=lambda: stderr.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    assert _workers_of(proc, 1), "no worker process started"
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    reader.join(10)
+    text = b"".join(stderr).decode(errors="replace")
+    assert code == ExitCode.INTERRUPTED, text
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+
+
+def test_a_pipe_or_a_symlink_is_written_through_never_replaced(tmp_path):
+    """`--stats-json /dev/stdout` (a symlink to a pipe or a terminal), a FIFO, a link to a
+    file: the run writes into what is there. Replacing it by a file (as root, a device
+    node too) broke the reader and the link."""
+    from kvscribe.atomic_file import atomic_write_text
+
+    fifo = tmp_path / "stats.fifo"
+    os.mkfifo(fifo)
+    read: list[str] = []
+    reader = threading.Thread(target=lambda: read.append(fifo.read_text()), daemon=True)
+    reader.start()
+    atomic_write_text(fifo, '{"a": 1}\n')
+    reader.join(10)
+    assert read == ['{"a": 1}\n'] and fifo.is_fifo()
+    target, link = tmp_path / "real.json", tmp_path / "link.json"
+    target.write_text("old")
+    link.symlink_to(target.name)
+    atomic_write_text(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"
+    assert not list(tmp_path.glob(".*.part"))
