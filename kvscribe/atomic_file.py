@@ -60,14 +60,27 @@ def _write_into(path: Path, text: str) -> None:
         raise _error(path, "write failed", exc) from exc
 
 
-def _error(path: Path, what: str, exc: OSError) -> OutputError:
-    return OutputError(f"{what}: {exc.strerror}", subject=str(path), hint=_hint(exc))
+def _error(path: Path | None, what: str, exc: OSError) -> OutputError:
+    subject = None if path is None else str(path)
+    return OutputError(f"{what}: {exc.strerror}", subject=subject, hint=_hint(exc))
+
+
+def write_failure(exc: OSError) -> OutputError | None:
+    """A full disk met outside a file kvscribe names (stdout, a transcript appended as it
+    is spoken), as the one-line error it is; None for any other OSError."""
+    if exc.errno not in FULL:
+        return None
+    return _error(Path(exc.filename) if exc.filename else None, "write failed", exc)
+
+
+# What a failed write's errno says: the disk, not a bug (a write to stdout meets them too).
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def _hint(exc: OSError) -> str:
     """The fix for this failure, not a guess: a full disk, a folder in the way, a file
     where a folder must be, or permissions."""
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+    if exc.errno in FULL:
         return "free some disk space or write elsewhere"
     if exc.errno == errno.EISDIR:
         return "a folder stands where the file goes: move it or write elsewhere"

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from kvscribe import audio
-from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, pooled_wer, run_cli
+from kvscribe.errors import ExitCode
+from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, pooled_wer, run_cli, wer
 from tests.ct2_paths import available
 
 pytestmark = [pytest.mark.model, pytest.mark.eval]
@@ -210,11 +211,27 @@ def test_bad_input_is_one_line_with_the_right_exit_code(tmp_path, args, code, wo
     assert len([line for line in err.splitlines() if "error" in line]) == 1
 
 
-def test_empty_pipe_is_a_session_with_nothing_said():
+def test_an_empty_pipe_or_a_file_on_the_pcm_pipe_is_one_line_exit_4(derived):
+    """As `kvscribe -` says of an empty pipe (a recorder that failed at once); a file's bytes
+    read as PCM are noise, so the session ended with no text and exit 0."""
     done = _live("--input", "-", stdin=b"")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == b""
-    assert "utterances" in done.stderr.decode()
+    err = done.stderr.decode()
+    assert done.returncode == ExitCode.AUDIO_UNDECODABLE, err
+    assert err.startswith("kvscribe: error: stdin: nothing arrived on stdin") and done.stdout == b""
+    for kind, said in (("mp3", "an MP3 file"), ("stereo_wav", "a WAV file of another rate")):
+        done = _live("--input", "-", stdin=derived[kind].read_bytes())
+        err = done.stderr.decode()
+        assert done.returncode == ExitCode.AUDIO_UNDECODABLE and said in err, err
+        assert "--input FILE" in err and err.count("\n") == 1
+    pcm_wav = _live("--input", "-", "-q", "--beam-size", "1", stdin=SAMPLE.read_bytes())
+    assert pcm_wav.returncode == 0 and wer(SAMPLE_TEXT, pcm_wav.stdout.decode()) <= 0.1
+
+
+def test_a_truncated_file_replayed_says_so_after_what_it_held(derived):
+    done = _live("--input", derived["truncated_wav"], "--as-fast-as-possible", "-q")
+    err = done.stderr.decode()
+    assert done.returncode == ExitCode.AUDIO_UNDECODABLE, err
+    assert "incomplete: the header says" in err and err.count("\n") == 1
 
 
 @pytest.mark.slow

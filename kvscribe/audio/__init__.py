@@ -96,9 +96,9 @@ def load_audio(path: Path) -> np.ndarray:
 def stream_audio(path: Path) -> Iterator[np.ndarray]:
     """Decode `path` lazily: mono 16 kHz float32 pieces of about GROUP_SAMPLES decoded
     samples each, so a long file replays in flat memory. Raises as load_audio does (decode
-    errors when reached)."""
+    errors when reached; a file shorter than its header says, at its end)."""
     check_readable(path)
-    _, chunks = open_stream(path)
+    info, chunks = open_stream(path)
     decoded = 0  # samples before this chunk
     for chunk in chunks:
         bad = np.flatnonzero(~np.isfinite(chunk))
@@ -107,6 +107,7 @@ def stream_audio(path: Path) -> Iterator[np.ndarray]:
             raise non_finite_error(path, f"non-finite samples (NaN/inf) from {at:.2f} s")
         decoded += chunk.size
         yield chunk
+    check_complete(path, info, decoded / SAMPLE_RATE)
 
 
 def _count_non_finite(samples: np.ndarray, block: int = 1 << 20) -> int:

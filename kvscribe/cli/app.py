@@ -89,6 +89,16 @@ def main() -> NoReturn:
     quick_exit.leave(0)
 
 
+def _exit_on_a_full_disk(exc: Exception) -> None:
+    """A write to stdout (or a file written as it goes) on a full disk: one line, exit 1."""
+    from kvscribe.atomic_file import write_failure
+
+    failure = write_failure(exc) if isinstance(exc, OSError) else None
+    if failure is not None:
+        sys.stderr.write(f"kvscribe: error: {failure.one_line()}\n")
+        sys.exit(failure.exit_code)
+
+
 def run() -> None:
     """The command in this process: usage errors exit 2, unexpected ones exit 1 in one line
     (raised as SystemExit, so a caller in the same process sees the status)."""
@@ -101,6 +111,7 @@ def run() -> None:
     except Exception as exc:
         if debug:
             raise
+        _exit_on_a_full_disk(exc)
         sys.stderr.write(
             f"kvscribe: internal error: {type(exc).__name__}: {exc} "
             "(rerun with --debug for the traceback, and please report it)\n"

@@ -4,7 +4,9 @@ to as text is committed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -48,21 +50,27 @@ class TranscriptFile:
 
     def utterance_done(self) -> None:
         if self._line_open:
-            self._write("\n")
-            os.fsync(self._file.fileno())
+            self._write("\n", sync=True)
         self._line_open = False
 
     def close(self) -> None:
-        self.utterance_done()
-        self._file.close()
+        try:
+            self.utterance_done()
+        finally:
+            with contextlib.suppress(OSError):  # what is left unwritten was said above
+                self._file.close()
 
-    def _write(self, text: str) -> None:
+    def _write(self, text: str, sync: bool = False) -> None:
         try:
             self._file.write(text)
             self._file.flush()
+            if sync and stat.S_ISREG(os.fstat(self._file.fileno()).st_mode):
+                os.fsync(self._file.fileno())
         except OSError as exc:
             raise OutputError(
-                f"write failed: {exc.strerror or exc}", subject=str(self.path)
+                f"write failed: {exc.strerror or exc}",
+                subject=str(self.path),
+                hint="free some disk space or pick another file for -o",
             ) from None
 
 

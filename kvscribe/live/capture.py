@@ -5,6 +5,7 @@ and hands mono 16 kHz float32 chunks to the session through a bounded queue."""
 from __future__ import annotations
 
 import queue
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -79,15 +80,58 @@ class PcmStdin:
         self.stream = stream
 
     def run(self, emit: Emit, stopped: threading.Event) -> None:
-        carry = b""
+        carry, first = b"", True
         while not stopped.is_set():
             data = self.stream.read(2 * _CHUNK)
             if not data:
+                if first:
+                    raise AudioDecodeError(
+                        "nothing arrived on stdin",
+                        subject="stdin",
+                        hint=f"pipe raw PCM in, e.g. {_PCM_EXAMPLE}",
+                    )
                 return
+            if first:
+                _refuse_a_container(data)
+                first = False
             data, carry = carry + data, b""
             if len(data) % 2:  # a sample split across reads
                 data, carry = data[:-1], data[-1:]
             emit(np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0)
+
+
+_PCM_EXAMPLE = "arecord -f S16_LE -r 16000 -c 1 | kvscribe mic --live --input -"
+# A file's first bytes where raw PCM was asked for: read as samples it is noise, and the
+# session would end with no text and no error.
+_CONTAINERS = {
+    b"ID3": "an MP3 file",
+    b"OggS": "an Ogg file",
+    b"fLaC": "a FLAC file",
+    b"\x1aE\xdf\xa3": "a Matroska or WebM file",
+}
+
+
+def _refuse_a_container(head: bytes) -> None:
+    """A container on stdin (a WAV other than 16 kHz mono 16-bit, whose header alone is
+    harmless noise): say so, with the fix."""
+    kind = next((name for magic, name in _CONTAINERS.items() if head.startswith(magic)), None)
+    if kind is None and head[4:8] == b"ftyp":
+        kind = "an MP4 or M4A file"
+    if kind is None and head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        fmt = head.find(b"fmt ")
+        pcm16 = fmt >= 0 and len(head) >= fmt + 24
+        if pcm16:
+            tag, channels, rate = struct.unpack_from("<HHI", head, fmt + 8)
+            bits = struct.unpack_from("<H", head, fmt + 22)[0]
+            pcm16 = (tag, channels, rate, bits) == (1, 1, audio.SAMPLE_RATE, 16)
+        kind = None if pcm16 else "a WAV file of another rate, width or channel count"
+    if kind is not None:
+        raise AudioDecodeError(
+            f"holds {kind}, not raw 16 kHz mono 16-bit PCM",
+            subject="stdin",
+            hint="give the file with --input FILE, or convert it: ffmpeg -i FILE -f s16le "
+            "-ar 16000 -ac 1 - | kvscribe mic --live --input -",
+        )
 
 
 def _rechunk(pieces) -> np.ndarray:
