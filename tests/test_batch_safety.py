@@ -231,3 +231,26 @@ def test_a_pipe_or_a_symlink_is_written_through_never_replaced(tmp_path):
     atomic_write_text(link, "new")
     assert link.is_symlink() and target.read_text() == "new"
     assert not list(tmp_path.glob(".*.part"))
+
+
+def test_stats_json_is_written_by_every_run_and_counts_every_failure(tmp_path):
+    """A script reads --stats-json after each run: a run that transcribed nothing wrote
+    none (the last run's file stayed), and inputs that failed before a worker took them
+    (missing, empty) were left out of it with -o, though not without."""
+    folder, out, stats = tmp_path / "in", tmp_path / "out", tmp_path / "stats.json"
+    folder.mkdir()
+    shutil.copy(SAMPLE, folder / "a.wav")
+    (folder / "empty.wav").write_bytes(b"")
+    first = run_cli(folder, "-o", out, *FAST, "--stats-json", stats)
+    assert first.code == ExitCode.SOME_FAILED
+    report = json.loads(stats.read_text())
+    assert (report["files_done"], report["files_failed"]) == (1, 1)
+    stats.unlink()
+    again = run_cli(folder / "a.wav", "-o", out, *FAST, "--stats-json", stats)  # done before
+    assert again.code == 0
+    report = json.loads(stats.read_text())
+    assert (report["files_done"], report["files_failed"]) == (0, 0)
+    assert any("1 done before" in note for note in report["notes"]), report["notes"]
+    missing = run_cli(tmp_path / "nothing.wav", *FAST, "--stats-json", stats)
+    assert missing.code == ExitCode.INPUT_NOT_FOUND
+    assert json.loads(stats.read_text())["files_failed"] == 1

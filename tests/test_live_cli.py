@@ -181,6 +181,9 @@ def test_no_microphone_is_one_clear_line():
     assert "microphone" in err and "--input" in err
     listed = run_cli("mic", "--list-devices")
     assert listed.code in (0, 3, 6) and "Traceback" not in listed.stderr
+    if listed.code == 3:  # none here either: the same one line, pointing at --input
+        assert listed.stderr.startswith("kvscribe: error: microphone: no input devices")
+        assert "--input" in listed.stderr and listed.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize(

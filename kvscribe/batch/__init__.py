@@ -67,6 +67,7 @@ class Summary:
     inputs: int = 0
     audio_seconds: float = 0.0
     stats: RunStats | None = None
+    unstarted: list[FileStats] = field(default_factory=list)  # inputs failed before a worker
 
     @property
     def exit_code(self) -> int:
@@ -119,9 +120,7 @@ class Batch:
         self.started = time.perf_counter()
         if all(entry.error is not None for entry in inputs):  # nothing to record: no folder
             for entry in inputs:
-                summary.input_errors += 1
-                summary.failures.append((entry.error.one_line(), entry.error.exit_code))
-                self.listener.failed_input(entry)
+                self._failed_before_start(entry, summary)
             return summary
         key = options_key(output_settings(self.options))
         with Manifest(self.folder) as manifest:
@@ -135,8 +134,17 @@ class Batch:
             manifest.compact()
         summary.not_started = len(todo) - summary.done - summary.failed
         if summary.stats is not None:
+            summary.stats.files[:0] = summary.unstarted  # in the stats as they are without -o
             summary.stats.finish()
         return summary
+
+    def _failed_before_start(self, entry: Input, summary: Summary) -> None:
+        """A missing or unreadable input, or one whose outputs may not be written."""
+        line = entry.error.one_line()
+        summary.input_errors += 1
+        summary.failures.append((line, entry.error.exit_code))
+        summary.unstarted.append(FileStats(str(entry.path), error=line))
+        self.listener.failed_input(entry)
 
     # -- planning ------------------------------------------------------------------------
 
@@ -149,9 +157,7 @@ class Batch:
             if entry.error is None:
                 entry = dataclasses.replace(entry, error=guard.conflict(entry.path, bases))
             if entry.error is not None:
-                summary.input_errors += 1
-                summary.failures.append((entry.error.one_line(), entry.error.exit_code))
-                self.listener.failed_input(entry)
+                self._failed_before_start(entry, summary)
                 continue
             record = manifest.get(entry.path)
             task = Task(entry.path, bases[entry.path], record.fingerprint if record else None)

@@ -24,7 +24,7 @@ from kvscribe.cli.render import (
     setup_logging,
     stderr_console,
 )
-from kvscribe.errors import ExitCode
+from kvscribe.errors import ExitCode, InputNotFoundError
 from kvscribe.option_values import check_writable
 from kvscribe.options import LiveOptions
 from kvscribe.provenance import BYTES_UNIT
@@ -61,8 +61,11 @@ def _list_devices() -> int:
 
     devices = microphone.input_devices()
     if not devices:
-        stderr_console().print("no input devices found (is a microphone connected?)")
-        return ExitCode.INPUT_NOT_FOUND
+        raise InputNotFoundError(
+            "no input devices found",
+            subject="microphone",
+            hint="plug one in, or transcribe a file or a pipe with --input FILE|-",
+        )
     for d in devices:
         mark = "*" if d.is_default else " "
         sys.stdout.write(

@@ -79,6 +79,7 @@ def _run(options: TranscribeOptions) -> int:
     """Transcripts to stdout, one input after the other."""
     from kvscribe.inputs import Selection, expand
     from kvscribe.runner import Runner
+    from kvscribe.stats import FileStats
 
     inputs = expand(options.inputs, Selection(options.recursive, options.globs))
     console = stderr_console()
@@ -86,6 +87,8 @@ def _run(options: TranscribeOptions) -> int:
         if all(entry.error is not None for entry in inputs):  # skip loading the model
             for entry in inputs:
                 listener.file_failed(entry.path, entry.error)
+            failed = [FileStats(str(e.path), error=e.error.one_line()) for e in inputs]
+            _report_stats(options, _nothing_transcribed(options, failed), console)
             return _exit_code([entry.error for entry in inputs], len(inputs))
         stats = Runner(options).run(inputs, listener)
     _report_stats(options, stats, console)
@@ -127,11 +130,26 @@ def _run_batch(options: TranscribeOptions, auto_jobs: bool, on_cluster=None) -> 
         view.close()
     if summary.fatal is not None:
         print_error(console, summary.fatal)
-    if summary.stats is not None and summary.stats.done:
-        _report_stats(options, summary.stats, console)
+    stats = summary.stats or _nothing_transcribed(options, summary.unstarted)
+    if summary.skipped_done or summary.skipped_failed:
+        stats.notes.append(
+            f"{summary.skipped_done} done before and {summary.skipped_failed} failed before "
+            "(unchanged): not transcribed again"
+        )
+    _report_stats(options, stats, console)
     if not options.quiet and view.several:
         console.print(view.summary(summary, time.perf_counter() - started))
     return summary.exit_code
+
+
+def _nothing_transcribed(options: TranscribeOptions, failed):
+    """A run that decoded nothing (every input failed, or was done before) still has its
+    stats, so a script reading --stats-json never reads an earlier run's."""
+    from kvscribe.stats import RunStats
+
+    stats = RunStats(options.backend, options.profile, options.model or "", files=list(failed))
+    stats.finish()
+    return stats
 
 
 def _report_stats(options: TranscribeOptions, stats, console) -> None:

@@ -40,7 +40,8 @@ class LiveStats:
     # The latencies of utterances committed at a pause; the others waited for their end (a
     # short one waits longer: Whisper reads it better with what may follow).
     at_pause: list[float] = field(default_factory=list)
-    decode_seconds: list[float] = field(default_factory=list)
+    decodes: int = 0
+    decode_seconds: list[float] = field(default_factory=list)  # the recent ones' (p50)
     tails_read_again: int = 0  # decodes whose words stopped short of their speech, read on
     kv: KvTally = field(default_factory=KvTally)  # the same figures and notes as file runs
     memory: list[tuple[float, int]] = field(default_factory=list)  # (audio seconds, RSS bytes)
@@ -57,6 +58,7 @@ class LiveStats:
             self.at_pause.append(latency)
 
     def record_decode(self, seconds: float, report: DecoderReport) -> None:
+        self.decodes += 1
         self.decode_seconds.append(seconds)
         self.kv.add(report)
         self.settings.update(report.settings)  # the decoding it ran, worded as for files
@@ -115,7 +117,7 @@ class LiveStats:
             "utterances_at_pause": len(self.at_pause),
             "latencies_at_pause_seconds": [round(x, 3) for x in self.at_pause],
             "latency_at_pause_p50_seconds": _rounded(percentile(self.at_pause, 0.5)),
-            "decodes": len(self.decode_seconds),
+            "decodes": self.decodes,
             "decode_p50_seconds": _rounded(percentile(self.decode_seconds, 0.5)),
             "tails_read_again": self.tails_read_again,
             **self.kv.to_dict(),
