@@ -254,3 +254,16 @@ def test_stats_json_is_written_by_every_run_and_counts_every_failure(tmp_path):
     missing = run_cli(tmp_path / "nothing.wav", *FAST, "--stats-json", stats)
     assert missing.code == ExitCode.INPUT_NOT_FOUND
     assert json.loads(stats.read_text())["files_failed"] == 1
+
+
+def test_fail_fast_stops_at_an_input_that_fails_before_it_is_decoded(tmp_path):
+    """A missing or empty input is a failure too: with --fail-fast nothing after it runs
+    (every file was transcribed, then exit 1)."""
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    shutil.copy(SAMPLE, folder / "a.wav")
+    result = run_cli(tmp_path / "missing.wav", folder, "-o", out, "--fail-fast", "--json", *FAST)
+    assert result.code == ExitCode.SOME_FAILED
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [e["event"] for e in events] == ["failed"], events
+    assert not (out / "a.txt").exists()

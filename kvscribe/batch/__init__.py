@@ -127,8 +127,9 @@ class Batch:
             todo, skipped = self._plan(inputs, manifest, key, summary)
             _remove_stale_parts(self.folder, todo)
             self.listener.planned(todo, skipped)
+            stopped = self.fail_fast and summary.input_errors  # an input failed already
             try:
-                self._execute(todo, manifest, key, summary)
+                self._execute([] if stopped else todo, manifest, key, summary)
             except KeyboardInterrupt:
                 summary.interrupted = True
             manifest.compact()

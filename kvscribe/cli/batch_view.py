@@ -200,7 +200,10 @@ class BatchView:
         ]
         if audio and wall_seconds:
             rows.append(("throughput", f"{audio / wall_seconds:.1f}x real time"))
-        if summary.not_started:
+        if summary.interrupted:  # those in progress are not finished either
+            rows.append(("stopped", "by Ctrl-C (rerun to resume)"))
+            rows.append(("not finished", str(summary.not_started)))
+        elif summary.not_started:
             rows.append(("not started", str(summary.not_started)))
         for label, value in rows:
             table.add_row(label, value)

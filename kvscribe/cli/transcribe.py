@@ -117,7 +117,8 @@ def _run_batch(options: TranscribeOptions, auto_jobs: bool, on_cluster=None) -> 
         if auto_jobs and on_cluster is None:
             jobs = capacity.default_jobs(model_bytes, backend_cls.capabilities.worker_per_core)
             options = dataclasses.replace(options, jobs=jobs)
-        warning = capacity.memory_warning(options.jobs, model_bytes)
+        readable = sum(entry.error is None for entry in inputs)  # no more workers than files
+        warning = capacity.memory_warning(min(options.jobs, readable), model_bytes)
         if warning and not options.quiet:
             console.print(f"[yellow]kvscribe: warning:[/] {warning}")
     executor = on_cluster.executor(options, model_bytes) if on_cluster else None
