@@ -326,10 +326,13 @@ def test_a_long_session_counts_every_decode_and_cores_busy_stays_within_the_core
     from kvscribe.stats import CpuClock
 
     stats = LiveStats("ctranslate2", "tiny-vram", "tiny.en", "-", paced=False, device="cpu")
+    decoded = DecoderReport()
+    decoded.settings["previous-text prompt"] = "on"  # the profile's, for a file's windows
     for _ in range(3000):
-        stats.record_decode(0.1, DecoderReport())
+        stats.record_decode(0.1, decoded)
     stats.finish()
     report = stats.to_dict()
     assert report["decodes"] == 3000 and report["decode_p50_seconds"] == 0.1
+    assert report["settings"]["previous-text prompt"].startswith("not used live")
     clock = CpuClock(started=0.0, stopped=0.01)  # one tick over 2 ms of wall time
     assert clock.figures(0.002)["cores_busy"] == 1.0

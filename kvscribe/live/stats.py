@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvscribe import setting_rows as row
 from kvscribe.contract import DecoderReport
 from kvscribe.machine.memtrace import MAX_SAMPLES as _MAX_SAMPLES
 from kvscribe.machine.memtrace import current_rss_bytes, peak_rss_bytes
@@ -62,6 +63,8 @@ class LiveStats:
         self.decode_seconds.append(seconds)
         self.kv.add(report)
         self.settings.update(report.settings)  # the decoding it ran, worded as for files
+        if row.PREVIOUS_TEXT in self.settings:  # a file's windows carry text; a buffer has one
+            self.settings[row.PREVIOUS_TEXT] = "not used live: each decode reads one buffer"
         if len(self.decode_seconds) > 4 * _MAX_SAMPLES:  # long sessions: keep the recent ones
             del self.decode_seconds[:_MAX_SAMPLES]
 
