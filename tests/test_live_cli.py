@@ -191,6 +191,7 @@ def test_no_microphone_is_one_clear_line():
     [
         (["--input", "missing.wav"], 3, "missing.wav"),
         (["--input", "notes.txt"], 4, "notes.txt"),
+        (["--input", "notes.txt", "-o", "out.txt"], 4, "notes.txt"),  # and no out.txt made
         (["--as-fast-as-possible"], 2, "--input FILE"),
         (["--input", "-", "--as-fast-as-possible"], 2, "--as-fast-as-possible"),
         (["--step", "0"], 2, "--step"),
@@ -212,6 +213,7 @@ def test_bad_input_is_one_line_with_the_right_exit_code(tmp_path, args, code, wo
     assert done.returncode == code, err
     assert words in err and "Traceback" not in err
     assert len([line for line in err.splitlines() if "error" in line]) == 1
+    assert not (tmp_path / "out.txt").exists()  # nothing written for a session never begun
 
 
 def test_an_empty_pipe_or_a_file_on_the_pcm_pipe_is_one_line_exit_4(derived):

@@ -50,6 +50,7 @@ class FileReplay:
 
     def __init__(self, path: Path, paced: bool):
         audio.check_readable(path)
+        audio.open_stream(path)[1].close()  # not audio: said before -o is made
         self.path, self.live = path, paced
         self.label = f"{path} ({'real-time replay' if paced else 'as fast as possible'})"
 
