@@ -218,13 +218,16 @@ class _EncodedShapes:
         return getattr(self._model, name)
 
 
-def test_a_shorter_encoder_window_encodes_the_audio_and_2_s_at_least_the_floor():
+def test_a_shorter_encoder_window_encodes_the_audio_and_2_s_at_least_the_floor(monkeypatch):
     """`encoder_window` (kvscribe mic --encoder-window): JFK's 11 s are encoded in 14 s of
     frames (11 s + 2 s, in steps of 2 s), not 30 s, and still read right; the setting row
     says so; a file over 30 s keeps Whisper's windows."""
     from kvscribe.audio.mel import encoder_frames
     from tests.conftest import SAMPLE, SAMPLE_TEXT, wer
 
+    # One thread, as in the suite's workers: with more, a replica decodes, not the spied
+    # engine (the test failed when run alone on 2 cores).
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     backend = loaded.fresh("ctranslate2")
     spy = _EncodedShapes(backend.engine.model)
     backend.engine.model = spy
@@ -242,3 +245,8 @@ def test_a_shorter_encoder_window_encodes_the_audio_and_2_s_at_least_the_floor()
     list(whole.segments)
     assert len(spy.shapes) >= 2 and {shape[-1] for shape in spy.shapes} == {3000}
     assert "encoder window" not in whole.report.settings
+    full = backend.transcribe(audio, DecodeRequest(word_timestamps=True))
+    list(full.segments)
+    # The estimated cross-attention cache is the window's 700 positions, not 1500.
+    assert run.report.kv_cross_bytes == full.report.kv_cross_bytes * 1400 // 3000 > 0
+

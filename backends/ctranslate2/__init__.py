@@ -22,7 +22,7 @@ from kvscribe import chunk_rounds
 from kvscribe import setting_rows as row
 from kvscribe.aligned_chunks import decoded_segments, shared_segments
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.audio.mel import ENCODER_MARGIN, encoder_frames
+from kvscribe.audio.mel import ENCODER_MARGIN, FRAMES_PER_WINDOW, encoder_frames
 from kvscribe.audio.stream import Samples, hold_history
 from kvscribe.backends.base import Backend
 from kvscribe.backends.ctranslate2 import engine_choice, halves
@@ -299,7 +299,10 @@ class CTranslate2Backend(Backend):
         report.settings[row.ENCODER_WINDOW] = (
             f"audio + {ENCODER_MARGIN:g} s, at least {request.encoder_window:g} s"
         )
-        return encoder_frames(audio.size / SAMPLE_RATE, request.encoder_window)
+        frames = encoder_frames(audio.size / SAMPLE_RATE, request.encoder_window)
+        # The cross-attention cache holds the window's positions, not 30 s worth.
+        report.kv_cross_bytes = report.kv_cross_bytes * frames // FRAMES_PER_WINDOW
+        return frames
 
     def _language_of(
         self, audio, chunks, request: DecodeRequest, ahead: EncodedAhead | None = None
