@@ -54,6 +54,25 @@ class Selection:
         return not includes or any(_match(text, relative.name, g) for g in includes)
 
 
+def _no_audio_in(
+    folder: Path, selection: Selection, filtered: int, subfolders: bool
+) -> InputNotFoundError:
+    """Why a folder gave nothing to transcribe, and the fix that applies here."""
+    if filtered:
+        return InputNotFoundError(
+            f"no audio file matches --glob ({filtered} left out)",
+            subject=str(folder),
+            hint="check the patterns: " + " ".join(selection.globs),
+        )
+    deeper = not selection.recursive and subfolders
+    return InputNotFoundError(
+        "folder holds no audio files" + (" at its top" if deeper else ""),
+        subject=str(folder),
+        hint="pass audio files, a folder with .wav/.mp3/.flac/... in it"
+        + (", or add --recursive" if deeper else ""),
+    )
+
+
 def _match(path: str, name: str, pattern: str) -> bool:
     return fnmatch.fnmatchcase(path, pattern) or fnmatch.fnmatchcase(name, pattern)
 
@@ -104,29 +123,24 @@ def _file(path: Path, root: Path | None = None) -> Input:
 
 
 def _folder(folder: Path, selection: Selection) -> list[Input]:
-    files = []
+    files, filtered, subfolders = [], 0, False
     walker = (
         os.walk(folder) if selection.recursive else [next(os.walk(folder), (str(folder), [], []))]
     )
     for root, dirs, names in walker:
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # skip hidden folders
+        subfolders = subfolders or bool(dirs)
         for name in names:
             path = Path(root) / name
             relative = PurePosixPath(path.relative_to(folder).as_posix())
-            if not name.startswith(".") and selection.wants(relative) and looks_like_media(path):
+            if name.startswith(".") or not looks_like_media(path):
+                continue
+            if selection.wants(relative):
                 files.append(path)
+            else:
+                filtered += 1
     if not files:
-        return [
-            Input(
-                folder,
-                InputNotFoundError(
-                    "folder holds no audio files" + ("" if selection.recursive else " at its top"),
-                    subject=str(folder),
-                    hint="pass audio files, a folder with .wav/.mp3/.flac/... in it"
-                    + ("" if selection.recursive else ", or add --recursive"),
-                ),
-            )
-        ]
+        return [Input(folder, _no_audio_in(folder, selection, filtered, subfolders))]
     return [_file(p, folder) for p in sorted(files)]
 
 
@@ -161,6 +175,9 @@ def output_bases(inputs: list[Input]) -> dict[Path, PurePosixPath]:
         p: PurePosixPath(a.relative_to(common).with_suffix("").as_posix())
         for p, a in absolute.items()
     }
+    for path, base in bases.items():
+        if not base.name.strip("."):  # "..wav" has no stem to name outputs by: keep it whole
+            bases[path] = PurePosixPath(absolute[path].relative_to(common).as_posix())
     counts: dict[PurePosixPath, int] = {}
     for base in bases.values():
         counts[base] = counts.get(base, 0) + 1

@@ -234,6 +234,9 @@ def test_output_paths_stay_inside_the_output_folder(tmp_path):
     outside = Input(tmp_path / "other.wav")
     mixed = output_bases([Input(inner / "x.wav"), outside])
     assert mixed[inner / "x.wav"] == PurePosixPath("a/b/x") and mixed[outside.path].name == "other"
+    # A name with no stem keeps its extension (it stopped the whole batch with exit 2).
+    (inner / "..wav").write_bytes(b"")
+    assert output_bases([Input(inner / "..wav")])[inner / "..wav"] == PurePosixPath("..wav")
 
 
 def test_media_is_recognised_by_content(derived, tmp_path):
@@ -340,3 +343,17 @@ def test_a_full_disk_fails_that_file_only_and_a_rerun_retries_it(tmp_path, monke
     summary = batch.Batch(options, again).run(expand([folder]))
     assert again.skipped == ["a.wav"] and [r.task.path.name for r in again.results] == ["b.wav"]
     assert summary.exit_code == ExitCode.OK and (out / "b.txt").is_file()
+
+
+def test_a_folder_that_gives_nothing_says_why(tmp_path):
+    """A --glob that leaves every file out says so (it said the folder held no audio); the
+    --recursive hint only where there are folders below."""
+    (tmp_path / "flat").mkdir()
+    shutil.copy(SAMPLE, tmp_path / "flat" / "a.wav")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "deep" / "inner").mkdir(parents=True)
+    globbed = expand([tmp_path / "flat"], Selection(globs=("*.mp3",)))[0].error.one_line()
+    assert "no audio file matches --glob (1 left out)" in globbed and "*.mp3" in globbed
+    empty = expand([tmp_path / "empty"])[0].error.one_line()
+    assert "holds no audio files" in empty and "--recursive" not in empty
+    assert "add --recursive" in expand([tmp_path / "deep"])[0].error.one_line()
