@@ -192,6 +192,7 @@ def test_no_microphone_is_one_clear_line():
         (["--input", "missing.wav"], 3, "missing.wav"),
         (["--input", "notes.txt"], 4, "notes.txt"),
         (["--input", "notes.txt", "-o", "out.txt"], 4, "notes.txt"),  # and no out.txt made
+        (["--input", ""], 2, "--input: is empty"),  # was ".: is a directory"
         (["--as-fast-as-possible"], 2, "--input FILE"),
         (["--input", "-", "--as-fast-as-possible"], 2, "--as-fast-as-possible"),
         (["--step", "0"], 2, "--step"),

@@ -75,8 +75,9 @@ class OnnxBackend(SharesSteppedBatches, Backend):
         `--device cuda` on CUDA's)."""
         import onnxruntime
 
-        names = [p.removesuffix("ExecutionProvider") for p in onnxruntime.get_available_providers()]
-        return "onnxruntime: " + ", ".join(names)
+        available = onnxruntime.get_available_providers()
+        names = [p.removesuffix("ExecutionProvider") for p in available if p in _PROVIDERS.values()]
+        return "onnxruntime: " + ", ".join(names)  # the devices it runs on (not Azure's service)
 
     def load(self) -> None:
         from kvscribe.backends.onnx.engine import OnnxEngine, applicable_specs

@@ -24,7 +24,7 @@ from kvscribe.cli.render import (
     setup_logging,
     stderr_console,
 )
-from kvscribe.errors import ExitCode, InputNotFoundError
+from kvscribe.errors import ExitCode, InputNotFoundError, UsageError
 from kvscribe.option_values import check_writable
 from kvscribe.options import LiveOptions
 from kvscribe.provenance import BYTES_UNIT
@@ -81,6 +81,8 @@ def _open_source(options: LiveOptions):
     if options.source == "-":
         return capture.PcmStdin(sys.stdin.buffer)
     if options.source is not None:
+        if not options.source.strip():  # Path("") is the current folder
+            raise UsageError("is empty", subject="--input", hint="name a file, or - for a pipe")
         return capture.FileReplay(Path(options.source), options.paced)
     return microphone.Microphone(microphone.pick(options.mic))
 
