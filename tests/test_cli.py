@@ -351,7 +351,7 @@ def test_info_commands():
     )
     onnx_row = next(line for line in backends.stdout.splitlines() if line.startswith(" onnx "))
     assert "onnxruntime:" in onnx_row  # its execution providers in this install
-    assert "CPU" in onnx_row and "Azure" not in onnx_row  # devices, not Azure's cloud service
+    assert "Azure" not in backends.stdout  # devices, not onnxruntime's Azure cloud provider
     profiles = run_cli("profiles")
     assert profiles.code == 0 and "tiny-vram" in profiles.stdout and "auto picks" in profiles.stdout
     shown = run_cli("profiles", "show", "tiny-vram")
