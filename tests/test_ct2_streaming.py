@@ -249,4 +249,3 @@ def test_a_shorter_encoder_window_encodes_the_audio_and_2_s_at_least_the_floor(m
     list(full.segments)
     # The estimated cross-attention cache is the window's 700 positions, not 1500.
     assert run.report.kv_cross_bytes == full.report.kv_cross_bytes * 1400 // 3000 > 0
-

@@ -350,13 +350,19 @@ def test_audio_a_device_lost_is_reported_by_the_session_and_its_stats():
 
 
 def test_replay_errors_reach_the_session_as_one_error(tmp_path):
+    """A file that is missing or not audio fails before the session (and `-o`) begins; one
+    that only its decoding finds wrong (shorter than its header says) through the capture."""
     with pytest.raises(InputNotFoundError):
         FileReplay(tmp_path / "missing.wav", paced=False)
     junk = tmp_path / "junk.wav"
     junk.write_bytes(b"this is not audio at all" * 100)
-    capture = Capture(FileReplay(junk, paced=False))
+    with pytest.raises(AudioDecodeError, match="not an audio"):
+        FileReplay(junk, paced=False)
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes(SAMPLE.read_bytes()[:20000])
+    capture = Capture(FileReplay(cut, paced=False))
     capture.start()
-    with pytest.raises(AudioDecodeError):
+    with pytest.raises(AudioDecodeError, match="incomplete"):
         _drain(capture)
 
 

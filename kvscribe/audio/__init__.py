@@ -252,10 +252,22 @@ def _declared_seconds(path: Path, container, stream) -> float | None:
     if riff is not None:
         return riff
     if stream.duration is not None and stream.time_base is not None:
-        return float(stream.duration * stream.time_base)
-    if container.duration is not None:
-        return container.duration / 1_000_000
-    return None
+        seconds = float(stream.duration * stream.time_base)
+    elif container.duration is not None:
+        seconds = container.duration / 1_000_000
+    else:
+        return None
+    return None if _guessed_from_bitrate(path, container, stream, seconds) else seconds
+
+
+def _guessed_from_bitrate(path: Path, container, stream, seconds: float) -> bool:
+    """Whether FFmpeg's length of an MP3 is the file's size over its first frame's bit rate
+    (no Xing/Info frame count it could trust): an estimate, off by half for MP3s of two
+    rates joined, and then no grounds to call the file truncated."""
+    if container.format.name != "mp3" or not stream.bit_rate:
+        return False
+    guess = path.stat().st_size * 8 / stream.bit_rate
+    return abs(guess - seconds) <= 0.02 * max(seconds, 1.0)
 
 
 def _riff_data_seconds(path: Path) -> float | None:

@@ -123,8 +123,12 @@ class ProcessPool:
                     parcel = queue.pop()
                     for task in parcel:
                         events.started(task)
-                    with _workers_born_deaf_to_ctrl_c():
-                        pending[pool.submit(work_in_process, parcel)] = parcel
+                    try:
+                        with _workers_born_deaf_to_ctrl_c():
+                            pending[pool.submit(work_in_process, parcel)] = parcel
+                    except cf.process.BrokenProcessPool:  # a worker died as it started
+                        yield Result(parcel[0], error=_worker_died(), fatal=True)
+                        return
                 finished, _ = cf.wait(
                     pending, timeout=self.POLL_SECONDS, return_when=cf.FIRST_COMPLETED
                 )

@@ -358,21 +358,38 @@ def _exit_with_the_driver() -> None:
 def _hear_ctrl_c_from_now_on() -> None:
     """Workers start with Ctrl-C blocked (kvscribe.batch.executors): one that arrives while
     they import and load their model would print their tracebacks over the driver's one
-    line. A Ctrl-C that came meanwhile stops this worker quietly (the driver stops too)."""
+    line. One that came meanwhile is dropped here and answered as the worker's first task
+    (KeyboardInterrupt, sent back to the driver as that task's result: nothing printed
+    here, and no worker dies, which the pool would call broken)."""
+    global _INTERRUPTED
     if not hasattr(signal, "pthread_sigmask"):
         return
     if signal.SIGINT in signal.sigpending():
-        os._exit(ExitCode.INTERRUPTED)
+        _INTERRUPTED = True
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pending one is discarded
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        return
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+_INTERRUPTED = False  # a Ctrl-C came while this worker started
+
+
+def _unless_interrupted() -> None:
+    if _INTERRUPTED:
+        raise KeyboardInterrupt
 
 
 def shares_in_process() -> bool:
     assert _WORKER is not None
+    _unless_interrupted()
     return _WORKER.shares_batches()
 
 
 def work_in_process(parcel: list[Task]) -> list[Result]:
     assert _WORKER is not None
+    _unless_interrupted()
     return _WORKER.work_parcel(parcel, report=_send_progress)
 
 
