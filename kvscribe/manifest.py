@@ -121,6 +121,8 @@ class Manifest:
             self._lock = _take_lock(self.state / "lock", self.folder)
             self.records = _read(self.path)
             self._handle = open(self.path, "a", encoding="utf-8")
+            if _ends_torn(self.path):  # a crash mid-line: the next record starts a line
+                self._handle.write("\n")
         except OSError as exc:  # a folder no one may write in, checked only by trying
             self.__exit__()
             raise OutputError(
@@ -182,6 +184,16 @@ def _read(path: Path) -> dict[str, Record]:
             if record is not None:
                 records[record.input] = record
     return records
+
+
+def _ends_torn(path: Path) -> bool:
+    """Whether the file's last line lacks its newline (a record cut off by a crash)."""
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() == 0:
+            return False
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) != b"\n"
 
 
 def _take_lock(path: Path, folder: Path) -> FileLock:

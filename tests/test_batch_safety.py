@@ -267,3 +267,19 @@ def test_fail_fast_stops_at_an_input_that_fails_before_it_is_decoded(tmp_path):
     events = [json.loads(line) for line in result.stdout.splitlines()]
     assert [e["event"] for e in events] == ["failed"], events
     assert not (out / "a.txt").exists()
+
+
+def test_a_record_cut_off_by_a_crash_does_not_swallow_the_next(tmp_path):
+    """The manifest's last line lacks its newline after a crash mid-write: the next
+    record was appended onto it, and both were unreadable (their inputs redone)."""
+    from kvscribe.manifest import Manifest, Record
+
+    out = tmp_path / "out"
+    with Manifest(out) as manifest:
+        manifest.add(Record("/in/a.wav", None, "k", "done"))
+    path = out / ".kvscribe" / "manifest.jsonl"
+    path.write_text(path.read_text() + '{"v": 1, "input": "/in/b.wa')  # torn
+    with Manifest(out) as manifest:
+        manifest.add(Record("/in/c.wav", None, "k", "done"))
+    with Manifest(out) as manifest:
+        assert sorted(manifest.records) == ["/in/a.wav", "/in/c.wav"]
