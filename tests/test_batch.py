@@ -313,17 +313,49 @@ class _Collect:
     def failed_input(self, entry): ...
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names fds through /proc")
-def test_a_full_disk_fails_that_file_only_and_a_rerun_retries_it(tmp_path, monkeypatch):
-    from kvscribe import batch
+def _two_files(tmp_path: Path):
+    """A folder of two copies of the sample, and the options of a greedy -f txt run of it."""
     from kvscribe.options import TranscribeOptions
 
     folder, out = tmp_path / "in", tmp_path / "out"
     folder.mkdir()
     for name in ("a.wav", "b.wav"):
         shutil.copy(SAMPLE, folder / name)
-    options = TranscribeOptions(inputs=(folder,), output_dir=out, formats=("txt",), beam_size=1)
+    return folder, TranscribeOptions(
+        inputs=(folder,), output_dir=out, formats=("txt",), beam_size=1
+    )
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names fds through /proc")
+def test_a_manifest_that_cannot_be_written_stops_the_run_in_one_line(tmp_path, monkeypatch):
+    from kvscribe import batch
+
+    folder, options = _two_files(tmp_path)
+    real_fsync = os.fsync
+
+    def disk_full_for_the_manifest(fd):  # ENOSPC at the OS boundary, for the manifest only
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("manifest.jsonl"):
+            raise OSError(28, "No space left on device")
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", disk_full_for_the_manifest)
+    summary = batch.Batch(options, _Collect()).run(expand([folder]))
+    assert summary.fatal is not None and summary.exit_code == ExitCode.SOME_FAILED
+    line = summary.fatal.one_line()  # was an internal error
+    assert "manifest.jsonl: write failed: No space left on device" in line and "rerun" in line
+    assert summary.done == 0  # the first record failed: the run stopped there
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    again = batch.Batch(options, _Collect()).run(expand([folder]))
+    assert again.exit_code == ExitCode.OK and again.done == 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names fds through /proc")
+def test_a_full_disk_fails_that_file_only_and_a_rerun_retries_it(tmp_path, monkeypatch):
+    from kvscribe import batch
+
+    folder, options = _two_files(tmp_path)
+    out = options.output_dir
     real_fsync = os.fsync
 
     def disk_full_for_b(fd):  # fault injection at the OS boundary: ENOSPC for b's output only

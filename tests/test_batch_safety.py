@@ -1,6 +1,7 @@
 """What a batch into an output folder must never do, for real: replace an input or another
-input's transcript, miss a replaced recording, delete a file it did not write, crash on a
-manifest it cannot write, or leave its workers behind."""
+input's transcript, miss a replaced recording, delete a file it did not write, lose a
+record to a crash, or leave its workers behind (a manifest it cannot write:
+tests/test_batch.py, beside the full disk)."""
 
 from __future__ import annotations
 
@@ -88,44 +89,6 @@ def test_only_kvscribe_s_own_leftovers_are_removed(tmp_path):
     assert run_cli(folder, "-o", out, *FAST).code == 0
     assert theirs.read_text() == "precious"
     assert not ours.exists() and not staging.exists()
-
-
-@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names fds through /proc")
-def test_a_manifest_that_cannot_be_written_stops_the_run_in_one_line(tmp_path, monkeypatch):
-    from kvscribe import batch
-    from kvscribe.inputs import expand
-    from kvscribe.options import TranscribeOptions
-
-    folder, out = tmp_path / "in", tmp_path / "out"
-    folder.mkdir()
-    for name in ("a.wav", "b.wav"):
-        shutil.copy(SAMPLE, folder / name)
-    options = TranscribeOptions(inputs=(folder,), output_dir=out, formats=("txt",), beam_size=1)
-    real_fsync = os.fsync
-
-    def disk_full_for_the_manifest(fd):  # ENOSPC at the OS boundary, for the manifest only
-        if os.readlink(f"/proc/self/fd/{fd}").endswith("manifest.jsonl"):
-            raise OSError(28, "No space left on device")
-        return real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", disk_full_for_the_manifest)
-    summary = batch.Batch(options, _Quiet()).run(expand([folder]))
-    assert summary.fatal is not None and summary.exit_code == ExitCode.SOME_FAILED
-    line = summary.fatal.one_line()
-    assert "manifest.jsonl: write failed: No space left on device" in line and "rerun" in line
-    assert summary.done == 0  # the first record failed: the run stopped there
-    monkeypatch.setattr(os, "fsync", real_fsync)
-    again = batch.Batch(options, _Quiet()).run(expand([folder]))
-    assert again.exit_code == ExitCode.OK and again.done == 2
-
-
-class _Quiet:
-    def planned(self, todo, skipped): ...
-    def started(self, task): ...
-    def retrying(self, task, attempt, attempts, reason): ...
-    def progress(self, task, seconds_done, duration, segment): ...
-    def finished(self, result): ...
-    def failed_input(self, entry): ...
 
 
 def _children(pid: int) -> set[int]:
