@@ -17,14 +17,8 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from kvscribe import profile as profiles
-from kvscribe.batch.worker import (
-    Result,
-    Task,
-    Worker,
-    init_process,
-    shares_in_process,
-    work_in_process,
-)
+from kvscribe.batch.worker import Result, Task, Worker
+from kvscribe.batch.worker_process import init_process, shares_in_process, work_in_process
 from kvscribe.contract import DecodeRequest, completed
 from kvscribe.errors import EngineError
 from kvscribe.options import TranscribeOptions
@@ -157,8 +151,9 @@ def _first_worker_shares(pool: cf.ProcessPoolExecutor) -> bool:
 @contextlib.contextmanager
 def _workers_born_deaf_to_ctrl_c() -> Iterator[None]:
     """Ctrl-C blocked while `submit` may start a worker process: the worker inherits the
-    block through fork and exec, and lifts it once its model is loaded (kvscribe.batch.worker
-    init_process). A Ctrl-C meanwhile reaches this process when the block is lifted here."""
+    block through fork and exec, and lifts it once its model is loaded
+    (kvscribe.batch.worker_process.init_process). A Ctrl-C meanwhile reaches this process
+    when the block is lifted here."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return

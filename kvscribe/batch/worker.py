@@ -10,11 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import multiprocessing.connection
-import multiprocessing.queues
-import os
-import signal
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -22,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio.stream import Samples, open_streamed
 from kvscribe.chunking import MAX_SECONDS
-from kvscribe.errors import EngineError, ExitCode, KvscribeError
+from kvscribe.errors import EngineError, KvscribeError
 from kvscribe.machine.memtrace import peak_rss_bytes
 from kvscribe.manifest import Fingerprint, fingerprint
 from kvscribe.options import TranscribeOptions
@@ -319,83 +314,3 @@ def internal_error(task: Task, exc: Exception) -> EngineError:
         subject=str(task.path),
         hint="an engine bug: please report it, with the file; rerun to retry",
     )
-
-
-# -- a spawned worker process (--jobs N) -------------------------------------------------
-
-_WORKER: Worker | None = None
-_PROGRESS: multiprocessing.queues.SimpleQueue | None = None
-
-
-def init_process(
-    options: TranscribeOptions, threads: int, progress: multiprocessing.queues.SimpleQueue
-) -> None:
-    """Runs once in each worker process: share the cores, load the model, keep the queue
-    that carries progress to the driver (kvscribe.batch.executors.ProcessPool drains it)."""
-    global _WORKER, _PROGRESS
-    _exit_with_the_driver()
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    _PROGRESS = progress
-    _WORKER = Worker(options)
-    _hear_ctrl_c_from_now_on()
-
-
-def _exit_with_the_driver() -> None:
-    """A driver killed outright (kill -9, the OOM killer, a supervisor's timeout) cannot stop
-    its workers: each watches the driver and exits with it, rather than hold its model for
-    good."""
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
-
-    def watch() -> None:
-        multiprocessing.connection.wait([parent.sentinel])
-        os._exit(ExitCode.INTERRUPTED)
-
-    threading.Thread(target=watch, name="kvscribe-driver-watch", daemon=True).start()
-
-
-def _hear_ctrl_c_from_now_on() -> None:
-    """Workers start with Ctrl-C blocked (kvscribe.batch.executors): one that arrives while
-    they import and load their model would print their tracebacks over the driver's one
-    line. One that came meanwhile is dropped here and answered as the worker's first task
-    (KeyboardInterrupt, sent back to the driver as that task's result: nothing printed
-    here, and no worker dies, which the pool would call broken)."""
-    global _INTERRUPTED
-    if not hasattr(signal, "pthread_sigmask"):
-        return
-    if signal.SIGINT in signal.sigpending():
-        _INTERRUPTED = True
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pending one is discarded
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        return
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
-_INTERRUPTED = False  # a Ctrl-C came while this worker started
-
-
-def _unless_interrupted() -> None:
-    if _INTERRUPTED:
-        raise KeyboardInterrupt
-
-
-def shares_in_process() -> bool:
-    assert _WORKER is not None
-    _unless_interrupted()
-    return _WORKER.shares_batches()
-
-
-def work_in_process(parcel: list[Task]) -> list[Result]:
-    assert _WORKER is not None
-    _unless_interrupted()
-    return _WORKER.work_parcel(parcel, report=_send_progress)
-
-
-def _send_progress(task: Task, done: float, duration: float, segment: Segment | None) -> None:
-    """A SimpleQueue's put is written to the pipe before it returns (no feeder thread), so
-    a task's progress is there before its result: the driver shows them in that order."""
-    assert _PROGRESS is not None
-    with contextlib.suppress(OSError):  # the driver is gone: the work is moot, not failed
-        _PROGRESS.put((task, done, duration, segment))
