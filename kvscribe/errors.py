@@ -40,6 +40,13 @@ class ExitCode:
     MODEL_NOT_FOUND = 5
     BACKEND_UNAVAILABLE = 6
     INTERRUPTED = 130
+    TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a supervisor's stop: `timeout`, systemd, `docker stop`, a scheduler's time
+    limit), raised where Ctrl-C's KeyboardInterrupt would be, so that it stops a command
+    the same way: finished outputs kept, temporary files removed (kvscribe.cli.termination)."""
 
 
 class KvscribeError(Exception):

@@ -2,7 +2,36 @@
 
 from __future__ import annotations
 
+import subprocess
+import time
 from pathlib import Path
+
+
+def alive(pid: int) -> bool:
+    """Running (not gone, not a zombie waiting to be reaped)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def workers_of(proc: subprocess.Popen, count: int, seconds: float = 60) -> set[int]:
+    """A batch driver's `--jobs` worker processes once `count` are there (bounded wait;
+    empty if they never were)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        workers = {pid for pid in _children(proc.pid) if b"spawn_main" in _cmdline(pid)}
+        if len(workers) >= count:
+            return workers
+        time.sleep(0.01)
+    return set()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def whisper_cli_under(pid: int) -> list[int]:

@@ -18,6 +18,7 @@ import pytest
 
 from kvscribe.errors import ExitCode
 from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
+from tests.processes import alive, workers_of
 
 pytestmark = [pytest.mark.model]
 
@@ -91,21 +92,6 @@ def test_only_kvscribe_s_own_leftovers_are_removed(tmp_path):
     assert not ours.exists() and not staging.exists()
 
 
-def _children(pid: int) -> set[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return set()
-    return {int(child) for child in text.split()}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _folder_of(tmp_path: Path, files: int) -> Path:
     folder = tmp_path / "in"
     folder.mkdir()
@@ -114,35 +100,20 @@ def _folder_of(tmp_path: Path, files: int) -> Path:
     return folder
 
 
-def _workers_of(proc: subprocess.Popen, count: int, seconds: float = 60) -> set[int]:
-    """The driver's worker processes once `count` are there (bounded wait)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and proc.poll() is None:
-        workers = {
-            pid
-            for pid in _children(proc.pid)
-            if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        }
-        if len(workers) >= count:
-            return workers
-        time.sleep(0.01)
-    return set()
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
 def test_workers_exit_when_their_driver_is_killed(tmp_path):
     folder = _folder_of(tmp_path, 12)
     argv = [KVSCRIBE, folder, "-o", tmp_path / "out", "--jobs", "2", *FAST]
     proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
-    workers = _workers_of(proc, 2)
+    workers = workers_of(proc, 2)
     assert workers, "no worker processes started"
     proc.kill()  # the driver alone: kill -9, the OOM killer
     proc.wait()
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
+    while time.monotonic() < deadline and any(alive(pid) for pid in workers):
         time.sleep(0.05)
-    left = [pid for pid in workers if _alive(pid)]
+    left = [pid for pid in workers if alive(pid)]
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, "workers outlived their driver"
@@ -161,7 +132,7 @@ def test_ctrl_c_while_the_workers_start_is_one_summary_and_no_traceback(tmp_path
     stderr: list[bytes] = []
     reader = threading.Thread(target=lambda: stderr.append(proc.stderr.read()), daemon=True)
     reader.start()
-    assert _workers_of(proc, 1), "no worker process started"
+    assert workers_of(proc, 1), "no worker process started"
     os.killpg(proc.pid, signal.SIGINT)
     try:
         code = proc.wait(timeout=120)

@@ -24,7 +24,7 @@ from kvscribe.atomic_file import TEMP_MARKER
 from kvscribe.batch.executors import Executor, TaskEvents, local_executor
 from kvscribe.batch.guard import OutputGuard
 from kvscribe.batch.worker import Result, Task
-from kvscribe.errors import ExitCode, KvscribeError
+from kvscribe.errors import ExitCode, KvscribeError, Terminated
 from kvscribe.inputs import Input, output_bases
 from kvscribe.manifest import STATE_DIR, Manifest, Record, fingerprint, options_key
 from kvscribe.options import TranscribeOptions, output_shaping_values
@@ -61,7 +61,7 @@ class Summary:
     skipped_done: int = 0
     skipped_failed: int = 0
     not_started: int = 0
-    interrupted: bool = False
+    stopped_by: str | None = None  # "Ctrl-C" or "SIGTERM": the run was interrupted
     fatal: KvscribeError | None = None
     failures: list[tuple[str, int]] = field(default_factory=list)  # (one line, exit code)
     inputs: int = 0
@@ -73,8 +73,8 @@ class Summary:
     def exit_code(self) -> int:
         if self.fatal is not None:
             return self.fatal.exit_code
-        if self.interrupted:
-            return ExitCode.INTERRUPTED
+        if self.stopped_by is not None:
+            return ExitCode.TERMINATED if self.stopped_by == "SIGTERM" else ExitCode.INTERRUPTED
         if not self.failures:
             return ExitCode.OK
         return self.failures[0][1] if self.inputs == 1 else ExitCode.SOME_FAILED
@@ -130,8 +130,8 @@ class Batch:
             stopped = self.fail_fast and summary.input_errors  # an input failed already
             try:
                 self._execute([] if stopped else todo, manifest, key, summary)
-            except KeyboardInterrupt:
-                summary.interrupted = True
+            except KeyboardInterrupt as stop:
+                summary.stopped_by = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
             manifest.compact()
         summary.not_started = len(todo) - summary.done - summary.failed
         if summary.stats is not None:

@@ -13,6 +13,7 @@ from typer.core import TyperGroup
 
 from kvscribe import __version__
 from kvscribe.cli import quick_exit
+from kvscribe.cli.termination import sigterm_stops_like_ctrl_c
 from kvscribe.errors import ExitCode
 
 _ROOT_FLAGS = {"--help", "-h", "--version", "--install-completion", "--show-completion"}
@@ -104,7 +105,8 @@ def run() -> None:
     (raised as SystemExit, so a caller in the same process sees the status)."""
     debug = "--debug" in sys.argv
     try:
-        app()
+        with sigterm_stops_like_ctrl_c():
+            app()
     except KeyboardInterrupt:
         sys.stderr.write("kvscribe: interrupted\n")
         sys.exit(ExitCode.INTERRUPTED)

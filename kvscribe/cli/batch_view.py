@@ -200,8 +200,8 @@ class BatchView:
         ]
         if audio and wall_seconds:
             rows.append(("throughput", f"{audio / wall_seconds:.1f}x real time"))
-        if summary.interrupted:  # those in progress are not finished either
-            rows.append(("stopped", "by Ctrl-C (rerun to resume)"))
+        if summary.stopped_by:  # those in progress are not finished either
+            rows.append(("stopped", f"by {summary.stopped_by} (rerun to resume)"))
             rows.append(("not finished", str(summary.not_started)))
         elif summary.not_started:
             rows.append(("not started", str(summary.not_started)))

@@ -1,0 +1,110 @@
+"""SIGTERM, as `timeout`, systemd, `docker stop` or a job scheduler send it, stops a run as
+Ctrl-C does (kvscribe/cli/termination.py): Python's default ended the process on the spot,
+leaving stdin's spool (a copy of the whole recording) in the temp folder, no batch summary,
+and `--jobs` workers finishing files for nobody."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+import wave
+from pathlib import Path
+
+import pytest
+
+from kvscribe.errors import ExitCode
+from tests.conftest import KVSCRIBE, ROOT, SAMPLE
+from tests.processes import alive, workers_of
+
+pytestmark = [
+    pytest.mark.model,
+    pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc"),
+]
+
+TELEPHONE = ROOT / "eval" / "realform" / "asterisk_en_ivr_dev.wav"  # 6 minutes
+
+
+def _long_recording(path: Path, times: int = 3) -> Path:
+    """The telephone recording `times` over: long enough to be mid-run when stopped."""
+    with wave.open(str(TELEPHONE)) as source:
+        params, frames = source.getparams(), source.readframes(source.getnframes())
+    with wave.open(str(path), "wb") as out:
+        out.setparams(params)
+        out.writeframes(frames * times)
+    return path
+
+
+def _wait_for(condition, seconds: float = 60) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_sigterm_mid_file_removes_stdin_s_spool_and_exits_143(tmp_path):
+    recording = _long_recording(tmp_path / "long.wav")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    with recording.open("rb") as audio:
+        proc = subprocess.Popen(
+            [KVSCRIBE, "-", "-f", "txt"],
+            stdin=audio,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+    size = recording.stat().st_size
+
+    def spooled() -> bool:
+        return any(part.stat().st_size >= size for part in temp.glob("kvscribe-stdin-*/*"))
+
+    try:
+        assert _wait_for(spooled), "stdin was never spooled"
+        time.sleep(1.0)  # the model loads and decoding starts: 18 minutes of audio to go
+        assert proc.poll() is None, "finished before it could be stopped"
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = stderr.decode(errors="replace")
+    assert proc.returncode == ExitCode.TERMINATED, text
+    assert text.rstrip().splitlines()[-1] == "kvscribe: stopped by SIGTERM", text
+    assert "Traceback" not in text
+    assert not list(temp.glob("kvscribe-*")), "the spool of stdin was left behind"
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_batch_driver_stops_its_workers_and_keeps_what_finished(tmp_path):
+    """Sent to the driver alone (`kill PID`, `timeout`): the workers, which a terminal's
+    Ctrl-C would have reached too, stop with it instead of finishing their files."""
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    _long_recording(folder / "a_long.wav")
+    _long_recording(folder / "b_long.wav")
+    shutil.copy(SAMPLE, folder / "c_short.wav")
+    argv = [KVSCRIBE, folder, "-o", out, "--jobs", "2", "-f", "txt"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        workers = workers_of(proc, 2)
+        assert workers, "no worker processes started"
+        assert _wait_for(lambda: (out / ".kvscribe" / "manifest.jsonl").exists())
+        time.sleep(3.0)  # both workers loaded and decoding the long recordings
+        assert proc.poll() is None, "finished before it could be stopped"
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)  # not the minutes the files would take
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = stderr.decode(errors="replace")
+    assert proc.returncode == ExitCode.TERMINATED, text
+    assert "by SIGTERM (rerun to resume)" in text and "Traceback" not in text, text
+    assert _wait_for(lambda: not any(alive(pid) for pid in workers), 30), "workers left"
+    assert not list(out.rglob("*.part"))
+    assert not (out / "a_long.txt").exists() and not (out / "b_long.txt").exists()
