@@ -171,7 +171,8 @@ class TranscribeOptions(EngineOptions):
     max_line_count: int | None = _shaping_added(None)
     max_words_per_line: int | None = _shaping_added(None)
     word_level_tsv: bool = _shaping_added(False)  # tsv: a row per word
-    # Audio on stdin ("-"): named `output_name` in outputs; raw PCM needs `input_format`.
+    # Audio on stdin ("-") or one pipe: named `output_name` in outputs; raw PCM needs
+    # `input_format`.
     output_name: str | None = None
     input_format: str | None = None
     # Finding inputs in folders.
@@ -282,6 +283,13 @@ class TranscribeOptions(EngineOptions):
     def reads_stdin(self) -> bool:
         return any(str(path) == STDIN for path in self.inputs)
 
+    @property
+    def pipes(self) -> list[str]:
+        """Inputs that are named pipes (`kvscribe <(ffmpeg ...)`): read once, like stdin."""
+        from kvscribe.audio.stdin import is_pipe
+
+        return [str(path) for path in self.inputs if is_pipe(path)]
+
     def _check_vad(self) -> None:
         in_range("--vad-threshold", self.vad_threshold, 0.05, 0.95)
         in_range("--vad-min-speech", self.vad_min_speech, 0.0, 10.0)
@@ -318,14 +326,21 @@ class TranscribeOptions(EngineOptions):
             )
 
     def _check_stdin(self) -> None:
-        if not self.reads_stdin:
+        pipes = self.pipes
+        if pipes and self.output_dir is not None and len(self.inputs) > 1:
+            raise UsageError(
+                "a pipe is one input with --output-dir: it cannot be mixed with others",
+                subject=pipes[0],
+                hint="run kvscribe once per pipe, naming its outputs with --output-name",
+            )
+        if not self.reads_stdin and not (pipes and len(self.inputs) == 1):
             for flag, value in (
                 ("--output-name", self.output_name),
                 ("--input-format", self.input_format),
             ):
                 if value is not None:
                     raise UsageError(
-                        "only applies to audio read from stdin",
+                        "only applies to audio read from stdin or one pipe",
                         subject=flag,
                         hint="pass '-' as the input",
                     )

@@ -73,7 +73,22 @@ def shell_words(line: str) -> list[str]:
     comments dropped."""
     lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
-    return list(lexer)
+    return _substituted(list(lexer))
+
+
+def _substituted(words: list[str]) -> list[str]:
+    """A process substitution, `<(ffmpeg ...)`, is one word: the pipe bash passes."""
+    out, depth = [], 0
+    for word in words:
+        if word == "<(":
+            depth += 1
+            if depth == 1:
+                out.append("/dev/fd/63")
+        elif depth and word == ")":
+            depth -= 1
+        elif not depth:
+            out.append(word)
+    return out
 
 
 _SEPARATORS = {"|", "||", "&&", ";", "&"}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import wave
 from pathlib import Path
@@ -94,6 +95,34 @@ def test_stdin_without_a_name_writes_stdin_outputs(tmp_path):
     proc = _piped("-", "-o", out, "-f", "txt", "-q", data=SAMPLE.read_bytes())
     assert proc.returncode == 0, proc.stderr.decode()
     assert (out / "stdin.txt").is_file()
+
+
+def _through_a_pipe(command: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """`command` run by bash, where `<(...)` is a pipe (/dev/fd/63) that reads once."""
+    return subprocess.run(
+        ["bash", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "KVSCRIBE": str(KVSCRIBE), "TMPDIR": str(tmp_path)},
+        cwd=tmp_path,
+    )
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="process substitution needs bash")
+def test_a_pipe_given_as_a_file_is_read_once_like_stdin(tmp_path):
+    """`kvscribe <(ffmpeg -i talk.mp4 -f wav -)`: the pipe has no size, and was refused as
+    "an empty file"."""
+    wav = f"cat '{SAMPLE}'"
+    run = _through_a_pipe(f'"$KVSCRIBE" <({wav}) -o out --output-name talk -f txt -q', tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert wer(SAMPLE_TEXT, (tmp_path / "out" / "talk.txt").read_text()) <= 0.1
+    assert not list(tmp_path.glob("kvscribe-*")), "a spool was left behind"
+    empty = _through_a_pipe('"$KVSCRIBE" <(true) -q', tmp_path)
+    assert empty.returncode == ExitCode.AUDIO_UNDECODABLE, empty.stderr
+    assert "/dev/fd/" in empty.stderr and "nothing arrived through the pipe" in empty.stderr
+    mixed = _through_a_pipe(f'"$KVSCRIBE" <({wav}) "{SAMPLE}" -o out -q', tmp_path)
+    assert mixed.returncode == ExitCode.USAGE and "cannot be mixed" in mixed.stderr
 
 
 @pytest.mark.parametrize(

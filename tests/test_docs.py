@@ -135,6 +135,9 @@ def test_the_command_check_reads_pipes_redirections_and_aliases(tmp_path, monkey
     assert invocations("pip install . && .venv/bin/kvscribe samples/jfk.wav  # x") == [
         ["samples/jfk.wav"]
     ]
+    assert invocations("kvscribe <(ffmpeg -i a.mp4 -f wav -) -f srt > a.srt") == [
+        ["/dev/fd/63", "-f", "srt"]
+    ]
     parse(["talk.wav", "--output_dir", "out", "--word_timestamps", "True"])
 
 

@@ -1,4 +1,5 @@
-"""Audio piped on stdin (`kvscribe -`), spooled to a temporary file first.
+"""Audio piped on stdin (`kvscribe -`) or through a named pipe (`kvscribe <(ffmpeg ...)`,
+a FIFO), spooled to a temporary file first.
 
 The rest of kvscribe reads files: probing the container, checking the file is
 complete, batch manifests and workers all need one. Copying the pipe to disk in
@@ -8,11 +9,13 @@ to probe, so `--input-format` names it and the spool gets a WAV header.
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import struct
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -27,10 +30,12 @@ _BLOCK = 1 << 20
 
 
 @contextmanager
-def spooled(stream: BinaryIO, name: str | None, input_format: str | None) -> Iterator[Path]:
+def spooled(
+    stream: BinaryIO, name: str | None, input_format: str | None, source: str | None = None
+) -> Iterator[Path]:
     """A file holding everything read from `stream`, deleted on exit. Its stem is `name`
     (default "stdin"), which is what output files are named after; errors about it name
-    "stdin"."""
+    `source` (default "stdin": the pipe's path for a named pipe)."""
     if input_format is not None and input_format not in RAW_FORMATS:
         raise UsageError(
             f"unknown raw format {input_format!r}",
@@ -46,13 +51,51 @@ def spooled(stream: BinaryIO, name: str | None, input_format: str | None) -> Ite
             else:
                 _write_wav(stream, out, *RAW_FORMATS[input_format])
         if path.stat().st_size == 0:
-            raise AudioDecodeError(
-                "nothing arrived on stdin",
-                subject="-",
-                hint="pipe audio in, e.g. cat talk.mp3 | kvscribe -",
-            )
-        with shown_as(path, "stdin"):
+            raise _nothing_arrived(source)
+        with shown_as(path, source or "stdin"):
             yield path
+
+
+def _nothing_arrived(source: str | None) -> AudioDecodeError:
+    if source is None:
+        return AudioDecodeError(
+            "nothing arrived on stdin",
+            subject="-",
+            hint="pipe audio in, e.g. cat talk.mp3 | kvscribe -",
+        )
+    return AudioDecodeError(
+        "nothing arrived through the pipe",
+        subject=source,
+        hint="check the command that writes into it",
+    )
+
+
+def is_pipe(path: str | Path) -> bool:
+    """A named pipe: `<(ffmpeg ...)` in a shell is /dev/fd/63, which reads once and has no
+    size (it was "an empty file")."""
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+@contextmanager
+def spooled_pipes(
+    inputs: Sequence[str | Path], name: str | None, input_format: str | None
+) -> Iterator[tuple[str | Path, ...]]:
+    """`inputs` with each named pipe among them replaced by its spool, all deleted on exit;
+    other inputs as they are. A pipe's spool is named `name` (else after the pipe) and read
+    as `input_format` (the options allow both for one input only); errors name the pipe."""
+    with ExitStack() as stack:
+        replaced = []
+        for entry in inputs:
+            if is_pipe(entry):
+                with open(entry, "rb") as stream:
+                    stem = name or Path(entry).stem or None
+                    spool = spooled(stream, stem, input_format, source=str(entry))
+                    entry = stack.enter_context(spool)
+            replaced.append(entry)
+        yield tuple(replaced)
 
 
 def _write_wav(stream: BinaryIO, out: BinaryIO, tag: int, bits: int) -> None:

@@ -36,6 +36,9 @@ def transcribe(**given: Any) -> None:
 
 def _transcribe(given: dict[str, Any]) -> int:
     """The command's parameters as TranscribeOptions, run to stdout, a folder or a cluster."""
+    import dataclasses
+
+    from kvscribe.audio.stdin import spooled_pipes
     from kvscribe.cluster.flags import cluster_run
     from kvscribe.inputs import read_files_from
 
@@ -56,9 +59,12 @@ def _transcribe(given: dict[str, Any]) -> int:
     )
     if options.reads_stdin:
         return _run_stdin(options, jobs is None, on_cluster)
-    if output_dir is not None:
-        return _run_batch(options, jobs is None, on_cluster)
-    return _run(options)
+    with spooled_pipes(options.inputs, options.output_name, options.input_format) as inputs:
+        # `kvscribe <(ffmpeg ...)`: each pipe read once; its spool carries name and format.
+        options = dataclasses.replace(options, inputs=inputs, output_name=None, input_format=None)
+        if output_dir is not None:
+            return _run_batch(options, jobs is None, on_cluster)
+        return _run(options)
 
 
 def _run_stdin(options: TranscribeOptions, auto_jobs: bool, on_cluster=None) -> int:

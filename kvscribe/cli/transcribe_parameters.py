@@ -218,7 +218,7 @@ PARAMETERS: ParameterTable = {
             "--output-name",
             metavar="STEM",
             show_default="stdin",
-            help="Name outputs of audio read from stdin ('-') STEM.<format>.",
+            help="Name outputs of audio from stdin ('-') or one pipe, STEM.<format>.",
             rich_help_panel="Inputs",
         ),
     ),
@@ -228,7 +228,8 @@ PARAMETERS: ParameterTable = {
             None,
             "--input-format",
             metavar="RAW",
-            help="Audio on stdin is raw 16 kHz mono PCM: s16le or f32le (containers need no flag).",
+            help="Audio on stdin or one pipe is raw 16 kHz mono PCM: s16le or f32le "
+            "(no flag for a container).",
             rich_help_panel="Inputs",
         ),
     ),
