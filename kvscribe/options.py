@@ -286,9 +286,7 @@ class TranscribeOptions(EngineOptions):
     @property
     def pipes(self) -> list[str]:
         """Inputs that are named pipes (`kvscribe <(ffmpeg ...)`): read once, like stdin."""
-        from kvscribe.audio.stdin import is_pipe
-
-        return [str(path) for path in self.inputs if is_pipe(path)]
+        return [str(path) for path in self.inputs if _is_pipe(path)]
 
     def _check_vad(self) -> None:
         in_range("--vad-threshold", self.vad_threshold, 0.05, 0.95)
@@ -364,6 +362,12 @@ class TranscribeOptions(EngineOptions):
 STDIN = "-"
 
 
+def _is_pipe(path: str | Path) -> bool:
+    from kvscribe.audio.stdin import is_pipe
+
+    return is_pipe(path)
+
+
 @dataclass(frozen=True)
 class LiveOptions(EngineOptions):
     """`kvscribe mic`: where audio comes from, the engine, and the streaming policy."""
@@ -400,7 +404,7 @@ class LiveOptions(EngineOptions):
         in_range("--vad-threshold", self.vad_threshold, 0.05, 0.95)
         if self.encoder_window is not None:
             in_range("--encoder-window", self.encoder_window, 1.0, 30.0)
-        if not self.paced and self.source in (None, "-"):
+        if not self.paced and (self.source in (None, "-") or _is_pipe(self.source)):
             raise UsageError(
                 "only applies to replaying a file",
                 subject="--as-fast-as-possible",

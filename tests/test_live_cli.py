@@ -223,7 +223,7 @@ def test_an_empty_pipe_or_a_file_on_the_pcm_pipe_is_one_line_exit_4(derived):
     done = _live("--input", "-", stdin=b"")
     err = done.stderr.decode()
     assert done.returncode == ExitCode.AUDIO_UNDECODABLE, err
-    assert err.startswith("kvscribe: error: stdin: nothing arrived on stdin") and done.stdout == b""
+    assert err.startswith("kvscribe: error: stdin: nothing arrived (") and done.stdout == b""
     for kind, said in (("mp3", "an MP3 file"), ("stereo_wav", "a WAV file of another rate")):
         done = _live("--input", "-", stdin=derived[kind].read_bytes())
         err = done.stderr.decode()
@@ -231,6 +231,23 @@ def test_an_empty_pipe_or_a_file_on_the_pcm_pipe_is_one_line_exit_4(derived):
         assert "--input FILE" in err and err.count("\n") == 1
     pcm_wav = _live("--input", "-", "-q", "--beam-size", "1", stdin=SAMPLE.read_bytes())
     assert pcm_wav.returncode == 0 and wer(SAMPLE_TEXT, pcm_wav.stdout.decode()) <= 0.1
+
+
+def test_a_named_pipe_is_read_as_it_arrives_like_stdin():
+    """`--input <(arecord ...)`: a pipe has no size, and was refused as "an empty file"."""
+
+    def through_bash(source: str) -> subprocess.CompletedProcess:
+        command = f'"$KVSCRIBE" mic --live --input <({source}) -q --beam-size 1'
+        env = {**os.environ, "KVSCRIBE": str(KVSCRIBE)}
+        return subprocess.run(["bash", "-c", command], capture_output=True, env=env, timeout=120)
+
+    done = through_bash(f"cat '{SAMPLE}'")
+    assert done.returncode == 0, done.stderr.decode()
+    assert wer(SAMPLE_TEXT, done.stdout.decode()) <= 0.1
+    empty = through_bash("true")
+    err = empty.stderr.decode()
+    assert empty.returncode == ExitCode.AUDIO_UNDECODABLE, err
+    assert err.startswith("kvscribe: error: /dev/fd/") and "nothing arrived" in err
 
 
 def test_a_truncated_file_replayed_says_so_after_what_it_held(derived):

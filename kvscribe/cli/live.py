@@ -76,10 +76,13 @@ def _list_devices() -> int:
 
 
 def _open_source(options: LiveOptions):
+    from kvscribe.audio.stdin import is_pipe
     from kvscribe.live import capture, microphone
 
     if options.source == "-":
         return capture.PcmStdin(sys.stdin.buffer)
+    if options.source is not None and is_pipe(options.source):  # <(arecord ...): as stdin
+        return capture.PcmStdin(open(options.source, "rb"), name=options.source)
     if options.source is not None:
         if not options.source.strip():  # Path("") is the current folder
             raise UsageError("is empty", subject="--input", hint="name a file, or - for a pipe")

@@ -46,7 +46,7 @@ PARAMETERS: ParameterTable = {
             "-i",
             metavar="FILE|-",
             help="Instead of a microphone: replay an audio FILE at real-time pace, or read raw "
-            "s16le 16 kHz mono PCM from stdin ('-').",
+            "s16le 16 kHz mono PCM from stdin ('-') or a named pipe as it arrives.",
         ),
     ),
     "as_fast_as_possible": (

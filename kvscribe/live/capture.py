@@ -73,12 +73,13 @@ class PcmStdin:
     -r 16000 -c 1` or `ffmpeg ... -f s16le -ar 16000 -ac 1 -`. A writer faster than real time
     simply waits (the pipe fills); nothing is dropped."""
 
-    label = "stdin (s16le 16 kHz mono)"
     live = False
     overflows = 0
 
-    def __init__(self, stream: BinaryIO):
+    def __init__(self, stream: BinaryIO, name: str = "stdin"):  # or a named pipe's path
         self.stream = stream
+        self.name = name
+        self.label = f"{name} (s16le 16 kHz mono)"
 
     def run(self, emit: Emit, stopped: threading.Event) -> None:
         carry, first = b"", True
@@ -87,13 +88,13 @@ class PcmStdin:
             if not data:
                 if first:
                     raise AudioDecodeError(
-                        "nothing arrived on stdin",
-                        subject="stdin",
+                        "nothing arrived",
+                        subject=self.name,
                         hint=f"pipe raw PCM in, e.g. {_PCM_EXAMPLE}",
                     )
                 return
             if first:
-                _refuse_a_container(data)
+                _refuse_a_container(data, self.name)
                 first = False
             data, carry = carry + data, b""
             if len(data) % 2:  # a sample split across reads
@@ -112,7 +113,7 @@ _CONTAINERS = {
 }
 
 
-def _refuse_a_container(head: bytes) -> None:
+def _refuse_a_container(head: bytes, name: str) -> None:
     """A container on stdin (a WAV other than 16 kHz mono 16-bit, whose header alone is
     harmless noise): say so, with the fix."""
     kind = next((name for magic, name in _CONTAINERS.items() if head.startswith(magic)), None)
@@ -129,7 +130,7 @@ def _refuse_a_container(head: bytes) -> None:
     if kind is not None:
         raise AudioDecodeError(
             f"holds {kind}, not raw 16 kHz mono 16-bit PCM",
-            subject="stdin",
+            subject=name,
             hint="give the file with --input FILE, or convert it: ffmpeg -i FILE -f s16le "
             "-ar 16000 -ac 1 - | kvscribe mic --live --input -",
         )
