@@ -98,6 +98,7 @@ class Served:
             if self.proc.poll() is None:
                 self.proc.kill()
             self.proc.stdout.close()
+            self.log = self.proc.stderr.read()  # what the server said, for a test to check
             self.proc.stderr.close()
 
 

@@ -88,7 +88,12 @@ def test_streamed_deltas_join_to_the_done_text_and_the_plain_text(served, long_c
         assert "".join(deltas) == done[0].text == transcribe(client, path).text
 
 
-def test_models_are_listed_and_retrieved(served):
+def test_models_are_listed_and_retrieved_and_each_answer_counted(served):
+    def answered(route: str, status: int) -> float:
+        series = f'kvscribe_requests_total{{route="{route}",status="{status}"}}'
+        return served.metrics().get(series, 0)
+
+    before = answered("/v1/models/{name:path}", 200), answered("/v1/models", 200)
     client = served.client()
     assert [m.id for m in client.models.list()] == ["tiny.en"]
     assert client.models.retrieve("tiny.en").owned_by == "kvscribe"
@@ -96,6 +101,9 @@ def test_models_are_listed_and_retrieved(served):
     with pytest.raises(openai.NotFoundError) as missing:
         client.models.retrieve("whisper-9")
     assert "this server runs tiny.en" in missing.value.message
+    # Successes counted as their errors are (a dashboard showed those routes all failing).
+    after = answered("/v1/models/{name:path}", 200), answered("/v1/models", 200)
+    assert (after[0] - before[0], after[1] - before[1]) == (2, 1)
 
 
 def test_the_sdk_raises_its_typed_errors(served, tmp_path):

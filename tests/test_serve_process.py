@@ -16,6 +16,7 @@ import pytest
 
 from tests.conftest import KVSCRIBE, LONG_FORM, ROOT, SAMPLE
 from tests.serving import (  # noqa: F401 - fixtures
+    KEY,
     Served,
     long_clip,
     transcribe,
@@ -34,9 +35,11 @@ def test_sigterm_drains_the_requests_running(tmp_path, long_clip):
             time.sleep(1.5)
             served.proc.send_signal(15)
             health = _health(served)  # a load balancer's probe sends traffic elsewhere
+            session = _realtime_handshake(served)  # accepted, it died on its first audio
             texts = [r.result().text for r in running]
         assert all(texts)
         assert health[0] == 503 and health[1]["status"] == "draining"
+        assert session[0] == 503 and session[1]["error"]["code"] == "shutting_down", session
         assert served.proc.wait(120) == 0
         assert "Traceback" not in served.proc.stderr.read()
     finally:
@@ -79,6 +82,22 @@ def _health(served: Served) -> tuple[int, dict]:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as answered:
         return answered.code, json.loads(answered.read())
+
+
+def _realtime_handshake(served: Served) -> tuple[int, dict]:
+    """A realtime socket's handshake: (101, {}) accepted, else the refusal's status and body."""
+    import json
+
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    url = served.url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+    headers = {"Authorization": f"Bearer {KEY}"}
+    try:
+        with connect(url, additional_headers=headers, open_timeout=30):
+            return 101, {}
+    except InvalidStatus as refused:
+        return refused.response.status_code, json.loads(refused.response.body or b"{}")
 
 
 def test_listening_beyond_loopback_needs_a_key(tmp_path):

@@ -171,6 +171,7 @@ def _run(options, console) -> int:
             hint="pip install 'kvscribe[serve]'",
         ) from None
     from kvscribe.runner import decode_request
+    from kvscribe.serve import keys
     from kvscribe.serve.scheduler import QueueLimits, Scheduler
 
     key = options.api_key()
@@ -201,6 +202,12 @@ def _run(options, console) -> int:
             f"model {backends[0].model.name}, backend {stats.backend}, profile "
             f"{stats.profile}, device {stats.device}, {len(backends)} lane(s); API key: "
             f"{'required' if key else 'none (loopback only)'}; {describe_budget(kv)}"
+        )
+    if key and not keys.browser_can_send(key) and not options.quiet:
+        console.print(
+            "[yellow]kvscribe: warning:[/] a browser cannot send this API key on a WebSocket "
+            "(only letters, digits and !#$%&'*+-.^_`|~): the page at / cannot record; "
+            "clients that send it in a header can"
         )
     config = uvicorn.Config(
         create_app(server),

@@ -41,7 +41,8 @@ from kvscribe.serve.forms import (
     spool,
 )
 from kvscribe.serve.metrics import Metrics
-from kvscribe.serve.realtime import SessionLimits, serve_socket
+from kvscribe.serve.realtime import SessionLimits
+from kvscribe.serve.realtime_socket import serve_socket
 from kvscribe.serve.scheduler import Decoded, Failed, Finished, Job, Scheduler, Started
 from kvscribe.stats import FileStats, RunStats
 from kvscribe.types import Transcript
@@ -129,14 +130,25 @@ def create_app(server: Server) -> Starlette:
         server.metrics.answered(route_of(request.scope), exc.status)
         return JSONResponse(exc.body(), exc.status, headers=exc.headers())
 
+    def counted(handler):
+        """A route whose answers `/metrics` counts (its errors are counted in api_error;
+        the audio routes count their own, with their latency)."""
+
+        async def answer(request: Request) -> Response:
+            response = await handler(request)
+            server.metrics.answered(route_of(request.scope), response.status_code)
+            return response
+
+        return answer
+
     routes = [
-        Route("/", page),
+        Route("/", counted(page)),
         Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
         Route("/v1/audio/translations", translations, methods=["POST"]),
-        Route("/v1/models", models),
-        Route("/v1/models/{name:path}", model),
-        Route("/health", health),
-        Route("/metrics", metrics),
+        Route("/v1/models", counted(models)),
+        Route("/v1/models/{name:path}", counted(model)),
+        Route("/health", counted(health)),
+        Route("/metrics", counted(metrics)),
         WebSocketRoute("/v1/realtime", realtime),
     ]
 

@@ -19,12 +19,9 @@ session with it: the waiting decode is cancelled, the threads end.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
-import contextlib
 import dataclasses
-import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +33,6 @@ from kvscribe.contract import DecodeRequest, DecoderReport, Transcription
 from kvscribe.live.capture import Capture
 from kvscribe.live.stats import LiveStats
 from kvscribe.live.streaming import StreamSettings
-from kvscribe.serve import keys
 from kvscribe.serve.api_errors import ApiError
 from kvscribe.serve.realtime_audio import SocketAudio
 from kvscribe.serve.realtime_protocol import (
@@ -45,9 +41,6 @@ from kvscribe.serve.realtime_protocol import (
     SessionConfig,
     SessionError,
     error_event,
-    new_id,
-    parse,
-    updated_config,
 )
 from kvscribe.serve.realtime_turns import ClientTurns
 from kvscribe.serve.scheduler import Decoded, Failed, Finished, Job, Scheduler, Started
@@ -99,7 +92,12 @@ class LaneEngine:
             if self.closed.is_set():
                 self.scheduler.cancel(self._job)
                 raise SessionClosed
-        transcription = _transcription(events)
+        try:
+            transcription = _transcription(events)
+        finally:
+            # A raised error would hold this frame, and through it the session's audio, in
+            # a cycle only a full collection frees (about 225 MB a failed session).
+            events.clear()
         self.decoded(transcription.report)
         return transcription
 
@@ -127,7 +125,12 @@ class LaneEngine:
 def _transcription(events: list) -> Transcription:
     failed = next((e for e in events if isinstance(e, Failed)), None)
     if failed is not None:
-        raise failed.error
+        error = failed.error
+        del failed
+        try:
+            raise error
+        finally:
+            del error  # nor may this frame hold it (the same cycle)
     started = next(e for e in events if isinstance(e, Started))
     finished = next(e for e in events if isinstance(e, Finished))
     segments = [e.segment for e in events if isinstance(e, Decoded)]
@@ -158,13 +161,26 @@ class RealtimeSession:
         self._thread: threading.Thread | None = None  # server VAD: the live session's
         self._session = None
         self._turns: ClientTurns | None = None  # turn_detection null: the client's turns
+        self._uncommitted = 0  # bytes of audio appended since the last commit (server VAD)
+        self.ended: str | None = None  # why the session's decoding ended (an engine error)
+
+    def _check_not_ended(self) -> None:
+        """Audio for a session that can no longer decode is refused, not kept unread."""
+        if self.ended is not None:
+            raise SessionError(
+                f"the session's decoding has ended ({self.ended}): start a new session",
+                "session_ended",
+            )
 
     def configure(self, config: SessionConfig) -> None:
         if self._thread is not None or self._turns is not None:
-            if config.language != self.config.language:
-                raise SessionError(
-                    "the language is fixed once audio has come", "invalid_value", "language"
-                )
+            for name in ("language", "prompt"):  # the session's decodes were set up with them
+                if getattr(config, name) != getattr(self.config, name):
+                    raise SessionError(
+                        f"the {name} is fixed once audio has come: start a new session",
+                        "invalid_value",
+                        name,
+                    )
             if config.server_vad != self.config.server_vad:
                 raise SessionError(
                     "turn detection is fixed once audio has come",
@@ -174,10 +190,15 @@ class RealtimeSession:
         self.config = config
 
     def append(self, event: dict) -> None:
+        self._check_not_ended()
+        audio = event.get("audio")
+        if not isinstance(audio, str):
+            raise SessionError("audio must be a string of base64 PCM16", "invalid_value", "audio")
         try:
-            pcm = base64.b64decode(event.get("audio") or "", validate=True)
+            pcm = base64.b64decode(audio, validate=True)
         except (binascii.Error, ValueError):
             raise SessionError("audio is not base64", "invalid_value", "audio") from None
+        self._uncommitted += len(pcm)
         if self.audio.seconds + len(pcm) / 2 / INPUT_RATE > self.limits.audio_seconds:
             raise SessionError(
                 f"the session's audio would pass {self.limits.audio_seconds:g} s: start a "
@@ -196,11 +217,17 @@ class RealtimeSession:
         """The client says the speaker is done. With server VAD the session hears the quiet
         that ends an utterance (kvscribe's voice detector still decides where speech was);
         without, the audio held since the last commit is transcribed whole."""
+        self._check_not_ended()
         if not self.config.server_vad:
             self._client_turns().commit()
             return
-        if self._thread is None:
-            raise SessionError("no audio to commit", "input_audio_buffer_commit_empty")
+        held, self._uncommitted = self._uncommitted, 0
+        if self._thread is None or held < 2 * INPUT_RATE // 10:  # under 100 ms since the last
+            raise SessionError(
+                f"{held / 2 / INPUT_RATE * 1000:.0f} ms of audio since the last commit: a "
+                "commit needs at least 100 ms",
+                "input_audio_buffer_commit_empty",
+            )
         quiet = int(COMMIT_QUIET_SECONDS * INPUT_RATE)
         self.audio.append(bytes(2 * quiet))
 
@@ -258,15 +285,18 @@ class RealtimeSession:
         except SessionClosed:
             return
         except ApiError as exc:
-            self.send(error_event(exc.message, exc.code or "server_error", kind="server_error"))
+            body = exc.body()["error"]  # a 400 (a language the model lacks) is the client's
+            self._end(error_event(exc.message, exc.code or "server_error", exc.param, body["type"]))
         except Exception as exc:  # the engine failed: say so, end the session's decoding
-            self.send(
-                error_event(
-                    f"the engine failed: {type(exc).__name__}: {exc}",
-                    "engine_error",
-                    kind="server_error",
-                )
-            )
+            message = f"the engine failed: {type(exc).__name__}: {exc}"
+            self._end(error_event(message, "engine_error", kind="server_error"))
+
+    def _end(self, error: dict) -> None:
+        """The session's decoding stopped: the error is sent, later audio refused and what
+        it held let go."""
+        self.ended = error["error"]["message"]
+        self.audio.end()
+        self.send(error)
 
     def finish(self, timeout: float) -> bool:
         """The client ended its audio: decode what is pending; True once done."""
@@ -286,105 +316,3 @@ class RealtimeSession:
         self.audio.end()
         if self._thread is not None:
             self._thread.join(5.0)
-
-
-# -- the socket -----------------------------------------------------------------------------
-
-
-async def serve_socket(websocket, server) -> None:
-    """One client's WebSocket (Starlette's) from its handshake to its close; `server` is
-    kvscribe.serve.app.Server."""
-    from starlette.websockets import WebSocketDisconnect
-
-    if websocket.query_params.get("intent", "transcription") != "transcription":
-        await websocket.close(code=1008, reason="kvscribe serves intent=transcription only")
-        return
-    protocol = _key_protocol(websocket, server.api_key)
-    if protocol is False:
-        await websocket.close(code=1008, reason="a valid API key is required")
-        return
-    await websocket.accept(subprotocol=protocol or None)
-    loop = asyncio.get_running_loop()
-    outbox: asyncio.Queue[dict] = asyncio.Queue()
-
-    def send(event: dict) -> None:  # from any thread
-        with contextlib.suppress(RuntimeError):  # the loop has closed: the server is gone
-            loop.call_soon_threadsafe(outbox.put_nowait, event)
-
-    stats = LiveStats(
-        backend=server.stats.backend,
-        profile=server.stats.profile,
-        model=server.model_names[0],
-        source=SocketAudio.label,
-        paced=True,
-        device=server.stats.device,
-    )
-
-    def decoded(report: DecoderReport) -> None:
-        server.metrics.held(report.kv_self_peak_bytes + report.kv_cross_bytes)
-
-    session = RealtimeSession(
-        server.scheduler, server.base_request, stats, send, server.realtime_limits, decoded
-    )
-    model = server.model_names[0]
-    kind = "transcription_session.created" if session.config.beta else "session.created"
-    send({"type": kind, "event_id": new_id("event"), "session": session.config.describe(model)})
-    server.metrics.session(opened=True)
-    sender = asyncio.create_task(_send_all(websocket, outbox))
-    try:
-        while True:
-            message = await websocket.receive()
-            if message["type"] == "websocket.disconnect":
-                break
-            text = message.get("text") or message.get("bytes") or b""
-            try:
-                await _dispatch(session, parse(text, session.limits.message_bytes), send, server)
-            except SessionError as exc:
-                send(error_event(exc.message, exc.code, exc.param))
-    except WebSocketDisconnect:
-        pass
-    finally:
-        server.metrics.session(opened=False)
-        await asyncio.to_thread(session.abandon)
-        sender.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await sender
-
-
-async def _dispatch(session: RealtimeSession, event: dict, send, server) -> None:
-    kind = event["type"]
-    if kind in ("transcription_session.update", "session.update"):
-        session.configure(updated_config(session.config, event, server.model_names))
-        done = "transcription_session.updated" if session.config.beta else "session.updated"
-        described = session.config.describe(server.model_names[0])
-        send({"type": done, "event_id": new_id("event"), "session": described})
-    elif kind == "input_audio_buffer.append":
-        session.append(event)
-    elif kind == "input_audio_buffer.commit":
-        session.commit()
-    elif kind == "input_audio_buffer.clear":
-        session.clear()
-    else:
-        raise SessionError(f"unknown or unsupported event type {kind!r}", "invalid_value", "type")
-
-
-async def _send_all(websocket, outbox: asyncio.Queue) -> None:
-    while True:
-        event = await outbox.get()
-        await websocket.send_text(json.dumps(event))
-
-
-def _key_protocol(websocket, key: str | None) -> str | bool | None:
-    """None: no key needed or given in the Authorization header; the subprotocol to accept
-    when a browser gave the key as one (`openai-insecure-api-key.KEY`, as OpenAI's
-    browsers send it); False: no valid key."""
-    if key is None:
-        return None
-    if keys.bearer_matches(websocket.headers.get("authorization", ""), key):
-        return None
-    offered = websocket.headers.get("sec-websocket-protocol", "")
-    for protocol in (p.strip() for p in offered.split(",")):
-        name, _, value = protocol.partition("openai-insecure-api-key.")
-        if not name and value and keys.matches(value, key):
-            return protocol
-    return False

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kvscribe.languages import WHISPER_CODES, language_code
 from kvscribe.live.capture import CHUNK_SECONDS
 
 INPUT_RATE = 24_000  # the Realtime API's PCM16: 24 kHz mono, little-endian
@@ -23,8 +24,15 @@ class SessionError(Exception):
         self.message, self.code, self.param = message, code, param
 
 
-def error_event(message: str, code: str, param: str | None = None, kind: str = "") -> dict:
-    """An `error` event as the Realtime API sends it."""
+def error_event(
+    message: str,
+    code: str,
+    param: str | None = None,
+    kind: str = "",
+    event_id: str | None = None,
+) -> dict:
+    """An `error` event as the Realtime API sends it; `event_id`: the client's event that
+    caused it."""
     return {
         "type": "error",
         "event_id": new_id("event"),
@@ -33,7 +41,7 @@ def error_event(message: str, code: str, param: str | None = None, kind: str = "
             "code": code,
             "message": message,
             "param": param,
-            "event_id": None,
+            "event_id": event_id,
         },
     }
 
@@ -81,52 +89,109 @@ class SessionConfig:
         }
 
 
-_UNCHANGED = object()  # an update that leaves turn_detection out keeps the session's own
+_UNCHANGED = object()  # a field the update leaves out keeps the session's own
 
 
 def updated_config(
     current: SessionConfig, event: dict, model_names: tuple[str, ...]
 ) -> SessionConfig:
-    """The session after an update event (either form), or SessionError naming the field."""
-    session = event.get("session")
-    if not isinstance(session, dict):
-        raise SessionError("the update has no session object", "invalid_value", "session")
+    """The session after an update event (either form), or SessionError naming the field
+    as that form spells it."""
+    session = _object(event.get("session"), "session", required=True)
     beta = event["type"] == "transcription_session.update"
     if beta:
+        names = _BETA_NAMES
         audio_format = session.get("input_audio_format", "pcm16")
-        transcription = session.get("input_audio_transcription") or {}
+        transcription = _object(session.get("input_audio_transcription"), names["transcription"])
         turn = session.get("turn_detection", _UNCHANGED)
     else:
+        names = _GA_NAMES
         if session.get("type", "transcription") != "transcription":
             raise SessionError(
                 "kvscribe serves transcription sessions only", "invalid_value", "session.type"
             )
-        audio_in = (session.get("audio") or {}).get("input") or {}
-        fmt = audio_in.get("format") or {"type": "audio/pcm", "rate": INPUT_RATE}
-        ok = fmt.get("type") == "audio/pcm" and fmt.get("rate", INPUT_RATE) == INPUT_RATE
-        audio_format = "pcm16" if ok else str(fmt)
-        transcription = audio_in.get("transcription") or {}
+        audio_in = _object(
+            _object(session.get("audio"), "session.audio").get("input"), "session.audio.input"
+        )
+        audio_format = _ga_format(audio_in.get("format"))
+        transcription = _object(audio_in.get("transcription"), names["transcription"])
         turn = audio_in.get("turn_detection", _UNCHANGED)
     if audio_format != "pcm16":
         raise SessionError(
             f"input audio format {audio_format!r} is not supported: send PCM16 at 24 kHz",
             "invalid_value",
-            "input_audio_format",
+            names["format"],
         )
-    server_vad = _server_vad(turn, current.server_vad)
-    model = transcription.get("model")
+    server_vad = _server_vad(turn, current.server_vad, names["turn"])
+    model = _text(transcription.get("model"), names["transcription"] + ".model")
     if model is not None and model not in (*model_names, "whisper-1"):
         raise SessionError(
             f"model {model!r} is not loaded here (loaded: {', '.join(model_names)})",
             "model_not_found",
-            "input_audio_transcription.model",
+            names["transcription"] + ".model",
         )
-    language = transcription.get("language") or current.language
-    prompt = transcription.get("prompt") or current.prompt
+    language = _language(transcription, current.language, names["transcription"] + ".language")
+    prompt = transcription.get("prompt", _UNCHANGED)
+    if prompt is _UNCHANGED:
+        prompt = current.prompt
+    prompt = _text(prompt, names["transcription"] + ".prompt") or None
     return SessionConfig(language=language, prompt=prompt, beta=beta, server_vad=server_vad)
 
 
-def _server_vad(turn: object, current: bool) -> bool:
+_BETA_NAMES = {
+    "transcription": "input_audio_transcription",
+    "format": "input_audio_format",
+    "turn": "turn_detection",
+}
+_GA_NAMES = {
+    "transcription": "session.audio.input.transcription",
+    "format": "session.audio.input.format",
+    "turn": "session.audio.input.turn_detection",
+}
+
+
+def _object(value: object, param: str, required: bool = False) -> dict:
+    """A JSON object field (absent or null: empty, unless `required`)."""
+    if value is None and not required:
+        return {}
+    if not isinstance(value, dict):
+        raise SessionError(f"{param} must be an object", "invalid_type", param)
+    return value
+
+
+def _text(value: object, param: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise SessionError(f"{param} must be a string or null", "invalid_type", param)
+    return value
+
+
+def _ga_format(value: object) -> str:
+    """ "pcm16" for PCM16 at 24 kHz in the GA form ({"type": "audio/pcm", "rate": 24000}), else
+    what was asked for, to be named in the error."""
+    if value is None:
+        return "pcm16"
+    if not isinstance(value, dict):
+        return str(value)
+    ok = value.get("type") == "audio/pcm" and value.get("rate", INPUT_RATE) == INPUT_RATE
+    return "pcm16" if ok else str(value)
+
+
+def _language(transcription: dict, current: str | None, param: str) -> str | None:
+    """The language asked for: a code or a name Whisper knows; null clears it (detect)."""
+    value = transcription.get("language", _UNCHANGED)
+    if value is _UNCHANGED:
+        return current
+    code = language_code(_text(value, param) or None)
+    if code is not None and code not in WHISPER_CODES:
+        raise SessionError(
+            f"unknown language {value!r}: use a code such as en, fr, es, or null to detect",
+            "invalid_value",
+            param,
+        )
+    return code
+
+
+def _server_vad(turn: object, current: bool, param: str) -> bool:
     """True for server_vad, False for null (the client's commits end turns)."""
     if turn is _UNCHANGED:
         return current
@@ -138,7 +203,7 @@ def _server_vad(turn: object, current: bool) -> bool:
         "turn_detection must be server_vad (kvscribe's voice detector, as `kvscribe mic` "
         "uses it) or null (the client commits each turn)",
         "invalid_value",
-        "turn_detection",
+        param,
     )
 
 
@@ -156,6 +221,7 @@ class EventsOut:
         self.previous_item_id: str | None = None
         self._speaking = False
         self._chunks = 0  # 0.1 s chunks heard: the audio clock, in ms * 100
+        self._billed = 0  # chunks an item's usage counted: each chunk in one item's only
         self._sent = ""
 
     # LiveListener
@@ -188,7 +254,7 @@ class EventsOut:
             self._item_event(
                 "conversation.item.input_audio_transcription.completed",
                 transcript=text,
-                usage={"type": "duration", "seconds": round(self._chunks * CHUNK_SECONDS, 1)},
+                usage={"type": "duration", "seconds": self._item_seconds()},
                 kvscribe={
                     "latency_seconds": round(latency, 3),
                     "dropped_audio_seconds": round(self.dropped(), 1),
@@ -196,6 +262,12 @@ class EventsOut:
             )
         )
         self.previous_item_id, self.item_id, self._sent = self.item_id, None, ""
+
+    def _item_seconds(self) -> float:
+        """The audio this item's usage counts: what came since the last item ended (the
+        session's audio is counted once, over its items)."""
+        chunks, self._billed = self._chunks - self._billed, self._chunks
+        return round(chunks * CHUNK_SECONDS, 1)
 
     def _start_item(self) -> None:
         self.item_id = new_id("item")
