@@ -283,11 +283,6 @@ class TranscribeOptions(EngineOptions):
     def reads_stdin(self) -> bool:
         return any(str(path) == STDIN for path in self.inputs)
 
-    @property
-    def pipes(self) -> list[str]:
-        """Inputs that are named pipes (`kvscribe <(ffmpeg ...)`): read once, like stdin."""
-        return [str(path) for path in self.inputs if _is_pipe(path)]
-
     def _check_vad(self) -> None:
         in_range("--vad-threshold", self.vad_threshold, 0.05, 0.95)
         in_range("--vad-min-speech", self.vad_min_speech, 0.0, 10.0)
@@ -324,39 +319,14 @@ class TranscribeOptions(EngineOptions):
             )
 
     def _check_stdin(self) -> None:
-        pipes = self.pipes
-        if pipes and self.output_dir is not None and len(self.inputs) > 1:
-            raise UsageError(
-                "a pipe is one input with --output-dir: it cannot be mixed with others",
-                subject=pipes[0],
-                hint="run kvscribe once per pipe, naming its outputs with --output-name",
-            )
-        if not self.reads_stdin and not (pipes and len(self.inputs) == 1):
-            for flag, value in (
-                ("--output-name", self.output_name),
-                ("--input-format", self.input_format),
-            ):
-                if value is not None:
-                    raise UsageError(
-                        "only applies to audio read from stdin or one pipe",
-                        subject=flag,
-                        hint="pass '-' as the input",
-                    )
-            return
-        if len(self.inputs) > 1:
-            raise UsageError(
-                "stdin ('-') is one input: it cannot be mixed with others",
-                subject="-",
-                hint="run kvscribe once for the piped audio and once for the files",
-            )
-        if self.output_name is not None and (
-            "/" in self.output_name or not self.output_name.strip(".")
-        ):
-            raise UsageError(
-                "must be a plain file name stem",
-                subject="--output-name",
-                hint=f"got {self.output_name!r}; e.g. --output-name talk",
-            )
+        from kvscribe.audio.stdin import check_read_once
+
+        check_read_once(
+            [str(path) for path in self.inputs],
+            self.output_dir is not None,
+            self.output_name,
+            self.input_format,
+        )
 
 
 STDIN = "-"

@@ -79,6 +79,43 @@ def is_pipe(path: str | Path) -> bool:
         return False
 
 
+def check_read_once(
+    inputs: Sequence[str], to_folder: bool, output_name: str | None, input_format: str | None
+) -> None:
+    """Audio read once (stdin, "-", or a named pipe) with the options that name and read it:
+    stdin is one input; a pipe into an output folder too (its spool's temporary folder is
+    no name for its outputs); --output-name and --input-format apply to one such input."""
+    pipes = [path for path in inputs if is_pipe(path)]
+    if pipes and to_folder and len(inputs) > 1:
+        raise UsageError(
+            "a pipe is one input with --output-dir: it cannot be mixed with others",
+            subject=pipes[0],
+            hint="run kvscribe once per pipe, naming its outputs with --output-name",
+        )
+    stdin = "-" in inputs
+    if not stdin and not (pipes and len(inputs) == 1):
+        for flag, value in (("--output-name", output_name), ("--input-format", input_format)):
+            if value is not None:
+                raise UsageError(
+                    "only applies to audio read from stdin or one pipe",
+                    subject=flag,
+                    hint="pass '-' as the input",
+                )
+        return
+    if stdin and len(inputs) > 1:
+        raise UsageError(
+            "stdin ('-') is one input: it cannot be mixed with others",
+            subject="-",
+            hint="run kvscribe once for the piped audio and once for the files",
+        )
+    if output_name is not None and ("/" in output_name or not output_name.strip(".")):
+        raise UsageError(
+            "must be a plain file name stem",
+            subject="--output-name",
+            hint=f"got {output_name!r}; e.g. --output-name talk",
+        )
+
+
 @contextmanager
 def spooled_pipes(
     inputs: Sequence[str | Path], name: str | None, input_format: str | None
