@@ -19,6 +19,7 @@ kept whole).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from kvscribe import setting_rows as row
 from kvscribe.audio import SAMPLE_RATE
@@ -27,7 +28,7 @@ from kvscribe.audio.stream import Samples, hold_history
 from kvscribe.backends.base import Backend
 from kvscribe.contract import Capabilities, DecodeRequest, DecoderReport, Transcription
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError
-from kvscribe.kvcache.spec import parse_cross, parse_policy
+from kvscribe.kvcache.spec import CrossSpec, parse_cross, parse_policy
 from kvscribe.provenance import MEASURED, make_provenance
 from kvscribe.stepped.request import decoding_rows
 from kvscribe.stepped.sharing import SharesSteppedBatches
@@ -96,9 +97,21 @@ class OnnxBackend(SharesSteppedBatches, Backend):
         self.vocab_size = int(config["vocab_size"])
         specs = parse_policy(self.profile.kv_self, self.engine.layers)
         self.self_specs, self.notes = applicable_specs(specs)
-        self.cross_spec = parse_cross(self.profile.kv_cross)
+        self.cross_spec = self._cross_spec(parse_cross(self.profile.kv_cross))
         self._chunk_bytes: dict = {}  # (beams, policies) -> KV bytes one chunk holds
         self.aligner = self._aligner()  # None: the export names no alignment heads
+
+    def _cross_spec(self, asked: CrossSpec) -> CrossSpec:
+        """The step graph folds a chunk's beams into its queries against one cross-attention
+        copy: a copy per beam (`full`, a profile without [kv] too) cannot feed it, so the
+        copy is shared and the stats say so."""
+        if asked.shared:
+            return asked
+        self.notes.append(
+            f"cross-attention policy {asked.describe()!r}: the ONNX step graph reads one "
+            "copy per chunk, which its beams share"
+        )
+        return replace(asked, shared=True)
 
     def _compute_type(self) -> str:
         wanted = self.settings.get("compute_type", "float32")
