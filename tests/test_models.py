@@ -10,7 +10,7 @@ from kvscribe.errors import ExitCode, ModelNotFoundError
 from kvscribe.models import list_models, resolve
 from kvscribe.models.ct2_file import read_variables, whisper_dims
 from kvscribe.models.embedded import EMBEDDED
-from tests.conftest import run_cli
+from tests.conftest import SAMPLE, run_cli
 
 CT2 = ("ctranslate2",)
 BASE_INSTALLED = EMBEDDED["base"].installed()
@@ -149,3 +149,22 @@ def test_kvscribe_models_says_how_to_get_the_models_it_does_not_list():
     said = " ".join(listed.stdout.split())
     assert "download from the Hugging Face Hub on first use" in said and "--model PATH" in said
     assert "large-v3" in said and "small.en" in said
+
+
+def test_a_cache_that_cannot_be_written_is_one_line_or_no_obstacle(tmp_path, monkeypatch):
+    """A read-only, full or misplaced KVSCRIBE_CACHE_DIR: a digest is then worked out each
+    time (a memo only), and a conversion the run needs is one line naming the cache (exit
+    5); both were "internal error: OSError"."""
+    from kvscribe.models.store import file_digest, sha256_file
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way")
+    monkeypatch.setenv("KVSCRIBE_CACHE_DIR", str(blocker / "cache"))
+    weights = EMBEDDED["tiny.en"].locate() / "model.bin"
+    assert file_digest(weights) == sha256_file(weights)
+    converted = run_cli(SAMPLE, "--backend", "transformers", "-q")
+    if "transformers" in converted.stderr and "not installed" in converted.stderr:
+        pytest.skip("the transformers extra is not installed")
+    assert converted.code == ExitCode.MODEL_NOT_FOUND, converted.stderr
+    assert "cannot write tiny.en converted to transformers into the cache" in converted.stderr
+    assert "KVSCRIBE_CACHE_DIR" in converted.stderr and converted.stderr.count("\n") == 1

@@ -79,7 +79,14 @@ def build(
             "macOS: xcode-select --install && brew install cmake)",
         )
     target_dir = own_build_dir()
-    target_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target_dir.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BackendUnavailableError(
+            f"cannot make the build's folder: {exc.strerror or exc}",
+            subject=str(target_dir.parent),
+            hint="set KVSCRIBE_CACHE_DIR to a folder you can write in",
+        ) from None
     with FileLock(f"{target_dir}.lock"):
         found = unless_found() if unless_found is not None else None
         if found is not None:

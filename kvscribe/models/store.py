@@ -7,6 +7,7 @@ an inference engine.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -109,8 +110,20 @@ def _converted(ref: ModelRef, fmt: str) -> ModelRef:
     converter = _CONVERTERS[(ref.format, fmt)]
     target = _cached_path(ref, f"{fmt}-v{converter.version}", converter.suffix)
     if not converter.done(target):
-        converter.run(ref.path, target)
+        try:
+            converter.run(ref.path, target)
+        except OSError as exc:  # a read-only or full cache: say where, and the way out
+            raise cache_unwritable(exc, f"{ref.name} converted to {fmt}") from None
     return ModelRef(ref.name, target, fmt, f"{ref.origin}; converted to {fmt}: {target}")
+
+
+def cache_unwritable(exc: OSError, what: str) -> ModelNotFoundError:
+    """The cache could not take `what` (read-only, full, a file in the way)."""
+    return ModelNotFoundError(
+        f"cannot write {what} into the cache: {exc.strerror or exc}",
+        subject=str(cache_dir()),
+        hint="free some space, or set KVSCRIBE_CACHE_DIR to a folder you can write in",
+    )
 
 
 # Bumped when the int8 copy's content changes.
@@ -165,10 +178,14 @@ def file_digest(path: Path) -> str:
     except OSError:
         pass
     value = sha256_file(path)
-    memo.parent.mkdir(parents=True, exist_ok=True)
     staging = memo.with_name(f".{memo.name}.{os.getpid()}")
-    staging.write_text(value, encoding="ascii")
-    os.replace(staging, memo)
+    try:  # a memo only: a cache that cannot take it (read-only, full) costs a rehash
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        staging.write_text(value, encoding="ascii")
+        os.replace(staging, memo)
+    except OSError:
+        with contextlib.suppress(OSError):
+            staging.unlink()
     return value
 
 
