@@ -46,7 +46,15 @@ def _wait_for(condition, seconds: float = 60) -> bool:
     return False
 
 
-def test_sigterm_mid_file_removes_stdin_s_spool_and_exits_143(tmp_path):
+@pytest.mark.parametrize(
+    ("sent", "code", "said"),
+    [
+        (signal.SIGTERM, ExitCode.TERMINATED, "kvscribe: stopped by SIGTERM"),
+        (signal.SIGINT, ExitCode.INTERRUPTED, "kvscribe: interrupted"),  # it said nothing
+    ],
+    ids=["sigterm", "ctrl-c"],
+)
+def test_stopped_mid_file_removes_stdin_s_spool_and_says_so(tmp_path, sent, code, said):
     recording = _long_recording(tmp_path / "long.wav")
     temp = tmp_path / "tmp"
     temp.mkdir()
@@ -68,14 +76,14 @@ def test_sigterm_mid_file_removes_stdin_s_spool_and_exits_143(tmp_path):
         assert _wait_for(spooled), "stdin was never spooled"
         time.sleep(1.0)  # the model loads and decoding starts: 18 minutes of audio to go
         assert proc.poll() is None, "finished before it could be stopped"
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sent)
         _, stderr = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     text = stderr.decode(errors="replace")
-    assert proc.returncode == ExitCode.TERMINATED, text
-    assert text.rstrip().splitlines()[-1] == "kvscribe: stopped by SIGTERM", text
+    assert proc.returncode == code, text
+    assert text.rstrip().splitlines()[-1] == said, text
     assert "Traceback" not in text
     assert not list(temp.glob("kvscribe-*")), "the spool of stdin was left behind"
 

@@ -24,8 +24,8 @@ from kvscribe.errors import ExitCode, Terminated
 def sigterm_stops_like_ctrl_c() -> Iterator[None]:
     """While inside (the main thread only: no other may set a handler), SIGTERM raises
     `Terminated`; the handler before is restored after (a caller in the same process).
-    An exit it caused, which typer turns into exit 130 as for Ctrl-C, says so in one line
-    and exits 143."""
+    An exit that an interrupt caused, which typer turns into a silent exit 130, says so in
+    one line: "interrupted" (130), or "stopped by SIGTERM" (143)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -33,21 +33,28 @@ def sigterm_stops_like_ctrl_c() -> Iterator[None]:
     try:
         yield
     except (SystemExit, KeyboardInterrupt) as stopped:
-        if not _caused_by_sigterm(stopped):
+        typer_130 = isinstance(stopped, SystemExit) and stopped.code == ExitCode.INTERRUPTED
+        cause = _interrupt_behind(stopped)
+        if cause is None or not (typer_130 or stopped is cause):  # a command's own exit
             raise
-        sys.stderr.write("kvscribe: stopped by SIGTERM\n")
-        raise SystemExit(ExitCode.TERMINATED) from None
+        if isinstance(cause, Terminated):
+            sys.stderr.write("kvscribe: stopped by SIGTERM\n")
+            raise SystemExit(ExitCode.TERMINATED) from None
+        sys.stderr.write("kvscribe: interrupted\n")  # typer's exit 130 says nothing
+        raise SystemExit(ExitCode.INTERRUPTED) from None
     finally:
         signal.signal(signal.SIGTERM, before)
 
 
-def _caused_by_sigterm(error: BaseException | None) -> bool:
+def _interrupt_behind(error: BaseException | None) -> BaseException | None:
+    """The Ctrl-C or SIGTERM an exit comes from (typer's Exit(130) is raised from it), or
+    None: a command that handled it (a batch's summary says so) exits with its own code."""
     seen = 0
-    while error is not None and seen < 10:  # typer's Exit(130) from the interrupt
-        if isinstance(error, Terminated):
-            return True
+    while error is not None and seen < 10:
+        if isinstance(error, KeyboardInterrupt):
+            return error
         error, seen = error.__cause__ or error.__context__, seen + 1
-    return False
+    return None
 
 
 def _terminate(number, frame) -> None:
