@@ -168,3 +168,24 @@ def test_a_cache_that_cannot_be_written_is_one_line_or_no_obstacle(tmp_path, mon
     assert converted.code == ExitCode.MODEL_NOT_FOUND, converted.stderr
     assert "cannot write tiny.en converted to transformers into the cache" in converted.stderr
     assert "KVSCRIBE_CACHE_DIR" in converted.stderr and converted.stderr.count("\n") == 1
+
+
+def test_install_hints_and_summaries_keep_their_brackets(tmp_path, monkeypatch):
+    """Rich read `[transformers]` as markup and dropped it: `kvscribe backends` told a user
+    without torch to `pip install 'kvscribe'`, which installs nothing new."""
+    hidden = tmp_path / "hide" / "torch"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text('raise ImportError("No module named torch")\n')
+    profiles = tmp_path / "config" / "profiles"
+    profiles.mkdir(parents=True)
+    (profiles / "mine.toml").write_text(
+        'name = "mine"\nsummary = "needs the [transformers] extra"\ndevice = "cpu"\n'
+    )
+    monkeypatch.setenv("PYTHONPATH", str(hidden.parent))
+    monkeypatch.setenv("KVSCRIBE_CONFIG_DIR", str(tmp_path / "config"))
+    monkeypatch.setenv("COLUMNS", "240")
+    listed = run_cli("backends")
+    assert listed.code == 0, listed.stderr
+    assert "pip install 'kvscribe[transformers]'" in listed.stdout, listed.stdout
+    shown = run_cli("profiles")
+    assert "needs the [transformers] extra" in shown.stdout, shown.stdout

@@ -24,10 +24,12 @@ def backends() -> None:
     table = Table("backend", "status", "model formats", "devices", "cache controls", box=None)
     for name, entry in registry.discover().items():
         if entry.backend is None:
-            table.add_row(name, f"[red]broken[/]: {entry.load_error}", "-", "-", "-")
+            table.add_row(name, f"[red]broken[/]: {escape(str(entry.load_error))}", "-", "-", "-")
             continue
         reason = entry.backend.check_available()
-        status = "[green]available[/]" if reason is None else f"[yellow]unavailable[/]: {reason}"
+        status = (
+            "[green]available[/]" if reason is None else f"[yellow]unavailable[/]: {escape(reason)}"
+        )
         caps = entry.backend.capabilities
         devices = entry.backend.devices_here() if reason is None else ", ".join(caps.devices)
         kv = ", ".join(caps.kv_controls)
@@ -53,7 +55,7 @@ def profiles_list(ctx: typer.Context) -> None:
     for name in profile.available():
         p = _load_or_exit(name, resolve_auto=False)
         policy = "decided by hardware" if name == profile.AUTO else f"{p.kv_self} / {p.kv_cross}"
-        table.add_row(name, p.device, policy, _seed_marker(p), p.summary)
+        table.add_row(name, p.device, policy, _seed_marker(p), escape(p.summary))
     console = _stdout_console()
     console.print(table)
     console.print(
@@ -70,7 +72,7 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name.")) -> None
     """Print a profile's resolved settings for every backend."""
     profile = _load_or_exit(name, resolve_auto=True)
     console = _stdout_console()
-    console.print(f"[bold]{profile.name}[/]  {profile.summary}")
+    console.print(f"[bold]{escape(profile.name)}[/]  {escape(profile.summary)}")
     if profile.chosen_by:
         console.print(f"chosen by {profile.chosen_by}")
     console.print(f"why: {profile.why}")
