@@ -172,7 +172,8 @@ class Manifest:
             with contextlib.suppress(OSError):
                 os.unlink(staging)
             return
-        self._handle.close()
+        with contextlib.suppress(OSError):  # it flushes again what add() failed to write
+            self._handle.close()
         self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (kept open)
 
 

@@ -217,3 +217,22 @@ def test_a_record_cut_off_by_a_crash_does_not_swallow_the_next(tmp_path):
         manifest.add(Record("/in/c.wav", None, "k", "done"))
     with Manifest(out) as manifest:
         assert sorted(manifest.records) == ["/in/a.wav", "/in/c.wav"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_record_a_full_disk_refused_is_not_raised_again_when_the_manifest_closes(tmp_path):
+    """The failed append stays in the file's buffer; compacting closed the file, which
+    flushed it again, and the raw OSError replaced the one-line error and the summary."""
+    from kvscribe.errors import OutputError
+    from kvscribe.manifest import Manifest, Record
+
+    out = tmp_path / "out"
+    with Manifest(out) as manifest:
+        manifest.add(Record("/in/a.wav", None, "k", "done"))
+        manifest._handle.close()
+        manifest._handle = open("/dev/full", "a", encoding="utf-8")  # noqa: SIM115 ENOSPC
+        with pytest.raises(OutputError):
+            manifest.add(Record("/in/b.wav", None, "k", "done"))
+        manifest.compact()  # raised OSError
+    with Manifest(out) as manifest:
+        assert sorted(manifest.records) == ["/in/a.wav"]
