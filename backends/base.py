@@ -27,6 +27,7 @@ from kvscribe.contract import (
 from kvscribe.errors import UsageError
 from kvscribe.languages import WHISPER_CODES
 from kvscribe.models import ModelRef
+from kvscribe.option_values import RANGES, out_of_range
 from kvscribe.profile import Profile
 from kvscribe.types import Segment
 
@@ -170,6 +171,13 @@ class Backend(abc.ABC):
                     f"bad setting [{self.name}] {key} = {value!r}",
                     subject=self.profile.source,
                     hint="allowed: " + ", ".join(f"{k} ({t.__name__})" for k, t in schema.items()),
+                )
+            problem = out_of_range(key, value) if key in RANGES else None
+            if problem is not None:  # as the command line's flag checks it
+                raise UsageError(
+                    f"bad setting [{self.name}] {key} = {value!r}",
+                    subject=self.profile.source,
+                    hint=problem,
                 )
         return section
 

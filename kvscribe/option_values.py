@@ -95,13 +95,38 @@ def check_writable(path: Path | None, option: str, folder: bool = False) -> None
         )
 
 
+MAX_BATCH = 64
+# The counts a command line's flag or a profile's backend section may set: (lowest, highest).
+RANGES = {
+    "beam_size": (1, 16),
+    "batch_size": (1, MAX_BATCH),
+    "threads": (1, 256),
+    "cpu_threads": (1, 256),  # CTranslate2's name for threads in its profile section
+}
+
+
+def out_of_range(name: str, value: int | None) -> str | None:
+    """ "must be between A and B" where `value` is outside `name`'s range, else None."""
+    low, high = RANGES[name]
+    if value is None or low <= value <= high:
+        return None
+    return f"must be between {low} and {high}"
+
+
+def check_count(name: str, value: int | None) -> None:
+    """The flag of `name` (--beam-size, --batch-size, --threads) within its range."""
+    problem = out_of_range(name, value)
+    if problem is not None:
+        flag = "--" + name.replace("_", "-")
+        raise UsageError(problem, subject=flag, hint=f"got {value}")
+
+
 def check_decoding(task: str, beam_size: int | None) -> None:
     if task not in TASKS:
         raise UsageError(
             f"must be one of {', '.join(TASKS)}", subject="--task", hint=f"got {task!r}"
         )
-    if beam_size is not None and not 1 <= beam_size <= 16:
-        raise UsageError("must be between 1 and 16", subject="--beam-size", hint=f"got {beam_size}")
+    check_count("beam_size", beam_size)
 
 
 def check_kv(kv_policy: str | None, kv_cross: str | None) -> None:
@@ -112,5 +137,4 @@ def check_kv(kv_policy: str | None, kv_cross: str | None) -> None:
 
 
 def check_threads(threads: int | None) -> None:
-    if threads is not None and not 1 <= threads <= 256:
-        raise UsageError("must be between 1 and 256", subject="--threads", hint=f"got {threads}")
+    check_count("threads", threads)

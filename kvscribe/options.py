@@ -11,12 +11,17 @@ from kvscribe.decoding import Fallback, VadFilter, temperatures_from
 from kvscribe.errors import UsageError
 from kvscribe.languages import language_code
 from kvscribe.live.streaming import StreamSettings
-from kvscribe.option_values import check_decoding, check_kv, check_threads, parse_clips
+from kvscribe.option_values import (
+    check_count,
+    check_decoding,
+    check_kv,
+    check_threads,
+    parse_clips,
+)
 from kvscribe.voice.silero import VadSettings
 from kvscribe.writers import WriterOptions
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
-MAX_BATCH = 64
 
 # Field metadata: a different value can change what an output file contains, so a batch
 # redoes its inputs when the value changes (kvscribe.batch derives its resume key from it).
@@ -203,12 +208,7 @@ class TranscribeOptions(EngineOptions):
                 subject="--hallucination-silence-threshold",
                 hint="add --word-timestamps",
             )
-        if self.batch_size is not None and not 1 <= self.batch_size <= MAX_BATCH:
-            raise UsageError(
-                f"must be between 1 and {MAX_BATCH}",
-                subject="--batch-size",
-                hint=f"got {self.batch_size}",
-            )
+        check_count("batch_size", self.batch_size)
         if self.jobs < 1:
             raise UsageError("must be at least 1", subject="--jobs", hint=f"got {self.jobs}")
         batch_only = {

@@ -84,6 +84,22 @@ def test_bad_user_profiles_are_usage_errors_naming_the_file(tmp_path, monkeypatc
     assert caught.value.exit_code == ExitCode.USAGE
 
 
+@pytest.mark.model
+def test_a_count_out_of_range_in_a_profile_is_refused_as_its_flag_is(tmp_path, monkeypatch):
+    """beam_size = 0 was an internal error (IndexError) or blamed a --beam-size never given;
+    cpu_threads = 0 and batch_size = 0 ran as if valid."""
+    monkeypatch.setenv("KVSCRIBE_CONFIG_DIR", str(tmp_path))
+    (tmp_path / "profiles").mkdir()
+    for key, value in (("beam_size", 0), ("cpu_threads", 0), ("batch_size", 99)):
+        text = f'summary = "odd"\ndevice = "cpu"\n[ctranslate2]\n{key} = {value}\n'
+        (tmp_path / "profiles" / "odd.toml").write_text(text)
+        result = run_cli(SAMPLE, "-p", "odd", "-q")
+        assert result.code == ExitCode.USAGE, result.stderr
+        assert f"odd.toml: bad setting [ctranslate2] {key} = {value} (must be between" in (
+            result.stderr
+        )
+
+
 def test_unknown_profile_lists_the_known_ones():
     with pytest.raises(UsageError, match="unknown profile") as caught:
         profile.load("turbo")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from kvscribe import registry
 from kvscribe.errors import UsageError
 from kvscribe.kvcache.spec import validate_policy
-from kvscribe.options import MAX_BATCH
+from kvscribe.option_values import MAX_BATCH
 
 PROFILES = ("cpu-laptop", "tiny-vram", "no-loss")
 # Policies the seed claims are about (transformers backend, cpu-laptop's other settings).
