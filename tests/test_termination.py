@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kvscribe.errors import ExitCode
-from tests.conftest import KVSCRIBE, ROOT, SAMPLE
+from tests.conftest import KVSCRIBE, LONG_FORM, ROOT, SAMPLE
 from tests.processes import alive, workers_of
 
 pytestmark = [
@@ -116,3 +116,28 @@ def test_sigterm_to_a_batch_driver_stops_its_workers_and_keeps_what_finished(tmp
     assert _wait_for(lambda: not any(alive(pid) for pid in workers), 30), "workers left"
     assert not list(out.rglob("*.part"))
     assert not (out / "a_long.txt").exists() and not (out / "b_long.txt").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_bench_is_one_line_and_no_cell_s_traceback(tmp_path):
+    """A terminal's Ctrl-C reaches the bench's cell processes too: each printed its
+    traceback (2 to 4 of them) over the one line."""
+    manifest = tmp_path / "long.tsv"
+    reference = " ".join(LONG_FORM.with_suffix(".txt").read_text(encoding="utf-8").split())
+    manifest.write_text(f"{LONG_FORM}\t{reference}\n", encoding="utf-8")
+    argv = [KVSCRIBE, "bench", "--manifest", manifest, "-b", "ctranslate2", "--repeat", "5"]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        assert workers_of(proc, 1), "no cell process started"
+        time.sleep(3.0)  # loaded, and decoding its clip: five rounds of 3 minutes of audio
+        assert proc.poll() is None, "finished before it could be stopped"
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = stderr.decode(errors="replace")
+    assert proc.returncode == ExitCode.INTERRUPTED, text
+    assert "Traceback" not in text and text.rstrip().endswith("kvscribe: interrupted"), text

@@ -93,25 +93,25 @@ class CellProcess:
 def _serve(conn, cell: Cell, clips: list[Clip], device: str) -> None:
     runner = None
     try:
-        runner = _make_runner(cell, device)
-        for clip in warm_up_clips(cell, clips):  # caches, allocator, page cache; not counted
-            runner(clip)
-    except KvscribeError as exc:
-        conn.send(exc)
-        _close(runner)
-        return
-    except Exception as exc:  # sent to the parent, which re-raises it
-        conn.send(RuntimeError(f"{cell.label}: {type(exc).__name__}: {exc}"))
-        _close(runner)
-        return
-    conn.send(None)
-    settings = getattr(runner, "settings", {})
-    try:
+        try:
+            runner = _make_runner(cell, device)
+            for clip in warm_up_clips(cell, clips):  # caches, allocator, page cache; not counted
+                runner(clip)
+        except KvscribeError as exc:
+            conn.send(exc)
+            return
+        except Exception as exc:  # sent to the parent, which re-raises it
+            conn.send(RuntimeError(f"{cell.label}: {type(exc).__name__}: {exc}"))
+            return
+        conn.send(None)
+        settings = getattr(runner, "settings", {})
         while conn.recv() == "run":
             results = [runner(clip) for clip in clips]
             conn.send(CellRun(results, peak_rss_bytes(), dict(settings), runner.device))
+    except KeyboardInterrupt:  # a Ctrl-C reaches every cell: the parent says it stopped
+        return
     finally:
-        _close(runner)
+        _close(runner)  # whisper-cli's work folder too, whenever the cell ends
 
 
 def _close(runner) -> None:
