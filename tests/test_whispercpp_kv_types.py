@@ -189,7 +189,11 @@ def test_policies_map_to_one_type_per_cache():
     assert mixed.self_type == "f16" and "per-layer" in mixed.not_applicable[0]
     no_loss = from_policy("full; half@layers=odd", "shared", 4)
     assert no_loss.self_type == "f16" and "half layers" in no_loss.not_applicable[0]
-    assert from_policy("q4_0,residual=8", "full", 6).self_type == "q4_0"
+    per_beam = from_policy("q4_0,residual=8", "full", 6)
+    assert per_beam.self_type == "q4_0"
+    # A copy per beam cannot be had: said, as CTranslate2 says what it cannot honour.
+    assert any("'per-beam': whisper.cpp keeps one copy" in n for n in per_beam.not_applicable)
+    assert not any("cross" in n for n in from_policy("full", "shared", 4).not_applicable)
 
 
 # -- the patch and its build ------------------------------------------------------------------

@@ -61,6 +61,11 @@ def from_policy(kv_self: str, kv_cross: str, n_layers: int) -> CacheTypes:
             f"self-attention policy '{kv_self}': residual (whisper.cpp quantizes every position)"
         )
     cross = parse_cross(kv_cross)
+    if not cross.shared:
+        notes.append(
+            f"cross-attention policy {cross.describe()!r}: whisper.cpp keeps one copy per "
+            "state, which its beams share"
+        )
     return CacheTypes(self_type, cross.quant or F16, tuple(notes))
 
 
