@@ -83,7 +83,7 @@ def onnx(
         "float32); float32: the float32 graphs only.",
     ),
     force: bool = typer.Option(
-        False, "--force", help="Export again (only what --compute-type asks for)."
+        False, "--force", help="Export again (int8 copies already there are made again too)."
     ),
     debug: bool = typer.Option(False, "--debug", help="Show the traceback of a failure."),
 ) -> None:

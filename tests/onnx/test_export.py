@@ -61,6 +61,33 @@ def test_setup_writes_both_graphs_and_a_manifest_then_reuses_them(exported, cach
     assert {p.name: p.stat().st_mtime_ns for p in exported.path.iterdir()} == before
 
 
+def test_a_forced_float32_export_makes_the_int8_copies_again_not_drops_them(
+    exported, tmp_path, monkeypatch
+):
+    """`setup onnx --compute-type float32 --force` left only the float32 graphs, and every
+    built-in onnx profile (int8) then failed with exit 5. What it builds is checked here;
+    building is traced for real by the `exported` fixture."""
+    import shutil
+
+    from kvscribe.backends.onnx import export
+
+    monkeypatch.setenv("KVSCRIBE_CACHE_DIR", str(tmp_path))
+    target = export.export_dir(export._resolve(None))
+    target.parent.mkdir(parents=True)
+    shutil.copytree(exported.path, target)
+    asked: list[str] = []
+
+    def build(ref, staging, compute_type, present, progress):
+        asked.append(compute_type)
+        raise OSError(28, "stopped here by the test")
+
+    monkeypatch.setattr(export, "_build", build)
+    with pytest.raises(Exception, match="stopped here by the test"):
+        export.export(compute_type="float32", force=True)
+    assert asked == ["int8"]  # the float32 graphs and, from them, the int8 copies
+    assert export.read(target).has("int8")  # a failed export leaves the one there whole
+
+
 def test_encoder_cross_kv_equal_the_torch_modules(sessions, reference, window):
     from kvscribe.kvcache.cache import CrossAttentionStore
     from kvscribe.kvcache.spec import parse_cross
