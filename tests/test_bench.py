@@ -52,8 +52,18 @@ def test_identical_hypothesis_has_zero_wer():
 def test_policies_split_where_a_new_one_starts():
     assert split_policies(["full,sink=4,window=32,q8_0"]) == ["full", "sink=4,window=32,q8_0"]
     assert split_policies(["window=32,window=64", "q8_0"]) == ["window=32", "window=64", "q8_0"]
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError) as bad:
         split_policies(["window=banana"])
+    assert bad.value.subject == "--policy"  # bench's flag; it named transcribe's --kv-policy
+
+
+def test_bench_checks_where_it_writes_before_it_measures(tmp_path):
+    """An output it cannot write was found after the whole run (8 minutes and more)."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way")
+    result = run_cli("bench", "-b", "ctranslate2", "--json", blocker / "x.json")
+    assert result.code == 2 and "--json: cannot write under" in result.stderr, result.stderr
+    assert "starting one process per cell" not in result.stderr
 
 
 def test_matrix_has_references_and_mirrored_baselines():

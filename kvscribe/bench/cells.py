@@ -90,7 +90,10 @@ def split_policies(values: list[str]) -> list[str]:
         if group:
             policies.append(",".join(group))
     for policy in policies:
-        validate_policy(policy)
+        try:
+            validate_policy(policy)
+        except UsageError as exc:  # named after bench's own flag, not transcribe's
+            raise UsageError(exc.message, subject="--policy", hint=exc.hint) from None
     return policies
 
 

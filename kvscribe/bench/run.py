@@ -42,6 +42,15 @@ class BenchOptions:
     device: str = "auto"  # every cell's: auto (CUDA when present), cpu or cuda
 
 
+def _check_outputs(options: BenchOptions) -> None:
+    from kvscribe.option_values import check_writable
+
+    check_writable(options.json_out, "--json")
+    check_writable(options.csv_out, "--csv")
+    check_writable(options.markdown_out, "--markdown")
+    check_writable(options.plot, "--plot", folder=True)
+
+
 def main(options: BenchOptions, console: Console) -> int:
     machine = hardware.detect()
     check_requested(options.device, machine)
@@ -49,6 +58,7 @@ def main(options: BenchOptions, console: Console) -> int:
         registry.registered(name)  # an unknown name is a usage error, not a skipped cell
     for name in options.profiles:
         profile.load(name, resolve_auto=False)
+    _check_outputs(options)  # before minutes of measuring, not after
     clips = read_manifest(options.manifest) if options.manifest else shipped()
     cells = matrix_.matrix(
         list(options.backends) or _available_backends(console),
