@@ -58,7 +58,7 @@ def test_stereo_is_downmixed_not_one_channel_dropped(derived):
     [
         ("empty", AudioDecodeError, "empty file"),
         ("not_audio", AudioDecodeError, "not an audio"),
-        ("header_only", AudioDecodeError, "not an audio"),
+        ("header_only", AudioDecodeError, "incomplete: a WAV header with no audio"),
         ("truncated_wav", AudioDecodeError, "incomplete"),
         ("truncated_mp3", AudioDecodeError, "incomplete"),
         ("corrupt_flac", AudioDecodeError, "incomplete"),

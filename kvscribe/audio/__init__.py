@@ -124,6 +124,16 @@ def non_finite_error(path: Path, what: str) -> AudioDecodeError:
     return AudioDecodeError(f"{what}: the file is corrupt", subject=str(path), hint="re-export it")
 
 
+def _a_wav_cut_after_its_header(path: Path) -> bool:
+    """A WAV whose copy stopped at (or inside) its header: FFmpeg cannot open it at all."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(64)
+    except OSError:
+        return False
+    return head[:4] == b"RIFF" and head[8:12] == b"WAVE" and len(head) <= 60
+
+
 def open_stream(path: Path) -> tuple[AudioInfo, Iterator[np.ndarray]]:
     import av  # deferred: PyAV loads the FFmpeg libraries
 
@@ -133,6 +143,12 @@ def open_stream(path: Path) -> tuple[AudioInfo, Iterator[np.ndarray]]:
     try:
         container = av.open(str(path))
     except av.error.FFmpegError as exc:
+        if _a_wav_cut_after_its_header(path):
+            raise AudioDecodeError(
+                "incomplete: a WAV header with no audio after it",
+                subject=str(path),
+                hint="the file is truncated or damaged; copy or export it again",
+            ) from exc
         raise AudioDecodeError(
             "not an audio or video file FFmpeg can read",
             subject=str(path),
