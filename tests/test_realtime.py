@@ -265,6 +265,17 @@ def test_a_key_is_asked_for_and_a_client_that_goes_frees_its_session(server):
     with pytest.raises(Exception) as refused, _connect(server, key="wrong") as connection:
         connection.recv()  # not reached: the handshake is refused, no session
     assert "401" in str(refused.value)  # as the HTTP routes answer (it was a bare 403)
+    # A browser offers subprotocols and refuses a handshake that picks none of them: with
+    # the key in a header (or no key needed) none was picked, so the page could not record.
+    from websockets.sync.client import connect
+
+    url = server.url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+    for offered, chosen in (
+        (["realtime"], "realtime"),
+        (["realtime", f"openai-insecure-api-key.{KEY}"], f"openai-insecure-api-key.{KEY}"),
+    ):
+        with connect(url, subprotocols=offered, additional_headers=server.auth()) as socket:
+            assert socket.subprotocol == chosen
     pcm = _pcm24(load_audio(SAMPLE))
     with _connect(server) as connection:
         assert connection.recv().type == "transcription_session.created"
