@@ -73,7 +73,7 @@ def session(server: Served, pcm: bytes, clip_seconds: float) -> dict:
     with server.client().realtime.connect(
         model="whisper-1", extra_query={"intent": "transcription"}
     ) as connection:
-        connection.recv()  # transcription_session.created
+        connection.recv()  # session.created
 
         def send() -> None:
             chunk = RATE // 10 * 2

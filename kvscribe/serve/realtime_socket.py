@@ -17,6 +17,7 @@ from kvscribe.serve.api_errors import ApiError
 from kvscribe.serve.realtime import RealtimeSession
 from kvscribe.serve.realtime_audio import SocketAudio
 from kvscribe.serve.realtime_protocol import (
+    SessionConfig,
     SessionError,
     error_event,
     new_id,
@@ -66,6 +67,7 @@ async def serve_socket(websocket, server) -> None:
     session = RealtimeSession(
         server.scheduler, server.base_request, stats, send, server.realtime_limits, decoded
     )
+    session.config = SessionConfig(beta=_beta_client(websocket))
     model = server.model_names[0]
     kind = "transcription_session.created" if session.config.beta else "session.created"
     send({"type": kind, "event_id": new_id("event"), "session": session.config.describe(model)})
@@ -107,6 +109,14 @@ async def _answer(session: RealtimeSession, text: str | bytes, send, server) -> 
         logger.error("realtime event %r failed: %s: %s", event.get("type"), type(exc).__name__, exc)
         message = f"the event could not be handled: {type(exc).__name__}"
         send(error_event(message, "server_error", kind="server_error", event_id=_client_id(event)))
+
+
+def _beta_client(websocket) -> bool:
+    """Whether the client speaks the beta Realtime API, which it says in a header (the
+    `openai` SDK's beta client sends `OpenAI-Beta: realtime=v1`): its first event is then
+    `transcription_session.created`, else the GA API's `session.created`, which a GA
+    client's types know. An update in the other form switches the events to that form."""
+    return "realtime=v1" in websocket.headers.get("openai-beta", "").replace(" ", "")
 
 
 def _client_id(event: dict) -> str | None:
