@@ -190,6 +190,18 @@ def test_a_last_committed_word_timed_past_the_context_is_not_committed_again():
     assert agreement.finish(_hyp(context, own)) == ["and", "BS."]
 
 
+def test_a_word_between_two_utterances_that_neither_committed_is_kept():
+    """Through the page (a browser's microphone), the voice detector heard no speech in "ask"
+    between "... Americans." and "not what ...": the next buffer's decoder read it, but
+    timed it before the onset, where the committed context is, and it was skipped. The
+    committed words are found in the reading ("American" for "Americans."): what follows
+    them is new."""
+    agreement = LocalAgreement.after(3.88, ["my", "fellow", "Americans."])
+    context = ("And so my fellow American", 0.0, 2.2)
+    missed, own = ("ask", 2.2, 3.8), ("not what your country", 4.0, 6.0)
+    assert agreement.finish(_hyp(context, missed, own)) == ["ask", "not", "what", "your", "country"]
+
+
 def test_cut_points_and_dropping_a_committed_sentence():
     agreement = LocalAgreement()
     first = _hyp(("We choose the moon.", 0.0, 2.0), ("Not because it is", 2.0, 4.0))

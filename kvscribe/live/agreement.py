@@ -86,6 +86,14 @@ class Hypothesis:
         return Hypothesis(self.words + rest.words, ends, self.timed and rest.timed)
 
 
+def _alike(a: str, b: str) -> bool:
+    """The same word, read again: equal once normalized, or one of four letters or more
+    that the other extends by a letter or two ("American" / "Americans.")."""
+    x, y = normalized(a), normalized(b)
+    short, long = sorted((x, y), key=len)
+    return x == y or (len(short) >= 4 and long.startswith(short) and len(long) - len(short) <= 2)
+
+
 def common_prefix(a: list[str], b: list[str]) -> int:
     """How many leading words `a` and `b` share, compared normalized."""
     count = 0
@@ -196,7 +204,7 @@ class LocalAgreement:
         skip = next((n for n, end in enumerate(hypothesis.ends) if end > self._heard), len(words))
         k = len(self.committed)
         if k == 0:
-            return skip + self._echo(words[skip:])
+            return self._after_cut_off(words, skip)
         for size in (2, 1):
             tail = [normalized(w) for w in self.committed[-size:]]
             for shift in (0, -1, 1, -2, 2, -3, 3):
@@ -220,6 +228,19 @@ class LocalAgreement:
             if total >= target:
                 break
         return best
+
+    def _after_cut_off(self, words: list[str], skip: int) -> int:
+        """With nothing committed yet: where the words committed before this buffer end in
+        it. Where its last two words are read before the onset, the words after them are
+        new, though the decoder ends them before the onset too: speech the voice detector
+        missed between two utterances ("... Americans. [ask] not what ..."), which the one
+        before did not commit. Else by time, after any words it repeats."""
+        last = self._cut_off[-2:]
+        if len(last) == 2:
+            for end in range(skip, 1, -1):
+                if all(map(_alike, words[end - 2 : end], last)):
+                    return end
+        return skip + self._echo(words[skip:])
 
     def _echo(self, words: list[str]) -> int:
         for size in range(min(len(self._cut_off), len(words)), 0, -1):
