@@ -321,12 +321,7 @@ class TranscribeOptions(EngineOptions):
     def _check_stdin(self) -> None:
         from kvscribe.audio.stdin import check_read_once
 
-        check_read_once(
-            [str(path) for path in self.inputs],
-            self.output_dir is not None,
-            self.output_name,
-            self.input_format,
-        )
+        check_read_once([str(path) for path in self.inputs], self.output_name, self.input_format)
 
 
 STDIN = "-"

@@ -80,20 +80,17 @@ def is_pipe(path: str | Path) -> bool:
 
 
 def check_read_once(
-    inputs: Sequence[str], to_folder: bool, output_name: str | None, input_format: str | None
+    inputs: Sequence[str], output_name: str | None, input_format: str | None
 ) -> None:
     """Audio read once (stdin, "-", or a named pipe) with the options that name and read it:
-    stdin is one input; a pipe into an output folder too (its spool's temporary folder is
-    no name for its outputs); --output-name and --input-format apply to one such input."""
-    pipes = [path for path in inputs if is_pipe(path)]
-    if pipes and to_folder and len(inputs) > 1:
-        raise UsageError(
-            "a pipe is one input with --output-dir: it cannot be mixed with others",
-            subject=pipes[0],
-            hint="run kvscribe once per pipe, naming its outputs with --output-name",
-        )
+    stdin is one input; --output-name and --input-format apply to one such input. (A pipe
+    among other inputs into a folder is refused where pipes are read: spooled_pipes; no
+    input is looked at here unless those options are given, since options are checked
+    each time they are copied.)"""
     stdin = "-" in inputs
-    if not stdin and not (pipes and len(inputs) == 1):
+    named = output_name is not None or input_format is not None
+    one_pipe = named and len(inputs) == 1 and is_pipe(inputs[0])
+    if not stdin and not one_pipe:
         for flag, value in (("--output-name", output_name), ("--input-format", input_format)):
             if value is not None:
                 raise UsageError(
@@ -118,15 +115,23 @@ def check_read_once(
 
 @contextmanager
 def spooled_pipes(
-    inputs: Sequence[str | Path], name: str | None, input_format: str | None
+    inputs: Sequence[str | Path], name: str | None, input_format: str | None, to_folder: bool
 ) -> Iterator[tuple[str | Path, ...]]:
     """`inputs` with each named pipe among them replaced by its spool, all deleted on exit;
     other inputs as they are. A pipe's spool is named `name` (else after the pipe) and read
-    as `input_format` (the options allow both for one input only); errors name the pipe."""
+    as `input_format` (the options allow both for one input only); errors name the pipe.
+    Into an output folder a pipe is one input: its spool's temporary folder names nothing."""
+    pipes = [entry for entry in inputs if is_pipe(entry)]
+    if pipes and to_folder and len(inputs) > 1:
+        raise UsageError(
+            "a pipe is one input with --output-dir: it cannot be mixed with others",
+            subject=str(pipes[0]),
+            hint="run kvscribe once per pipe, naming its outputs with --output-name",
+        )
     with ExitStack() as stack:
         replaced = []
         for entry in inputs:
-            if is_pipe(entry):
+            if entry in pipes:
                 with open(entry, "rb") as stream:
                     stem = name or Path(entry).stem or None
                     spool = spooled(stream, stem, input_format, source=str(entry))

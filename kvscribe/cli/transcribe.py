@@ -59,7 +59,10 @@ def _transcribe(given: dict[str, Any]) -> int:
     )
     if options.reads_stdin:
         return _run_stdin(options, jobs is None, on_cluster)
-    with spooled_pipes(options.inputs, options.output_name, options.input_format) as inputs:
+    spools = spooled_pipes(
+        options.inputs, options.output_name, options.input_format, output_dir is not None
+    )
+    with spools as inputs:
         # `kvscribe <(ffmpeg ...)`: each pipe read once; its spool carries name and format.
         options = dataclasses.replace(options, inputs=inputs, output_name=None, input_format=None)
         if output_dir is not None:
