@@ -14,6 +14,8 @@ shared        the same run with --threads 2, --ship-audio and --stats-json OUT.s
 kill-actor    `same`'s run; once an actor has been transcribing one file for 1 s, its
               process is killed (kill -9, found by its title ray::KvscribeWorker.transcribe)
 kill-driver   `same`'s run, its driver killed (kill -9) after 2 manifest records; a rerun
+term-driver   `same`'s run, its driver sent SIGTERM after 2 manifest records (as `timeout`,
+              systemd or a scheduler's time limit would); the actors still alive after
 
 RESULT.json maps each scenario to its runs' exit code, stdout, stderr and seconds (and
 what was killed).
@@ -93,17 +95,23 @@ def kill_actor(tree: str, out: str, extra: list[str]) -> dict:
     return {"run": _finish(proc, started), "killed_pid": killed}
 
 
+def _after_two_records(out: str, proc: subprocess.Popen) -> None:
+    """Waits until the run's manifest has 2 records (or the run ended)."""
+    manifest = Path(out) / ".kvscribe" / "manifest.jsonl"
+    deadline = time.monotonic() + TIMEOUT
+    while proc.poll() is None and time.monotonic() < deadline:
+        if manifest.exists() and len(manifest.read_text().splitlines()) >= 2:
+            return
+        time.sleep(0.02)
+
+
 def kill_driver(tree: str, out: str, extra: list[str]) -> dict:
     manifest = Path(out) / ".kvscribe" / "manifest.jsonl"
     started = time.monotonic()
     proc = subprocess.Popen(
         _argv(tree, out, extra), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    deadline = time.monotonic() + TIMEOUT
-    while proc.poll() is None and time.monotonic() < deadline:
-        if manifest.exists() and len(manifest.read_text().splitlines()) >= 2:
-            break
-        time.sleep(0.02)
+    _after_two_records(out, proc)
     os.kill(proc.pid, signal.SIGKILL)  # the driver only: Ray ends the actors it owned
     proc.wait()
     at_kill = len(manifest.read_text().splitlines()) if manifest.exists() else 0
@@ -112,7 +120,32 @@ def kill_driver(tree: str, out: str, extra: list[str]) -> dict:
     return {"records_at_kill": at_kill, "killed_after": killed_after, "rerun": rerun}
 
 
-SCENARIOS = {"same": same, "shared": shared, "kill-actor": kill_actor, "kill-driver": kill_driver}
+def term_driver(tree: str, out: str, extra: list[str]) -> dict:
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        _argv(tree, out, extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    _after_two_records(out, proc)
+    proc.send_signal(signal.SIGTERM)
+    run = _finish(proc, started)
+    deadline = time.monotonic() + 10  # the driver kills its actors; Ray reaps them
+    while _actors() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return {"run": run, "actors_after": _actors()}
+
+
+def _actors() -> list[int]:
+    listing = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    return [int(line.split()[0]) for line in listing.splitlines() if "KvscribeWorker" in line]
+
+
+SCENARIOS = {
+    "same": same,
+    "shared": shared,
+    "kill-actor": kill_actor,
+    "kill-driver": kill_driver,
+    "term-driver": term_driver,
+}
 
 
 def main() -> None:

@@ -41,6 +41,7 @@ def pytest_xdist_auto_num_workers(config) -> int:
 import kvscribe.cli  # noqa: E402, F401  # isort: skip
 from tests.cpu_log import pytest_runtest_protocol  # noqa: E402, F401  (each test's CPU, on ask)
 from tests.module_order import longest_first, read_ranking  # noqa: E402
+from tests.signal_guard import signals_as_found  # noqa: E402, F401  (Ctrl-C reaches children)
 from tests.temp_guard import (  # noqa: E402, F401  (no temporary file left behind)
     no_temporary_files_left_behind,
     pytest_sessionfinish,

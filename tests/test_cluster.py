@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -102,7 +101,7 @@ def cluster_runs(namespaces, tree, tmp_path_factory) -> tuple[Path, dict]:
     return base / "out", json.loads(result.read_text())
 
 
-SCENARIOS = ("same", "shared", "kill-actor", "kill-driver")
+SCENARIOS = ("same", "shared", "kill-actor", "kill-driver", "term-driver")
 
 
 def _same_as_jobs_1(out: Path, reference) -> None:
@@ -196,6 +195,20 @@ def test_driver_killed_then_rerun_equals_jobs_1(reference, cluster_runs):
     _same_as_jobs_1(out, reference)
 
 
+@needs_ray
+@pytest.mark.slow
+def test_sigterm_to_the_driver_stops_the_batch_as_ctrl_c_does(cluster_runs):
+    """`ray.init` sets its own SIGTERM handler (exit 15 at once, no summary); a cluster run
+    stops as any batch does: its summary, the manifest kept, status 143, no actor left."""
+    out, run = cluster_runs[0] / "term-driver", cluster_runs[1]["term-driver"]["run"]
+    assert run["code"] == ExitCode.TERMINATED, run["stderr"]
+    assert "by SIGTERM (rerun to resume)" in run["stderr"]  # the summary's "stopped" row
+    assert "Traceback" not in run["stderr"]
+    assert 0 < len(_statuses(out)) < 10  # what was done stays recorded for a rerun
+    assert not list(out.rglob("*.part"))
+    assert cluster_runs[1]["term-driver"]["actors_after"] == []
+
+
 # -- without a cluster ---------------------------------------------------------------------
 
 
@@ -235,6 +248,7 @@ def test_an_address_nobody_answers_fails_at_once_in_one_line(tmp_path):
     assert result.code == ExitCode.BACKEND_UNAVAILABLE, result.stderr
     assert "nothing answers at 127.0.0.1:9" in result.stderr
     assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()  # refused before any work: no folder left
 
 
 def test_slots_per_node_follow_the_jobs_rule():
@@ -258,24 +272,83 @@ def test_slots_per_node_follow_the_jobs_rule():
 def test_a_shipped_parcel_holds_short_files_and_a_long_file_goes_alone(tmp_path):
     """Parcels are cut by bytes when the driver ships audio: eight 1 MB files go together,
     files of 40 MB one at a time (sparse files: only their sizes matter)."""
+
+    from kvscribe.cluster.executor import take_parcel
+
+    short, long = _attempts(tmp_path, 2**20, 10), _attempts(tmp_path, 40 * 2**20, 3)
+    assert len(take_parcel(short, 8, ship=True)) == 8 and len(short) == 2
+    assert [len(take_parcel(long, 8, ship=True)) for _ in range(3)] == [1, 1, 1]
+    assert len(take_parcel(_attempts(tmp_path, 40 * 2**20, 3), 8, ship=False)) == 3  # in place
+
+
+def test_a_lost_parcels_files_are_retried_one_at_a_time(tmp_path):
+    """A file that kills its worker (out of memory, a crash) must not take its parcel's good
+    files down with it after three losses: retried, each goes in a parcel of its own."""
+    from kvscribe.cluster.executor import take_parcel
+
+    queue = _attempts(tmp_path, 2**20, 6)
+    for attempt in list(queue)[:3]:
+        attempt.alone = True  # what a lost parcel's files come back as (Run._retry)
+    for ship in (True, False):
+        line = queue.copy()
+        sizes = [len(take_parcel(line, 8, ship)) for _ in range(4)]
+        assert sizes == [1, 1, 1, 3], ship
+
+
+def test_a_node_without_the_drivers_storage_says_so(tmp_path):
+    """Without --ship-audio each node reads the driver's paths; where a node lacks the
+    mount, "no such file (check the path)" for a file the user can see would mislead."""
+    from kvscribe.audio import check_readable
+    from kvscribe.batch.worker import Result, Task
+    from kvscribe.cluster.executor import storage_not_shared
+    from kvscribe.errors import InputNotFoundError
+
+    here, gone = tmp_path / "here.wav", tmp_path / "gone.wav"
+    here.write_bytes(SAMPLE.read_bytes())
+    with pytest.raises(InputNotFoundError) as missing:  # what a node without the mount says
+        check_readable(tmp_path / "elsewhere" / "here.wav")
+    seen = storage_not_shared(Result(Task(here, "here", None), error=missing.value), "10.0.0.2")
+    assert "Ray worker on 10.0.0.2 finds no file" in seen.error.one_line()
+    assert "--ship-audio" in seen.error.hint and seen.error.subject == str(here)
+    truly = storage_not_shared(Result(Task(gone, "gone", None), error=missing.value), "10.0.0.2")
+    assert truly.error is missing.value  # missing for the driver too: the usual line
+
+
+def _attempts(folder: Path, size: int, count: int):
+    """`count` files of `size` bytes (sparse: only their sizes matter), as attempts."""
     from collections import deque
 
     from kvscribe.batch.worker import Task
-    from kvscribe.cluster.executor import take_parcel
+    from kvscribe.cluster.executor import Attempt
 
-    def attempts(size: int, count: int) -> deque:
-        found = deque()
-        for number in range(count):
-            path = tmp_path / f"{size}-{number}.wav"
-            with path.open("wb") as out:
-                out.truncate(size)
-            found.append(SimpleNamespace(task=Task(path, path.stem, None)))
-        return found
+    found = deque()
+    for number in range(count):
+        path = folder / f"{size}-{number}.wav"
+        with path.open("wb") as out:
+            out.truncate(size)
+        found.append(Attempt(Task(path, path.stem, None)))
+    return found
 
-    short, long = attempts(2**20, 10), attempts(40 * 2**20, 3)
-    assert len(take_parcel(short, 8, ship=True)) == 8 and len(short) == 2
-    assert [len(take_parcel(long, 8, ship=True)) for _ in range(3)] == [1, 1, 1]
-    assert len(take_parcel(attempts(40 * 2**20, 3), 8, ship=False)) == 3  # read in place
+
+@needs_ray
+def test_a_cluster_on_another_ray_version_is_one_line_naming_both(monkeypatch):
+    """Ray refuses a driver whose Ray or Python differs from the cluster's with a
+    RuntimeError; fault injection (one Ray version is installed here): `ray.init` raises
+    what Ray 2.60 raises then."""
+    import ray
+
+    from kvscribe.cluster import connect
+    from kvscribe.errors import BackendUnavailableError
+
+    def mismatch(**kwargs):
+        raise RuntimeError("Version mismatch: The cluster was started with:\n Ray: 2.59.0")
+
+    monkeypatch.setattr(ray, "init", mismatch)
+    with pytest.raises(BackendUnavailableError) as raised:
+        connect._init(ray, "10.0.0.1:6379", "10.0.0.1:6379")
+    line = raised.value.one_line()
+    assert "cannot join 10.0.0.1:6379: Version mismatch" in line, line
+    assert ray.__version__ in raised.value.hint
 
 
 def _cli_with_env(extra: dict, *args) -> subprocess.CompletedProcess:

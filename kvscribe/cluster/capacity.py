@@ -6,11 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvscribe.errors import BackendUnavailableError
-from kvscribe.machine.capacity import SMALL_MACHINE_BYTES, worker_bytes
-
-MAX_SLOTS_PER_NODE = (
-    4  # as kvscribe.machine.capacity.default_jobs: more, thinner workers stop paying
-)
+from kvscribe.machine.capacity import workers_for
 
 
 @dataclass(frozen=True)
@@ -57,12 +53,9 @@ def slots_on(node: Node, model_bytes: int, per_core: bool = True, wants_gpu: boo
     CPU, or one per GPU when the run wants them."""
     if node.cpus < 1:
         return 0
-    if node.memory < SMALL_MACHINE_BYTES:
-        return 1
-    fit = int(0.5 * node.memory // worker_bytes(model_bytes))
     if not per_core:
-        return max(1, min(int(node.gpus) if wants_gpu else 1, fit))
-    return max(1, min(node.cpus, fit, MAX_SLOTS_PER_NODE))
+        return workers_for(int(node.gpus) if wants_gpu else 1, node.memory, model_bytes, cap=None)
+    return workers_for(node.cpus, node.memory, model_bytes)
 
 
 def plan(nodes: list[Node], model_bytes: int, wants_gpu: bool, per_core: bool = True) -> list[Slot]:

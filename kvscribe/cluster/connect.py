@@ -10,10 +10,15 @@ RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token, as its own CLI does.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import signal
 import socket
+import sys
+import threading
+from collections.abc import Iterator
 from types import ModuleType
 
 from kvscribe.errors import BackendUnavailableError, UsageError
@@ -56,7 +61,7 @@ def connect(address: str) -> ModuleType:
         address = os.environ["RAY_ADDRESS"]
         check_address(address)
     if address != "auto":
-        _check_reachable(address)
+        check_reachable(address)
         _init(ray, address, address)
     elif not _join_local(ray):
         _init(ray, None, "a local Ray started for this run", include_dashboard=False)
@@ -79,7 +84,8 @@ class _NoCluster(Exception):
 
 def _init(ray: ModuleType, address: str | None, what: str, **kwargs) -> None:
     try:
-        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False, **kwargs)
+        with _own_sigterm_handler():
+            ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False, **kwargs)
     except ray.exceptions.AuthenticationError:
         raise BackendUnavailableError(
             f"{what} refused this driver's token",
@@ -91,14 +97,42 @@ def _init(ray: ModuleType, address: str | None, what: str, **kwargs) -> None:
         if address == "auto":
             raise _NoCluster from None
         raise BackendUnavailableError(
-            f"cannot join {what}: {_first_line(exc)}",
+            f"cannot join {what}: {first_line(exc)}",
             subject="--cluster",
             hint="check the address and that `ray status` works on the head node",
         ) from None
+    except RuntimeError as exc:  # Ray's "Version mismatch: ..." between driver and cluster
+        raise BackendUnavailableError(
+            f"cannot join {what}: {first_line(exc)}",
+            subject="--cluster",
+            hint=f"every node needs the driver's Ray ({ray.__version__}) and Python "
+            f"({sys.version_info.major}.{sys.version_info.minor})",
+        ) from None
 
 
-def _check_reachable(address: str) -> None:
-    """Ray retries an unreachable GCS for minutes: refuse the address at once instead."""
+@contextlib.contextmanager
+def _own_sigterm_handler() -> Iterator[None]:
+    """`ray.init` sets a SIGTERM handler that exits at once (status 15): no summary, no
+    manifest compacted. kvscribe's own (kvscribe.cli.termination) is put back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if before is not None:  # None: set from outside Python, which cannot be restored
+            signal.signal(signal.SIGTERM, before)
+
+
+def check_reachable(address: str) -> None:
+    """Ray retries an unreachable GCS for minutes: refuse the address at once instead
+    (`auto` is looked for when the run starts)."""
+    if address == "auto":
+        address = os.environ.get("RAY_ADDRESS") or "auto"
+        if address == "auto":
+            return
+        check_address(address)
     match = _ADDRESS.match(address)
     assert match is not None  # check_address passed
     host, port = match["host"].strip("[]"), int(match["port"])
@@ -128,6 +162,7 @@ def _to_debug_log(data: dict, ignore_prefix: bool = False) -> None:
         _log.debug("ray (%s): %s", data.get("pid"), line)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """An exception's first line: Ray's texts run to whole remote tracebacks."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__

@@ -7,7 +7,9 @@ killed driver and a rerun behave as with `--jobs`.
 
 An actor that dies (killed, out of memory, its node lost) is replaced, at most
 MAX_RESTARTS times per slot, and the files it held go back to the front of the line, for
-the next free actor, each at most MAX_ATTEMPTS times; then it is that file's failure.
+the next free actor, each at most MAX_ATTEMPTS times; then it is that file's failure. A
+lost parcel's files are retried one at a time, so a file that kills its worker uses up
+only its own attempts, not its parcel's good files'.
 Waits are bounded: every actor lost for good, or none ready for START_SECONDS while
 nothing runs, stops the batch with one line.
 
@@ -35,7 +37,7 @@ from kvscribe.batch.executors import TaskEvents, parcel_size
 from kvscribe.batch.worker import Result, Task, internal_error
 from kvscribe.cluster.actor import KvscribeWorker
 from kvscribe.cluster.capacity import Slot, alive_nodes, plan
-from kvscribe.cluster.connect import connect
+from kvscribe.cluster.connect import connect, first_line
 from kvscribe.errors import EngineError, InputNotFoundError
 from kvscribe.manifest import Fingerprint, fingerprint
 from kvscribe.options import TranscribeOptions
@@ -113,10 +115,11 @@ class _Actor:
 
 
 @dataclass
-class _Attempt:
+class Attempt:
     task: Task
     number: int = 1
     fingerprint: Fingerprint | None = None  # taken here when the audio is shipped
+    alone: bool = False  # retried after its parcel was lost: in a parcel of its own
 
 
 class _Run:
@@ -137,14 +140,14 @@ class _Run:
         self.all: list[_Actor] = []
         self.idle: list[_Actor] = []
         # A call in flight: its actor and parcel (None: the actor's ready() call).
-        self.pending: dict[Any, tuple[_Actor, list[_Attempt] | None]] = {}
+        self.pending: dict[Any, tuple[_Actor, list[Attempt] | None]] = {}
         self.last_loss = "no worker started"
         self.progress: Any = _progress_queue(ray)
         for slot in slots:
             self._start(_Actor(slot))
 
     def results(self, todo: list[Task]) -> Iterator[Result]:
-        queue = deque(_Attempt(task) for task in todo)
+        queue = deque(Attempt(task) for task in todo)
         quiet_since = time.monotonic()
         try:
             while queue or self._busy():
@@ -174,7 +177,7 @@ class _Run:
                 with contextlib.suppress(Exception):
                     self.ray.kill(handle)
 
-    def _take(self, queue: deque[_Attempt], actor: _Actor) -> list[_Attempt]:
+    def _take(self, queue: deque[Attempt], actor: _Actor) -> list[Attempt]:
         """The files `actor` is handed next: a parcel for an actor that shares batches."""
         size = parcel_size(self.options, len(queue), len(self.all)) if actor.shares else 1
         return take_parcel(queue, size, self.ship)
@@ -187,7 +190,7 @@ class _Run:
         self.all.append(actor)
         self.pending[actor.handle.ready.remote()] = (actor, None)
 
-    def _dispatch(self, actor: _Actor, parcel: list[_Attempt]) -> Iterator[Result]:
+    def _dispatch(self, actor: _Actor, parcel: list[Attempt]) -> Iterator[Result]:
         """Hand `parcel` to `actor`; a file whose audio cannot be shipped is its Result at
         once."""
         audios = None
@@ -211,7 +214,7 @@ class _Run:
         ref = actor.handle.transcribe.remote(tasks, paths, audios, self.progress)
         self.pending[ref] = (actor, parcel)
 
-    def _collect(self, ref: Any, queue: deque[_Attempt]) -> Iterator[Result]:
+    def _collect(self, ref: Any, queue: deque[Attempt]) -> Iterator[Result]:
         actor, parcel = self.pending.pop(ref)
         errors = self.ray.exceptions
         try:
@@ -221,8 +224,9 @@ class _Run:
                 self._lost(actor, exc)
                 return
             self.idle.append(actor)
-            for attempt in parcel:
-                yield Result(attempt.task, error=internal_error(attempt.task, exc))
+            cause = exc.cause if isinstance(exc.cause, Exception) else exc  # not the remote
+            for attempt in parcel:  # traceback: its first frame is Ray's, its text pages
+                yield Result(attempt.task, error=internal_error(attempt.task, cause))
             return
         except errors.RayError as exc:  # the actor, its process or its node is gone
             self._lost(actor, exc)
@@ -238,7 +242,7 @@ class _Run:
             result = by_path[attempt.task.path]
             if attempt.fingerprint is not None:
                 result.fingerprint = attempt.fingerprint
-            yield result
+            yield storage_not_shared(result, actor.slot.node.address)
 
     def _relay(self) -> None:
         """Hand what the actors queued to the events (the driver alone drains the queue)."""
@@ -255,33 +259,37 @@ class _Run:
             self.events.progress(*message)
 
     def _lost(self, actor: _Actor, exc: Exception) -> None:
-        self.last_loss = _first_line(exc)
+        self.last_loss = first_line(exc)
         self.all.remove(actor)
+        with contextlib.suppress(Exception):  # only unreachable for now, it would keep its CPUs
+            self.ray.kill(actor.handle)
         if actor.restarts < MAX_RESTARTS:
             _log.warning("a Ray worker on %s was lost; starting another", actor.slot.node.address)
             self._start(_Actor(actor.slot, restarts=actor.restarts + 1))
         else:
             _log.warning("a Ray worker slot on %s is given up", actor.slot.node.address)
 
-    def _retry(self, parcel: list[_Attempt], queue: deque[_Attempt]) -> Iterator[Result]:
-        """The lost parcel's files back to the front of the line, in their order; a file
-        that has had MAX_ATTEMPTS fails."""
+    def _retry(self, parcel: list[Attempt], queue: deque[Attempt]) -> Iterator[Result]:
+        """The lost parcel's files back to the front of the line, in their order, each to go
+        alone; a file that has had MAX_ATTEMPTS fails."""
         for attempt in reversed(parcel):
             task = attempt.task
             if attempt.number >= MAX_ATTEMPTS:
                 yield Result(task, error=_died_every_time(task, attempt.number))
                 continue
             self.events.retrying(task, attempt.number + 1, MAX_ATTEMPTS, self.last_loss)
-            queue.appendleft(_Attempt(task, attempt.number + 1, attempt.fingerprint))
+            queue.appendleft(Attempt(task, attempt.number + 1, attempt.fingerprint, alone=True))
 
 
 def take_parcel(queue: deque, size: int, ship: bool) -> list:
     """Up to `size` attempts from the front of `queue`; shipped, no more than
     SHIP_PARCEL_BYTES of files together (the first always goes), so a long file's bytes
-    still travel alone."""
+    still travel alone. An attempt retried after its parcel was lost goes alone."""
     parcel: list = []
     shipped = 0
     while queue and len(parcel) < size:
+        if parcel and (queue[0].alone or parcel[0].alone):
+            break
         if ship:
             shipped += _file_bytes(queue[0].task.path)
             if parcel and shipped > SHIP_PARCEL_BYTES:
@@ -304,6 +312,22 @@ def _progress_queue(ray: ModuleType) -> Any:
     from ray.util.queue import Queue
 
     return Queue(actor_options={"num_cpus": 0})
+
+
+def storage_not_shared(result: Result, node: str) -> Result:
+    """A worker that finds no file at a path the driver reads: the nodes do not share the
+    driver's storage, which "no such file (check the path)" would not tell."""
+    error = result.error
+    if not isinstance(error, InputNotFoundError) or error.message != "no such file":
+        return result
+    if not result.task.path.exists():
+        return result
+    result.error = InputNotFoundError(
+        f"the Ray worker on {node} finds no file at this path, which this machine reads",
+        subject=str(result.task.path),
+        hint="mount the inputs at the same path on every node, or add --ship-audio",
+    )
+    return result
 
 
 def _stopped(next_task: Task, why: str) -> Result:
@@ -329,8 +353,3 @@ def _unreadable(task: Task, exc: OSError) -> InputNotFoundError:
         subject=str(task.path),
         hint="check that it exists and is readable",
     )
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -24,7 +24,8 @@ def cluster_run(
     address: str | None, ship_audio: bool, jobs: int | None, output_dir: Path | None
 ) -> ClusterRun | None:
     """The cluster run the flags ask for (None: this machine), or a one-line error; a
-    missing Ray is reported here, before a model is converted or a file is read."""
+    missing Ray, or an address nothing answers at, is reported here, before a model is
+    converted, a file read or the output folder made."""
     if address is None:
         if ship_audio:
             raise UsageError(
@@ -43,8 +44,9 @@ def cluster_run(
             subject="--cluster",
             hint="leave out --jobs (or --cluster, to run on this machine)",
         )
-    from kvscribe.cluster.connect import check_address, import_ray
+    from kvscribe.cluster.connect import check_address, check_reachable, import_ray
 
     check_address(address)
     import_ray()
+    check_reachable(address)
     return ClusterRun(address, ship_audio)

@@ -66,17 +66,29 @@ def worker_bytes(model_bytes: int) -> int:
 SMALL_MACHINE_BYTES = 4_000_000_000
 
 
-def default_jobs(model_bytes: int, worker_per_core: bool = True) -> int:
-    """1 on small machines (under 4 GB available, or memory unknown), or for a backend
-    without `worker_per_core`; else one worker per core, as many as fit in half the
-    available memory, at most 4. Measured on 2 cores: 2 single-threaded ctranslate2 workers
-    beat 1 two-threaded one, even one whose short files share batches; one transformers
-    worker beat two (docs/batch.md, 'Short files share batches' and 'Measured')."""
-    memory = available_memory_bytes()
-    if not worker_per_core or memory is None or memory < SMALL_MACHINE_BYTES:
+MAX_WORKERS = 4  # per machine (or cluster node): more, thinner workers stop paying
+
+
+def workers_for(
+    units: int, memory: int | None, model_bytes: int, cap: int | None = MAX_WORKERS
+) -> int:
+    """The `--jobs` rule, for this machine and for each node of a cluster: 1 where memory
+    is small (under 4 GB, or unknown); else one per unit (core, or GPU), as many as fit in
+    half the memory, at most `cap`."""
+    if memory is None or memory < SMALL_MACHINE_BYTES:
         return 1
     fit = int(0.5 * memory // worker_bytes(model_bytes))
-    return max(1, min(os.cpu_count() or 1, fit, 4))
+    return max(1, min(units, fit, cap if cap is not None else units))
+
+
+def default_jobs(model_bytes: int, worker_per_core: bool = True) -> int:
+    """workers_for this machine's cores and available memory; 1 for a backend without
+    `worker_per_core`. Measured on 2 cores: 2 single-threaded ctranslate2 workers beat 1
+    two-threaded one, even one whose short files share batches; one transformers worker beat
+    two (docs/batch.md, 'Short files share batches' and 'Measured')."""
+    if not worker_per_core:
+        return 1
+    return workers_for(os.cpu_count() or 1, available_memory_bytes(), model_bytes)
 
 
 def memory_warning(jobs: int, model_bytes: int) -> str | None:
