@@ -46,7 +46,16 @@ class ExitCode:
 class Terminated(KeyboardInterrupt):
     """SIGTERM (a supervisor's stop: `timeout`, systemd, `docker stop`, a scheduler's time
     limit), raised where Ctrl-C's KeyboardInterrupt would be, so that it stops a command
-    the same way: finished outputs kept, temporary files removed (kvscribe.cli.termination)."""
+    the same way: finished outputs kept, temporary files removed (kvscribe.cli.termination).
+    `seen`: one arrived in this process. A library that turns the interrupt into a
+    KeyboardInterrupt of its own (Ray's wait does) loses its type, not its cause."""
+
+    seen = False
+
+
+def by_sigterm(stop: BaseException) -> bool:
+    """Whether an interrupt that stopped a command came from SIGTERM (else: Ctrl-C)."""
+    return isinstance(stop, Terminated) or Terminated.seen
 
 
 class KvscribeError(Exception):

@@ -5,6 +5,10 @@ mask: a test that left SIGINT ignored or blocked here makes every later test's `
 deaf to Ctrl-C, and those tests fail, not the one that did it. Each test is checked before
 (a module or session fixture may have done it) and after; the state is put back either way,
 so the next test starts clean.
+
+A suite started in the background (`pytest &` from a script) inherits SIGINT ignored, as
+the shell sets it for background jobs: every `kvscribe` the tests start would then be deaf
+to the Ctrl-C some of them send. The pytest process hears it again first.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ def _state() -> tuple:
     return handlers, frozenset(blocked)
 
 
-CLEAN = _state()  # as the pytest process starts
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+CLEAN = _state()  # as the pytest process starts, Ctrl-C heard
 
 
 def _restore() -> None:

@@ -24,7 +24,7 @@ from kvscribe.atomic_file import TEMP_MARKER
 from kvscribe.batch.executors import Executor, TaskEvents, local_executor
 from kvscribe.batch.guard import OutputGuard
 from kvscribe.batch.worker import Result, Task
-from kvscribe.errors import ExitCode, KvscribeError, Terminated
+from kvscribe.errors import ExitCode, KvscribeError, by_sigterm
 from kvscribe.inputs import Input, output_bases
 from kvscribe.manifest import STATE_DIR, Manifest, Record, fingerprint, options_key
 from kvscribe.options import TranscribeOptions, output_shaping_values
@@ -131,7 +131,7 @@ class Batch:
             try:
                 self._execute([] if stopped else todo, manifest, key, summary)
             except KeyboardInterrupt as stop:
-                summary.stopped_by = "SIGTERM" if isinstance(stop, Terminated) else "Ctrl-C"
+                summary.stopped_by = "SIGTERM" if by_sigterm(stop) else "Ctrl-C"
             manifest.compact()
         summary.not_started = len(todo) - summary.done - summary.failed
         if summary.stats is not None:

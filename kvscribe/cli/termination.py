@@ -17,7 +17,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from kvscribe.errors import ExitCode, Terminated
+from kvscribe.errors import ExitCode, Terminated, by_sigterm
 
 
 @contextlib.contextmanager
@@ -29,6 +29,7 @@ def sigterm_stops_like_ctrl_c() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    Terminated.seen = False  # a caller in the same process may have stopped one before
     before = signal.signal(signal.SIGTERM, _terminate)
     try:
         yield
@@ -37,7 +38,7 @@ def sigterm_stops_like_ctrl_c() -> Iterator[None]:
         cause = _interrupt_behind(stopped)
         if cause is None or not (typer_130 or stopped is cause):  # a command's own exit
             raise
-        if isinstance(cause, Terminated):
+        if by_sigterm(cause):
             sys.stderr.write("kvscribe: stopped by SIGTERM\n")
             raise SystemExit(ExitCode.TERMINATED) from None
         sys.stderr.write("kvscribe: interrupted\n")  # typer's exit 130 says nothing
@@ -58,6 +59,7 @@ def _interrupt_behind(error: BaseException | None) -> BaseException | None:
 
 
 def _terminate(number, frame) -> None:
+    Terminated.seen = True
     _pass_on_to_worker_processes()
     raise Terminated
 
