@@ -134,8 +134,9 @@ def test_replay_errors_reach_the_session_as_one_error(tmp_path):
     cut.write_bytes(SAMPLE.read_bytes()[:20000])
     capture = Capture(FileReplay(cut, paced=False))
     capture.start()
+    assert _drain(capture), "what the file held came first"
     with pytest.raises(AudioDecodeError, match="incomplete"):
-        _drain(capture)
+        capture.raise_failure()
 
 
 def _write_wav(path, samples: np.ndarray) -> None:
@@ -146,3 +147,20 @@ def _write_wav(path, samples: np.ndarray) -> None:
         out.setsampwidth(2)
         out.setframerate(SR)
         out.writeframes((samples * 32767).astype("<i2").tobytes())
+
+
+def test_mic_names_a_device_by_its_whole_name_before_a_part_of_one():
+    """ALSA lists `default` beside `sysdefault` (as PortAudio shows them with PulseAudio's
+    plug-ins): `--mic default` matched both, and picked neither."""
+    from kvscribe.live.microphone import InputDevice, matching
+
+    devices = [
+        InputDevice(0, "sysdefault", "ALSA", 128, 48000.0, False),
+        InputDevice(1, "pulse", "ALSA", 32, 44100.0, False),
+        InputDevice(2, "default", "ALSA", 32, 44100.0, True),
+    ]
+    assert [d.index for d in matching(devices, "default")] == [2]
+    assert [d.index for d in matching(devices, "DEFAULT")] == [2]
+    assert [d.index for d in matching(devices, "puls")] == [1]
+    assert [d.index for d in matching(devices, "def")] == [0, 2]  # a part of two: ambiguous
+    assert [d.index for d in matching(devices, "0")] == [0]

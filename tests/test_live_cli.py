@@ -173,6 +173,30 @@ def test_ctrl_c_mid_replay_keeps_the_committed_text_and_exits_0(tmp_path):
     assert "Traceback" not in stderr.decode()
 
 
+@pytest.mark.slow
+def test_a_second_sigterm_stops_at_once_with_143(tmp_path):
+    """The first SIGTERM finishes the utterance in progress, as Ctrl-C does; a second one
+    stops at once, and says SIGTERM (it said "interrupted", 130, as a second Ctrl-C)."""
+    out = tmp_path / "notes.txt"
+    proc = subprocess.Popen(
+        [str(KVSCRIBE), "mic", "--input", LONGFORM, "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=os.environ.copy(),
+    )
+    deadline = time.monotonic() + 120
+    while (not out.exists() or len(out.read_text(encoding="utf-8")) < 40) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.2)  # the first committed words (real-time replay): an utterance is open
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.02)  # one signal each: two pending at once would count as one
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.TERMINATED, stderr.decode()
+    assert stderr.decode().strip().endswith("kvscribe: stopped by SIGTERM")
+
+
 def test_no_microphone_is_one_clear_line():
     done = _live(timeout=60)
     err = done.stderr.decode()
@@ -197,7 +221,7 @@ def test_no_microphone_is_one_clear_line():
         (["--input", "-", "--as-fast-as-possible"], 2, "--as-fast-as-possible"),
         (["--step", "0"], 2, "--step"),
         (["--input", "-", "--mic", "1"], 2, "--mic"),
-        (["--input", "-", "-o", "no/such/dir/out.txt"], 1, "out.txt"),
+        (["--input", "notes.txt", "-o", "notes.txt"], 2, "--output: is the --input file"),
     ],
 )
 def test_bad_input_is_one_line_with_the_right_exit_code(tmp_path, args, code, words):
@@ -250,11 +274,30 @@ def test_a_named_pipe_is_read_as_it_arrives_like_stdin():
     assert err.startswith("kvscribe: error: /dev/fd/") and "nothing arrived" in err
 
 
-def test_a_truncated_file_replayed_says_so_after_what_it_held(derived):
-    done = _live("--input", derived["truncated_wav"], "--as-fast-as-possible", "-q")
+def test_a_truncated_file_replayed_says_so_after_what_it_held(derived, tmp_path):
+    """The first half of JFK, then the file ends before its header says: the utterance in
+    progress there ("ask not what your ...") is committed and the stats written before the
+    error (they were lost), and -o's new folder is made, as --stats-json's is."""
+    notes, stats = tmp_path / "new" / "notes.txt", tmp_path / "stats.json"
+    args = ("--input", derived["truncated_wav"], "--as-fast-as-possible", "-q")
+    done = _live(*args, "--beam-size", "1", "-o", notes, "--stats-json", stats)
     err = done.stderr.decode()
     assert done.returncode == ExitCode.AUDIO_UNDECODABLE, err
     assert "incomplete: the header says" in err and err.count("\n") == 1
+    heard = done.stdout.decode()
+    assert "ask not" in heard.lower() and notes.read_text(encoding="utf-8") == heard
+    assert json.loads(stats.read_text())["audio_seconds"] == pytest.approx(5.5, abs=0.1)
+
+
+def test_an_earlier_session_cut_off_mid_character_is_continued_on_a_new_line(tmp_path):
+    """-o is appended to; a session killed after "café" left no newline, and reading its
+    last byte as text failed (é is two bytes): an internal error after the model loaded."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("Lunch at the café", encoding="utf-8")
+    done = _live("--input", SAMPLE, "--as-fast-as-possible", "-q", "--beam-size", "1", "-o", notes)
+    assert done.returncode == 0, done.stderr.decode()
+    first, *rest = notes.read_text(encoding="utf-8").splitlines()
+    assert first == "Lunch at the café" and wer(SAMPLE_TEXT, " ".join(rest)) <= 0.1
 
 
 @pytest.mark.slow

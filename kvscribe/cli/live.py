@@ -24,7 +24,7 @@ from kvscribe.cli.render import (
     setup_logging,
     stderr_console,
 )
-from kvscribe.errors import ExitCode, InputNotFoundError, UsageError
+from kvscribe.errors import ExitCode, InputNotFoundError, KvscribeError, Terminated, UsageError
 from kvscribe.option_values import check_writable
 from kvscribe.options import LiveOptions
 from kvscribe.provenance import BYTES_UNIT
@@ -51,9 +51,22 @@ def mic(**given: Any) -> None:
         )
         check_writable(options.output, "--output")
         check_writable(options.stats_json, "--stats-json")
+        _not_the_input(options)
         return _run(options, console)
 
     exit_with(body, console, given["debug"])
+
+
+def _not_the_input(options: LiveOptions) -> None:
+    """-o is appended to and --stats-json replaced: naming the replayed file would write
+    into the recording."""
+    if options.source in (None, "-") or not Path(options.source).is_file():
+        return
+    for path, flag in ((options.output, "--output"), (options.stats_json, "--stats-json")):
+        if path is not None and path.is_file() and path.samefile(options.source):
+            raise UsageError(
+                "is the --input file", subject=flag, hint="pick another file for the text"
+            )
 
 
 def _list_devices() -> int:
@@ -131,9 +144,16 @@ def _run(options: LiveOptions, console) -> int:
         stats,
         streaming,
     )
+    failure: KvscribeError | None = None
     with session.listener, _stop_on_signals(session):
-        session.run()
-    _report(options, stats, console)
+        try:
+            session.run()
+        except KvscribeError as exc:  # the source failed part-way: what it gave is committed
+            failure = exc
+    if failure is None or stats.audio_seconds > 0:  # a source that gave nothing: its error
+        _report(options, stats, console)
+    if failure is not None:
+        raise failure
     return ExitCode.OK
 
 
@@ -146,7 +166,7 @@ def _say_listening(source, console):
 
 class _stop_on_signals:
     """First Ctrl-C (or SIGTERM): finish the utterance in progress and stop. A second one:
-    stop at once (exit 130)."""
+    stop at once (exit 130, or 143 for SIGTERM)."""
 
     def __init__(self, session):
         self.session = session
@@ -163,7 +183,7 @@ class _stop_on_signals:
 
     def _handle(self, number, frame) -> None:
         if self._asked:
-            raise KeyboardInterrupt
+            raise Terminated if number == signal.SIGTERM else KeyboardInterrupt
         self._asked = True
         self.session.stop()
 

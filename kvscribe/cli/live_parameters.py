@@ -35,7 +35,8 @@ PARAMETERS: ParameterTable = {
             "--mic",
             metavar="INDEX|NAME",
             show_default="the system's default input",
-            help="Record from this input device (see --list-devices).",
+            help="Record from this input device (see --list-devices): its index, its name, or a"
+            " part of its name that only it has.",
         ),
     ),
     "source": (

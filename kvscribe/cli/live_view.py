@@ -29,13 +29,11 @@ class TranscriptFile:
     def __init__(self, path: Path):
         self.path = path
         try:
-            self._file: TextIO = open(path, "a+", encoding="utf-8")  # noqa: SIM115 (long-lived)
-            self._file.seek(0, os.SEEK_END)
-            if self._file.tell() > 0:
-                self._file.seek(self._file.tell() - 1)
-                ends_line = self._file.read(1) == "\n"
-                if not ends_line:  # an earlier session was killed mid-utterance
-                    self._file.write("\n")
+            path.parent.mkdir(parents=True, exist_ok=True)  # as --stats-json's folders are
+            mid_line = _ends_mid_line(path)
+            self._file: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115 (long-lived)
+            if mid_line:  # an earlier session was killed mid-utterance
+                self._file.write("\n")
         except OSError as exc:
             raise OutputError(
                 f"cannot append to it: {exc.strerror or exc}",
@@ -72,6 +70,19 @@ class TranscriptFile:
                 subject=str(self.path),
                 hint="free some disk space or pick another file for -o",
             ) from None
+
+
+def _ends_mid_line(path: Path) -> bool:
+    """Whether a regular file's last byte is not a newline. Read as a byte: the last
+    character of a killed session's text may be several (é, …), and text mode could not
+    decode its last byte alone."""
+    if not path.is_file():
+        return False
+    with open(path, "rb") as existing:
+        if existing.seek(0, os.SEEK_END) == 0:
+            return False
+        existing.seek(-1, os.SEEK_END)
+        return existing.read(1) != b"\n"
 
 
 class LiveView:

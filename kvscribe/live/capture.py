@@ -4,6 +4,7 @@ and hands mono 16 kHz float32 chunks to the session through a bounded queue."""
 
 from __future__ import annotations
 
+import logging
 import queue
 import struct
 import threading
@@ -17,6 +18,8 @@ import numpy as np
 
 from kvscribe import audio
 from kvscribe.errors import AudioDecodeError, InputNotFoundError, KvscribeError
+
+_log = logging.getLogger(__name__)
 
 CHUNK_SECONDS = 0.1
 _CHUNK = int(CHUNK_SECONDS * audio.SAMPLE_RATE)
@@ -154,10 +157,12 @@ _END = object()
 class Capture:
     """Runs a source in a daemon thread. A live source that outruns the session by more than
     `backlog` seconds loses its oldest waiting audio, counted in `dropped_seconds`; other
-    sources wait."""
+    sources wait. A source that fails part-way ends the audio as its end would, so what it
+    gave is finished first; then raise_failure() raises its error."""
 
     def __init__(self, source: Source, backlog: float = 30.0):
         self.source = source
+        self.failure: KvscribeError | None = None
         self.dropped_seconds = 0.0
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, int(backlog / CHUNK_SECONDS)))
         self._stopped = threading.Event()
@@ -178,8 +183,8 @@ class Capture:
             self._thread.join(within)
 
     def get(self, timeout: float) -> Chunk | None:
-        """The next chunk; None if none came within `timeout`. Raises EOFError at the end, or
-        the source's KvscribeError."""
+        """The next chunk; None if none came within `timeout`. Raises EOFError at the end,
+        also the end a failed source came to (its error: `failure`)."""
         try:
             item = self._queue.get(timeout=timeout)
         except queue.Empty:
@@ -188,9 +193,15 @@ class Capture:
             self._queue.put(_END)  # stay at the end for later calls
             raise EOFError
         if isinstance(item, KvscribeError):
+            self.failure = item
             self._queue.put(_END)
-            raise item
+            raise EOFError
         return item
+
+    def raise_failure(self) -> None:
+        """The source's error, if it failed part-way (a truncated file, a device gone)."""
+        if self.failure is not None:
+            raise self.failure
 
     @property
     def device_overflows(self) -> int:
@@ -231,6 +242,11 @@ class Capture:
         except OSError as exc:
             outcome = InputNotFoundError(
                 f"reading audio failed: {exc.strerror or exc}", subject=self.source.label
+            )
+        except Exception as exc:  # a thread's death must not leave the session waiting forever
+            _log.debug("the capture of %s failed", self.source.label, exc_info=True)
+            outcome = InputNotFoundError(
+                f"reading audio failed: {type(exc).__name__}: {exc}", subject=self.source.label
             )
         while True:  # the end marker must get in, even past a full queue
             try:

@@ -68,15 +68,22 @@ def pick(wanted: str | None) -> InputDevice:
         raise InputNotFoundError("no microphone found", subject="microphone", hint=_HINT_NO_DEVICE)
     if wanted is None:
         return next((d for d in devices if d.is_default), devices[0])
-    if wanted.isdigit():
-        chosen = [d for d in devices if d.index == int(wanted)]
-    else:
-        chosen = [d for d in devices if wanted.casefold() in d.name.casefold()]
+    chosen = matching(devices, wanted)
     if len(chosen) != 1:
         names = ", ".join(f"{d.index}: {d.name}" for d in devices)
         problem = "matches several input devices" if chosen else "is not an input device"
         raise UsageError(f"{wanted!r} {problem}", subject="--mic", hint=f"one of {names}")
     return chosen[0]
+
+
+def matching(devices: list[InputDevice], wanted: str) -> list[InputDevice]:
+    """The devices --mic names: by index; else the one whose whole name it is (ALSA lists
+    `default` beside `sysdefault`, Windows a microphone once per host API); else those
+    whose name contains it."""
+    if wanted.isdigit():
+        return [d for d in devices if d.index == int(wanted)]
+    exact = [d for d in devices if d.name.casefold() == wanted.casefold()]
+    return exact or [d for d in devices if wanted.casefold() in d.name.casefold()]
 
 
 class Microphone:

@@ -32,10 +32,9 @@ from kvscribe.voice.silero import VoiceDetector, VoiceEvent, level_dbfs
 
 _MEMORY_EVERY = 10.0  # seconds of audio between RSS samples
 _SLACK = SAMPLE_RATE // 2  # audio kept before a possible onset, beyond the pad
-# A decode may emit this many tokens per second of buffer (and _TOKENS_BASE more): twice
-# fast speech's rate. A decoder stuck repeating itself ("pre-p-p-p...") otherwise runs to
-# Whisper's 224 tokens at every temperature of the fallback, seconds in which the stream
-# waits; text at the pace of speech never reaches the bound.
+# A decode may emit this many tokens per second of buffer (and _TOKENS_BASE more): twice fast
+# speech's rate. A decoder stuck repeating itself ("pre-p-p-p...") otherwise runs to Whisper's
+# 224 tokens at every temperature of the fallback, seconds the stream waits.
 _TOKENS_PER_SECOND = 12
 _TOKENS_BASE = 16
 # A decode whose timed words stop this long before the speech in its buffer does has dropped
@@ -113,6 +112,7 @@ class LiveSession:
             self.capture.close()
             self._count_lost_audio()
             self.stats.finish()
+        self.capture.raise_failure()  # a source that failed part-way, once what it gave is done
         return self.stats
 
     # -- per chunk ---------------------------------------------------------------------------
