@@ -314,6 +314,14 @@ def test_a_node_without_the_drivers_storage_says_so(tmp_path):
     assert truly.error is missing.value  # missing for the driver too: the usual line
 
 
+def test_actors_take_the_drivers_settings_but_not_the_servers_key():
+    from kvscribe.cluster.executor import actor_env
+
+    environ = {"KVSCRIBE_CACHE_DIR": "/c", "HF_HUB_OFFLINE": "1", "PATH": "/bin"}
+    environ["KVSCRIBE_API_KEY"] = "sk-secret"  # what `kvscribe serve` asks clients for
+    assert actor_env(environ) == {"KVSCRIBE_CACHE_DIR": "/c", "HF_HUB_OFFLINE": "1"}
+
+
 def _attempts(folder: Path, size: int, count: int):
     """`count` files of `size` bytes (sparse: only their sizes matter), as attempts."""
     from collections import deque

@@ -151,15 +151,7 @@ def test_a_ten_minute_stream_keeps_memory_flat(tmp_path):
 def test_ctrl_c_mid_replay_keeps_the_committed_text_and_exits_0(tmp_path):
     out = tmp_path / "notes.txt"
     out.write_text("an earlier session, cut off", encoding="utf-8")  # no newline: killed
-    proc = subprocess.Popen(
-        [str(KVSCRIBE), "mic", "--input", LONGFORM, "-o", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=os.environ.copy(),
-    )
-    deadline = time.monotonic() + 120
-    while len(out.read_text(encoding="utf-8")) < 40 and time.monotonic() < deadline:
-        time.sleep(0.2)  # wait for the first committed words (real-time replay)
+    proc = _replay_until_words_are_committed(out, at_least=13)
     before = out.read_text(encoding="utf-8")
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
@@ -177,7 +169,19 @@ def test_ctrl_c_mid_replay_keeps_the_committed_text_and_exits_0(tmp_path):
 def test_a_second_sigterm_stops_at_once_with_143(tmp_path):
     """The first SIGTERM finishes the utterance in progress, as Ctrl-C does; a second one
     stops at once, and says SIGTERM (it said "interrupted", 130, as a second Ctrl-C)."""
-    out = tmp_path / "notes.txt"
+    proc = _replay_until_words_are_committed(tmp_path / "notes.txt", at_least=10)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.02)  # one signal each: two pending at once would count as one
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.TERMINATED, stderr.decode()
+    assert stderr.decode().strip().endswith("kvscribe: stopped by SIGTERM")
+
+
+def _replay_until_words_are_committed(out: Path, at_least: int) -> subprocess.Popen:
+    """The long-form clip replayed in real time into `out`, once `at_least` more characters
+    are in it (the first committed words: an utterance is open)."""
+    before = len(out.read_text(encoding="utf-8")) if out.exists() else 0
     proc = subprocess.Popen(
         [str(KVSCRIBE), "mic", "--input", LONGFORM, "-o", str(out)],
         stdout=subprocess.PIPE,
@@ -185,16 +189,11 @@ def test_a_second_sigterm_stops_at_once_with_143(tmp_path):
         env=os.environ.copy(),
     )
     deadline = time.monotonic() + 120
-    while (not out.exists() or len(out.read_text(encoding="utf-8")) < 40) and (
-        time.monotonic() < deadline
-    ):
-        time.sleep(0.2)  # the first committed words (real-time replay): an utterance is open
-    proc.send_signal(signal.SIGTERM)
-    time.sleep(0.02)  # one signal each: two pending at once would count as one
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == ExitCode.TERMINATED, stderr.decode()
-    assert stderr.decode().strip().endswith("kvscribe: stopped by SIGTERM")
+    while time.monotonic() < deadline and proc.poll() is None:
+        if out.exists() and len(out.read_text(encoding="utf-8")) >= before + at_least:
+            break
+        time.sleep(0.2)
+    return proc
 
 
 def test_no_microphone_is_one_clear_line():

@@ -26,7 +26,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -50,6 +50,7 @@ MAX_RESTARTS = 3  # per worker slot
 START_SECONDS = 300.0  # no actor ready and nothing running for this long: give up
 POLL_SECONDS = 1.0
 _ENV_PREFIXES = ("KVSCRIBE_", "HF_")  # the driver's settings the actors take along
+_ENV_KEPT_HERE = ("KVSCRIBE_API_KEY",)  # the server's key: a batch worker has no use for it
 
 _log = logging.getLogger(__name__)
 
@@ -86,13 +87,23 @@ def _for_actors(options: TranscribeOptions) -> TranscribeOptions:
     return dataclasses.replace(options, profile=profiles.load(options.profile).name)
 
 
+def actor_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The driver's kvscribe and Hugging Face settings, which the actors take along (sent as
+    actor arguments: a secret they do not need stays here)."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name.startswith(_ENV_PREFIXES) and name not in _ENV_KEPT_HERE
+    }
+
+
 class _ActorFactory:
     def __init__(self, ray: ModuleType, options: TranscribeOptions):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.ray = ray
         self.options = options
-        self.env = {k: v for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES)}
+        self.env = actor_env(os.environ)
         self.remote = ray.remote(KvscribeWorker)
         self.strategy = NodeAffinitySchedulingStrategy
 
