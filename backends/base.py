@@ -54,6 +54,8 @@ class Backend(abc.ABC):
     capabilities: ClassVar[Capabilities]
     requires: ClassVar[tuple[str, ...]] = ()  # engine modules, imported to check availability
     settings_schema: ClassVar[dict[str, type]] = {}  # its profile section's keys and types
+    # The values a string key of its section may take, checked with the types.
+    setting_choices: ClassVar[dict[str, tuple[str, ...]]] = {}
     install_hint: ClassVar[str] = ""
 
     def __init__(self, model: ModelRef, profile: Profile, device: str):
@@ -173,6 +175,9 @@ class Backend(abc.ABC):
                     hint="allowed: " + ", ".join(f"{k} ({t.__name__})" for k, t in schema.items()),
                 )
             problem = out_of_range(key, value) if key in RANGES else None
+            choices = self.setting_choices.get(key)
+            if choices is not None and value not in choices:
+                problem = "one of " + ", ".join(choices)
             if problem is not None:  # as the command line's flag checks it
                 raise UsageError(
                     f"bad setting [{self.name}] {key} = {value!r}",

@@ -93,6 +93,8 @@ def load(name: str, *, resolve_auto: bool = True) -> Profile:
             hint=f"choose one of: {', '.join(files)} (`kvscribe profiles`)",
         )
     data = _read(files[name], name)
+    if name == AUTO:
+        _check_auto(data.get("auto", {}), files, str(files[name]))
     if name == AUTO and resolve_auto:
         picked, reason = _pick(data.get("auto", {}), hardware.detect())
         profile = load(picked, resolve_auto=False)
@@ -109,15 +111,51 @@ def _read(source, name: str) -> dict[str, Any]:
             subject=str(source),
             hint="fix or remove the file",
         ) from exc
-    unknown = set(data) - _TOP_KEYS - {"ctranslate2", "transformers", "whispercpp"}
-    unknown = {k for k in unknown if not isinstance(data[k], dict)}  # plugin backend sections
+    _check_keys(data, name, str(source))
+    return data
+
+
+def _check_keys(data: dict[str, Any], name: str, source: str) -> None:
+    """Every key a known one, every backend section a table of a registered backend (a
+    misspelt section was taken for a plugin's and its settings silently ignored)."""
+    from kvscribe import registry
+
+    backends = set(registry.names())
+    unknown = set(data) - _TOP_KEYS - backends
     if unknown:
         raise UsageError(
-            f"unknown key(s) {', '.join(sorted(unknown))} in profile {name}",
-            subject=str(source),
-            hint=f"allowed: {', '.join(sorted(_TOP_KEYS))}",
+            f"unknown key(s) or section(s) {', '.join(sorted(unknown))} in profile {name}",
+            subject=source,
+            hint=f"keys: {', '.join(sorted(_TOP_KEYS - {'kv', 'seed', 'auto'}))}; "
+            f"sections: kv, seed, auto and a backend's ({', '.join(sorted(backends))})",
         )
-    return data
+    for section in sorted((backends | {"kv", "auto"}) & set(data)):
+        if not isinstance(data[section], dict):
+            raise UsageError(
+                f"`{section}` must be a table ([{section}] and its keys)",
+                subject=source,
+                hint=f"write it as [{section}] with one key = value per line",
+            )
+    _check_kv(data.get("kv", {}), source)
+
+
+def _check_kv(table: dict[str, Any], source: str) -> None:
+    """[kv]: `self` and `cross` only, each a policy that parses (as --kv-policy and
+    --kv-cross would), so no backend runs a profile whose cache policy is wrong."""
+    unknown = set(table) - {"self", "cross"}
+    if unknown:
+        raise UsageError(
+            f"unknown key(s) {', '.join(sorted(unknown))} in [kv]",
+            subject=source,
+            hint="[kv] takes self and cross (docs/profiles.md)",
+        )
+    try:
+        validate_policy(str(table.get("self", "full")))
+        parse_cross(str(table.get("cross", "full")))
+    except UsageError as exc:
+        raise UsageError(
+            f"[kv] {exc.message}", subject=source, hint="fix the profile's [kv] policy"
+        ) from exc
 
 
 def _build(name: str, data: dict[str, Any], source: str) -> Profile:
@@ -129,9 +167,7 @@ def _build(name: str, data: dict[str, Any], source: str) -> Profile:
             hint="fix the profile's `device`",
         )
     kv = data.get("kv", {})
-    sections = {
-        k: v for k, v in data.items() if isinstance(v, dict) and k not in ("kv", "auto", "seed")
-    }
+    sections = {k: v for k, v in data.items() if k not in _TOP_KEYS}
     return Profile(
         name=name,
         summary=str(data.get("summary", "")),
@@ -190,6 +226,35 @@ def seed_agrees(profile: Profile) -> bool:
         return same_self and parse_cross(profile.kv_cross) == parse_cross(seed.kv_cross)
     except UsageError:  # one of them does not fit some Whisper size: not the same policy
         return False
+
+
+_AUTO_PICKS = ("no_cuda", "small_gpu", "large_gpu")
+
+
+def _check_auto(rules: Mapping[str, Any], files: Mapping[str, Any], source: str) -> None:
+    """[auto]: each pick a profile that exists (not auto itself), the limit a number of GB."""
+    unknown = set(rules) - set(_AUTO_PICKS) - {"small_gpu_max_gb"}
+    if unknown:
+        raise UsageError(
+            f"unknown key(s) {', '.join(sorted(unknown))} in [auto]",
+            subject=source,
+            hint=f"[auto] takes {', '.join(_AUTO_PICKS)} and small_gpu_max_gb",
+        )
+    for key in _AUTO_PICKS:
+        picked = rules.get(key)
+        if picked is not None and (picked not in files or picked == AUTO):
+            raise UsageError(
+                f"[auto] {key} = {picked!r} is not a profile auto can pick",
+                subject=source,
+                hint=f"choose one of: {', '.join(n for n in files if n != AUTO)}",
+            )
+    limit = rules.get("small_gpu_max_gb", 4)
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0:
+        raise UsageError(
+            f"[auto] small_gpu_max_gb must be a number of GB, not {limit!r}",
+            subject=source,
+            hint="write it as a number, e.g. small_gpu_max_gb = 4",
+        )
 
 
 def _pick(rules: Mapping[str, Any], found: hardware.Hardware) -> tuple[str, str]:

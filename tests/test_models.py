@@ -63,12 +63,16 @@ def test_header_reader_accounts_for_every_byte_of_the_file():
 
 
 def test_a_truncated_model_bin_is_a_model_error(tmp_path):
+    """Cut anywhere: in the header, just after a variable's name (an internal error,
+    IndexError), or in the weights."""
     source = resolve("tiny.en", CT2).path / "model.bin"
     damaged = tmp_path / "model.bin"
     with open(source, "rb") as handle:
-        damaged.write_bytes(handle.read(5_000_000))
-    with pytest.raises(ModelNotFoundError, match="not a readable CTranslate2"):
-        whisper_dims(damaged)
+        head = handle.read(5_000_000)
+    for cut in (*range(4, 160), len(head)):
+        damaged.write_bytes(head[:cut])
+        with pytest.raises(ModelNotFoundError, match="not a readable CTranslate2"):
+            whisper_dims(damaged)
 
 
 def test_directory_and_model_bin_paths_resolve_to_the_directory():
@@ -84,6 +88,10 @@ def test_directory_and_model_bin_paths_resolve_to_the_directory():
         ("./missing/model", "no such file or directory"),
         ("small", "HF_HUB_OFFLINE"),
         ("someone/whisper-custom", "HF_HUB_OFFLINE"),
+        # Not hub ids: each was an internal error (HFValidationError).
+        ("a/b c", "not a model name, an existing path or a Hugging Face id"),
+        ("tiny.en/", "not a model name, an existing path or a Hugging Face id"),
+        ("org/na..me", "not a model name, an existing path or a Hugging Face id"),
     ],
 )
 def test_unresolvable_models_are_model_errors(spec, words):
@@ -97,6 +105,44 @@ def test_folder_without_a_model_is_rejected(tmp_path):
     (tmp_path / "readme.txt").write_text("nothing here")
     with pytest.raises(ModelNotFoundError, match="no Whisper model"):
         resolve(str(tmp_path), CT2)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "present", "lacking"),
+    [
+        ("ctranslate2", ("model.bin", "config.json", "vocabulary.txt"), "tokenizer.json"),
+        ("ctranslate2", ("model.bin", "config.json", "tokenizer.json"), "vocabulary.txt or"),
+        ("ctranslate2", ("model.bin", "tokenizer.json", "vocabulary.txt"), "config.json"),
+        ("transformers", ("config.json", "pytorch_model.bin"), "model.safetensors"),
+        ("transformers", ("config.json", "model-00001-of-00002.safetensors"), "model.safetensors"),
+        ("transformers", ("config.json", "model.safetensors"), "generation_config.json"),
+    ],
+)
+def test_a_model_folder_lacking_a_needed_file_is_refused_naming_it(tmp_path, fmt, present, lacking):
+    """A CTranslate2 folder without tokenizer.json made faster-whisper fetch one from the hub
+    (offline: an internal error); one without its vocabulary failed inside CTranslate2; a
+    transformers folder with other weights than model.safetensors failed in the onnx export."""
+    for name in present:
+        (tmp_path / name).write_bytes(b"{}")
+    with pytest.raises(ModelNotFoundError, match=f"this {fmt} model folder lacks {lacking}") as e:
+        resolve(str(tmp_path), (fmt,))
+    assert str(tmp_path) in e.value.one_line() and e.value.exit_code == ExitCode.MODEL_NOT_FOUND
+
+
+def test_a_download_fetches_every_file_a_model_folder_needs_and_no_other_weights():
+    """The hub's file patterns against what each format's folder needs: a transformers
+    repository (openai/whisper-small) came down without its weights."""
+    from fnmatch import fnmatch
+
+    from kvscribe.models import formats, hub
+
+    def fetched(name: str) -> bool:
+        return any(fnmatch(name, pattern) for pattern in hub._PATTERNS)
+
+    for fmt in (formats.CTRANSLATE2, formats.TRANSFORMERS):
+        for choices in formats._NEEDS[fmt]:
+            assert any(fetched(name) for name in choices), (fmt, choices)
+    assert not any(map(fetched, ("pytorch_model.bin", "tf_model.h5", "flax_model.msgpack")))
 
 
 def test_ggml_file_is_recognised_and_refused_by_a_ctranslate2_backend(tmp_path):
@@ -129,6 +175,16 @@ def test_base_is_joined_once_from_its_two_packages(tmp_path, monkeypatch):
     mtime = joined.stat().st_mtime_ns
     assert resolve("base", CT2).path == ref.path and joined.stat().st_mtime_ns == mtime
     assert [p.name for p in ref.path.parent.iterdir()] == [ref.path.name]  # no staging left
+
+
+@pytest.mark.skipif(not BASE_INSTALLED, reason="pip install 'kvscribe[base]' to test the join")
+def test_base_joined_into_a_cache_that_cannot_take_it_is_one_line(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way")
+    monkeypatch.setenv("KVSCRIBE_CACHE_DIR", str(blocker / "cache"))
+    with pytest.raises(ModelNotFoundError, match=r"cannot write base-ct2-.* joined from") as e:
+        resolve("base", CT2)
+    assert "KVSCRIBE_CACHE_DIR" in e.value.one_line()  # was an internal error: NotADirectoryError
 
 
 def test_embedded_model_without_its_package_names_the_extra(monkeypatch):

@@ -72,6 +72,16 @@ def test_user_profile_is_listed_and_overrides_a_built_in(tmp_path, monkeypatch):
         ('[seed]\ncross = "shared"', r"\[seed\] must be a table with `self`"),
         ('[seed]\nself = "window=0"', r"\[seed\] bad cache policy part"),
         ('[seed]\nself = "full"\ncross = "per-beam"', "unknown cross-attention"),
+        # A misspelt section or [kv] key was taken for a plugin's and silently ignored; a
+        # [kv] that is not a table was an internal error; a bad [kv] policy blamed a
+        # --kv-policy never given, and the ctranslate2 backend ran it as if valid.
+        ("[transfomers]\nbeam_size = 1", r"unknown key\(s\) or section\(s\) transfomers"),
+        ('[kvv]\nself = "full"', r"section\(s\) kvv"),
+        ('kv = "full"', r"`kv` must be a table"),
+        ("ctranslate2 = 5", r"`ctranslate2` must be a table"),
+        ('[kv]\nselff = "full"', r"unknown key\(s\) selff in \[kv\]"),
+        ('[kv]\nself = "window=abc"', r"\[kv\] bad cache policy part"),
+        ('[kv]\ncross = "bogus"', r"\[kv\] unknown cross-attention"),
     ],
 )
 def test_bad_user_profiles_are_usage_errors_naming_the_file(tmp_path, monkeypatch, text, words):
@@ -98,6 +108,59 @@ def test_a_count_out_of_range_in_a_profile_is_refused_as_its_flag_is(tmp_path, m
         assert f"odd.toml: bad setting [ctranslate2] {key} = {value} (must be between" in (
             result.stderr
         )
+    # A choice not among the encoder's: the file was not named.
+    (tmp_path / "profiles" / "odd.toml").write_text('[ctranslate2]\nencoder = "foo"\n')
+    result = run_cli(SAMPLE, "-p", "odd", "-q")
+    assert result.code == ExitCode.USAGE, result.stderr
+    said = "odd.toml: bad setting [ctranslate2] encoder = 'foo' (one of auto, onnxruntime,"
+    assert said in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("rules", "words"),
+    [
+        ('no_cuda = "nonexistent"', "no_cuda = 'nonexistent' is not a profile auto can pick"),
+        ('no_cuda = "auto"', "no_cuda = 'auto' is not a profile auto can pick"),
+        ('small_gpu_max_gb = "4GB"', "small_gpu_max_gb must be a number of GB, not '4GB'"),
+        ('nocuda = "gpu"', r"unknown key\(s\) nocuda in \[auto\]"),
+    ],
+)
+def test_a_users_auto_rules_are_checked_naming_its_file(tmp_path, monkeypatch, rules, words):
+    """A user's auto.toml picking no profile made every default run fail with
+    "nonexistent: unknown profile", its file unnamed; "4GB" was an internal error on a
+    CUDA machine only."""
+    monkeypatch.setenv("KVSCRIBE_CONFIG_DIR", str(tmp_path))
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "auto.toml").write_text(f"[auto]\n{rules}\n")
+    for resolve_auto in (True, False):
+        with pytest.raises(UsageError, match=words) as caught:
+            profile.load("auto", resolve_auto=resolve_auto)
+        assert "auto.toml" in caught.value.one_line()
+
+
+def test_profiles_show_prints_a_users_words_as_written(tmp_path, monkeypatch):
+    """Rich read brackets in a user's profile as markup: "[/home]" was an internal error
+    (MarkupError), "[bold]" vanished."""
+    monkeypatch.setenv("KVSCRIBE_CONFIG_DIR", str(tmp_path))
+    (tmp_path / "profiles").mkdir()
+    text = 'why = "tested on [/home] box, [bold]x"\n[ctranslate2]\ncompute_type = "[/]"\n'
+    (tmp_path / "profiles" / "marked.toml").write_text(text)
+    shown = run_cli("profiles", "show", "marked")
+    assert shown.code == 0, shown.stderr
+    assert "why: tested on [/home] box, [bold]x" in shown.stdout
+    rows = [line.split() for line in shown.stdout.splitlines()]
+    assert ["ctranslate2", "compute_type", "[/]"] in rows
+
+
+def test_the_list_shows_every_profile_beside_a_broken_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSCRIBE_CONFIG_DIR", str(tmp_path))
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "bad.toml").write_text('[kv]\nself = "window=abc"\n')
+    listed = run_cli("profiles")
+    assert listed.code == ExitCode.USAGE
+    rows = {line.split()[0]: line for line in listed.stdout.splitlines() if line.strip()}
+    assert "broken" in rows["bad"] and all(name in rows for name in BUILT_IN)
+    assert listed.stderr.startswith(f"kvscribe: error: {tmp_path / 'profiles' / 'bad.toml'}: [kv]")
 
 
 def test_unknown_profile_lists_the_known_ones():

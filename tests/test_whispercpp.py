@@ -8,7 +8,6 @@ import os
 import signal
 import struct
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,7 +15,6 @@ import numpy as np
 import pytest
 
 from kvscribe.audio.mel import mel_filters
-from kvscribe.backends.whispercpp import binary
 from kvscribe.backends.whispercpp.process import WhisperProcess, check_outcome, write_wav_f32
 from kvscribe.backends.whispercpp.report import parse_segment_line
 from kvscribe.errors import (
@@ -332,58 +330,3 @@ def test_truncated_ggml_model_is_exit_5(tiny_ggml, whisper_cli, tmp_path):
     cut.write_bytes(tiny_ggml.read_bytes()[:3_000_000])
     result = run_cli(SAMPLE, "-b", "whispercpp", "--model", cut)
     assert result.code == 5 and "ends inside a tensor" in result.stderr, result.stderr
-
-
-# -- finding the binary -----------------------------------------------------------------------
-
-
-def test_env_var_to_a_missing_binary_is_exit_6(tmp_path, monkeypatch):
-    monkeypatch.setenv("KVSCRIBE_WHISPER_CLI", str(tmp_path / "whisper-cli"))
-    result = run_cli(SAMPLE, "-b", "whispercpp")
-    assert result.code == 6
-    assert "no such file" in result.stderr and "kvscribe setup whisper-cpp" in result.stderr
-
-
-def test_config_file_names_the_binary(whisper_cli, monkeypatch, tmp_path):
-    monkeypatch.delenv("KVSCRIBE_WHISPER_CLI")
-    monkeypatch.setenv("PATH", "/nonexistent")
-    config = Path(os.environ["KVSCRIBE_CONFIG_DIR"])
-    config.mkdir(parents=True, exist_ok=True)
-    (config / "config.toml").write_text(f'[whispercpp]\nbinary = "{whisper_cli}"\n')
-    try:
-        found = binary.find()
-        assert found.path == whisper_cli and found.found_by == "config"
-    finally:
-        (config / "config.toml").unlink()
-    with pytest.raises(BackendUnavailableError, match="whisper-cli not found"):
-        binary.find()
-
-
-def test_an_old_whisper_cli_on_path_is_skipped_with_the_reason(monkeypatch, tmp_path):
-    # Fault injection: an old whisper.cpp cannot be had here, so a script plays one.
-    old = tmp_path / "whisper-cli"
-    old.write_text(
-        "#!/bin/sh\n"
-        "echo 'usage: whisper-cli [options] file0.wav'\n"
-        "echo '  -m FNAME, --model FNAME'\n"
-    )
-    old.chmod(0o755)
-    monkeypatch.delenv("KVSCRIBE_WHISPER_CLI")
-    monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(BackendUnavailableError, match="too old: its --help lacks -ojf"):
-        binary.find()
-
-
-def test_setup_reuses_a_usable_binary(whisper_cli):
-    result = run_cli("setup", "whisper-cpp")
-    assert result.code == 0 and "nothing to do" in result.stderr
-    assert result.stdout.strip() == str(whisper_cli)
-
-
-def test_setup_without_cmake_says_what_to_install(monkeypatch):
-    monkeypatch.delenv("KVSCRIBE_WHISPER_CLI")
-    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))  # no cmake, no compiler
-    result = run_cli("setup", "whisper-cpp", "--force")
-    assert result.code == 6
-    assert "cmake" in result.stderr and "apt-get install cmake g++" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1

@@ -57,6 +57,7 @@ _SETTINGS = {
     "cpu_threads": int,
     "batch_size": int,
 }
+_CHOICES = {"encoder": engine_choice.ENCODERS}
 
 
 class CTranslate2Backend(Backend):
@@ -77,6 +78,7 @@ class CTranslate2Backend(Backend):
 
     requires = ("ctranslate2", "faster_whisper")
     settings_schema = _SETTINGS
+    setting_choices = _CHOICES
     install_hint = "pip install faster-whisper"
 
     def load(self) -> None:

@@ -28,13 +28,14 @@ from pathlib import Path
 import numpy as np
 
 from kvscribe.atomic_file import atomic_write_text
+from kvscribe.backends.ctranslate2.engine_choice import ENCODERS
 from kvscribe.errors import BackendUnavailableError, UsageError
 from kvscribe.machine.hardware import cpu_name
 from kvscribe.machine.memtrace import release_freed_memory
 from kvscribe.models import onnx_encoder
 from kvscribe.paths import cache_dir
 
-CHOICES = ("auto", "onnxruntime", "ctranslate2")
+CHOICES = ENCODERS
 _TIMED_WINDOWS = 2  # timed after one warm-up call each; the faster of two rounds counts
 _CHOICE_VERSION = 2  # bump when what is timed changes: cached choices are keyed by it
 

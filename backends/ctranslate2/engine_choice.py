@@ -21,6 +21,9 @@ def choose(settings: dict, device: str, model) -> EngineChoice:
     return EngineChoice(kind, cpu_threads(settings), weights(model, device, kind))
 
 
+# The profile's `encoder`: "auto" (measured once per machine), "onnxruntime" or "ctranslate2".
+ENCODERS = ("auto", "onnxruntime", "ctranslate2")
+
 # What CTranslate2 takes (ctranslate2.get_supported_compute_types names what a device runs).
 COMPUTE_TYPES = (
     "default",

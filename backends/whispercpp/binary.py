@@ -69,6 +69,20 @@ def find() -> WhisperCli:
     raise BackendUnavailableError(f"whisper-cli not found ({tried})", hint=SETUP_HINT)
 
 
+def check_explicit() -> None:
+    """BackendUnavailableError where KVSCRIBE_WHISPER_CLI or the config names a whisper-cli
+    kvscribe cannot drive: it is run before any other, so a build would never be used."""
+    path, found_by, explicit = next(_candidates(), (None, "", False))
+    problem = check(path) if explicit else None
+    if problem is not None:
+        raise BackendUnavailableError(
+            f"{problem}; it is used before any build",
+            subject=f"{path} ({found_by})",
+            hint=f"fix it, or unset {ENV_VAR} / remove the config's binary and run "
+            "`kvscribe setup whisper-cpp` again",
+        )
+
+
 def patched() -> WhisperCli | None:
     """The whisper-cli found, if it takes kvscribe's KV cache types (else: none; set-up
     builds one)."""
@@ -102,13 +116,22 @@ def _configured() -> Path | None:
     if not config.is_file():
         return None
     try:
-        value = (
-            tomllib.loads(config.read_text(encoding="utf-8")).get("whispercpp", {}).get("binary")
-        )
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        data = tomllib.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise BackendUnavailableError(
             f"cannot read config: {exc}", subject=str(config), hint="fix or remove the file"
         ) from None
+    if "whispercpp" not in data:
+        return None
+    section = data["whispercpp"]
+    value = section.get("binary") if isinstance(section, dict) else None
+    if not isinstance(section, dict) or set(section) != {"binary"} or not isinstance(value, str):
+        raise BackendUnavailableError(
+            'the config\'s whisper.cpp setting is not [whispercpp] binary = "PATH"',
+            subject=str(config),
+            hint='write [whispercpp] and on the next line binary = "/path/to/whisper-cli", '
+            "or remove the file",
+        )
     return Path(value).expanduser() if value else None
 
 

@@ -52,8 +52,14 @@ def profiles_list(ctx: typer.Context) -> None:
     from kvscribe import profile
 
     table = Table("profile", "device", "KV policy (self / cross)", "vs seed", "for", box=None)
+    broken: list[KvscribeError] = []
     for name in profile.available():
-        p = _load_or_exit(name, resolve_auto=False)
+        try:
+            p = profile.load(name, resolve_auto=False)
+        except KvscribeError as exc:  # one bad user profile: listed, the others still shown
+            broken.append(exc)
+            table.add_row(escape(name), "-", "[red]broken[/]: see below", "-", "-")
+            continue
         policy = "decided by hardware" if name == profile.AUTO else f"{p.kv_self} / {p.kv_cross}"
         table.add_row(name, p.device, policy, _seed_marker(p), escape(p.summary))
     console = _stdout_console()
@@ -63,8 +69,12 @@ def profiles_list(ctx: typer.Context) -> None:
         "profiles started) recommends; `kvscribe profiles show NAME` shows both and the "
         "measured reason[/]"
     )
+    for exc in broken:
+        print_error(stderr_console(), exc)
     chosen = _load_or_exit(profile.AUTO, resolve_auto=True)
     console.print(f"[dim]auto picks [bold]{chosen.name}[/bold] here ({chosen.chosen_by})[/]")
+    if broken:
+        raise typer.Exit(broken[0].exit_code)
 
 
 @profiles_app.command("show")
@@ -73,17 +83,18 @@ def profiles_show(name: str = typer.Argument(..., help="Profile name.")) -> None
     profile = _load_or_exit(name, resolve_auto=True)
     console = _stdout_console()
     console.print(f"[bold]{escape(profile.name)}[/]  {escape(profile.summary)}")
+    # A user's profile is plain text: a "[/home]" in its why is not markup.
     if profile.chosen_by:
-        console.print(f"chosen by {profile.chosen_by}")
-    console.print(f"why: {profile.why}")
-    console.print(f"file: {profile.source}")
+        console.print(f"chosen by {escape(profile.chosen_by)}")
+    console.print(f"why: {escape(profile.why)}")
+    console.print(f"file: {escape(profile.source)}")
     table = Table("section", "setting", "value", box=None)
     table.add_row("device", "", profile.device)
-    table.add_row("kv", "self", profile.kv_self)
-    table.add_row("kv", "cross", profile.kv_cross)
+    table.add_row("kv", "self", escape(profile.kv_self))
+    table.add_row("kv", "cross", escape(profile.kv_cross))
     for backend, settings in profile.backends.items():
         for key, value in settings.items():
-            table.add_row(backend, key, str(value))
+            table.add_row(escape(backend), escape(str(key)), escape(str(value)))
     console.print(table)
     if profile.seed is not None:
         _print_seed(console, profile)

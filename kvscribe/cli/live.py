@@ -135,17 +135,13 @@ def _run(options: LiveOptions, console) -> int:
         cpu=CpuClock(),
     )
     transcript = TranscriptFile(options.output) if options.output is not None else None
+    listening = _say_listening(source, console)
+    view = LiveView(stats, transcript, options.quiet, on_first_audio=listening)
     session = LiveSession(
-        engine,
-        decode_request(options),
-        Capture(source),
-        detector,
-        LiveView(stats, transcript, options.quiet, on_first_audio=_say_listening(source, console)),
-        stats,
-        streaming,
+        engine, decode_request(options), Capture(source), detector, view, stats, streaming
     )
     failure: KvscribeError | None = None
-    with session.listener, _stop_on_signals(session):
+    with view, _stop_on_signals(session, view.stopping):
         try:
             session.run()
         except KvscribeError as exc:  # the source failed part-way: what it gave is committed
@@ -165,11 +161,13 @@ def _say_listening(source, console):
 
 
 class _stop_on_signals:
-    """First Ctrl-C (or SIGTERM): finish the utterance in progress and stop. A second one:
-    stop at once (exit 130, or 143 for SIGTERM)."""
+    """First Ctrl-C (or SIGTERM): finish the utterance in progress and stop, saying so
+    (`notice`: the final decode may take seconds). A second one: stop at once (exit 130, or
+    143 for SIGTERM)."""
 
-    def __init__(self, session):
+    def __init__(self, session, notice):
         self.session = session
+        self.notice = notice
         self._previous: dict[int, object] = {}
         self._asked = False
 
@@ -186,6 +184,7 @@ class _stop_on_signals:
             raise Terminated if number == signal.SIGTERM else KeyboardInterrupt
         self._asked = True
         self.session.stop()
+        self.notice()
 
 
 def _report(options: LiveOptions, stats, console) -> None:

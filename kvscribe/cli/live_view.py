@@ -21,6 +21,8 @@ from kvscribe.errors import OutputError
 from kvscribe.live.stats import LiveStats
 from kvscribe.provenance import MEASURED, weakest_kind
 
+STOPPING = "finishing the utterance in progress (Ctrl-C again to stop at once)"
+
 
 class TranscriptFile:
     """Appends committed words as they come and ends each utterance's line, flushing each
@@ -104,6 +106,8 @@ class LiveView:
         self._tentative = ""
         self._level = -100.0
         self._speaking = False
+        self._stopping = False
+        self._quiet = quiet
         self._live: Live | None = None
 
     def __enter__(self) -> LiveView:
@@ -146,6 +150,13 @@ class LiveView:
             self._on_first_audio()
             self._on_first_audio = None
 
+    def stopping(self) -> None:
+        """Asked to stop (called from a signal handler): said in the status line, or in
+        one line on stderr, written whole by the kernel (no stream buffer to re-enter)."""
+        self._stopping = True
+        if self._live is None and not self._quiet:
+            os.write(2, f"kvscribe: {STOPPING}\n".encode())
+
     # -- drawing ----------------------------------------------------------------------------
 
     def _render(self) -> Group:
@@ -166,7 +177,8 @@ class LiveView:
         status.append(
             f"level {bar:<20} {self._level:5.0f} dB | latency {latency} | "
             f"KV {human_bytes(s.kv_bytes)}{_kv_mark(s)} | audio {s.audio_seconds:6.1f} s | "
-            f"dropped {s.dropped_seconds:.1f} s{_overflow_mark(s)} | Ctrl-C to stop"
+            f"dropped {s.dropped_seconds:.1f} s{_overflow_mark(s)} | "
+            + (STOPPING if self._stopping else "Ctrl-C to stop")
         )
         for label, note in policy_rows(s.notes, sorted(s.kv.not_applicable)):
             status.append(f"\n{label}: {note}", style="yellow")

@@ -36,6 +36,7 @@ def whisper_cpp(
     console = stderr_console()
     setup_logging(debug)
     try:
+        binary.check_explicit()  # a build is never run while the user's choice names another
         if not force:
             found = binary.patched()
             if found is not None:

@@ -96,9 +96,9 @@ def _read_table(handle: BinaryIO) -> dict[str, Variable]:
 
 def _read_variable(handle: BinaryIO) -> Variable:
     name = _string(handle)
-    rank = handle.read(1)[0]
+    rank = _u8(handle)
     shape = struct.unpack(f"<{rank}I", handle.read(4 * rank))
-    dtype = DTYPES[handle.read(1)[0]]
+    dtype = DTYPES[_u8(handle)]
     nbytes = _u32(handle)
     offset = handle.tell()
     value = None
@@ -150,6 +150,10 @@ def _scalar(variable: Variable) -> int:
         raise KeyError(variable.name)
     fmt = {"int8": "<b", "int16": "<h", "int32": "<i"}[variable.dtype]
     return struct.unpack(fmt, variable.value)[0]
+
+
+def _u8(handle: BinaryIO) -> int:
+    return struct.unpack("<B", handle.read(1))[0]  # struct.error at the file's end
 
 
 def _u32(handle: BinaryIO) -> int:

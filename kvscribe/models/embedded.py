@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kvscribe.errors import ModelNotFoundError
 from kvscribe.models.ct2_file import whisper_dims
-from kvscribe.paths import cache_dir
+from kvscribe.paths import cache_dir, cache_unwritable
 
 _SIDE_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
 
@@ -89,6 +89,13 @@ def _join_parts(dirs: list[Path], target: Path) -> None:
             subject=target.name,
             hint="reinstall the model packages",
         )
+    try:
+        _write_joined(parts, dirs[0], target)
+    except OSError as exc:  # a read-only or full cache, or a file in its way
+        raise cache_unwritable(exc, f"{target.name} joined from its parts") from None
+
+
+def _write_joined(parts: list[Path], side_files_dir: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     staging.chmod(0o755)  # mkdtemp makes it private; the cache is as readable as the packages
@@ -98,8 +105,8 @@ def _join_parts(dirs: list[Path], target: Path) -> None:
                 with open(part, "rb") as src:
                     shutil.copyfileobj(src, out, length=8 << 20)
         for name in _SIDE_FILES:
-            if (dirs[0] / name).is_file():
-                shutil.copy2(dirs[0] / name, staging / name)
+            if (side_files_dir / name).is_file():
+                shutil.copy2(side_files_dir / name, staging / name)
         whisper_dims(staging / "model.bin")  # reads the whole table: proves the join is complete
         _publish(staging, target)
     finally:

@@ -1,7 +1,8 @@
 """Models from the Hugging Face Hub, for users who are online (or have them cached).
 
 Only CTranslate2 conversions are looked up by short name, through faster-whisper's own
-name -> repository map; any `org/name` is taken as given.
+name -> repository map; any `org/name` is taken as given: a CTranslate2 conversion, or a
+transformers Whisper repository (openai/whisper-small) for the backends that read one.
 """
 
 from __future__ import annotations
@@ -11,12 +12,17 @@ from pathlib import Path
 
 from kvscribe.errors import ModelNotFoundError
 
+# Every file a model folder of either format needs (kvscribe/models/formats.py), and no
+# other weights: a transformers repository's pytorch_model.bin, TensorFlow and Flax copies
+# stay on the hub.
 _PATTERNS = [
     "config.json",
     "model.bin",
     "tokenizer.json",
     "vocabulary.*",
     "preprocessor_config.json",
+    "generation_config.json",
+    "model.safetensors",
 ]
 
 
@@ -58,6 +64,12 @@ def fetch(name: str, repo: str) -> Path:
         return Path(snapshot_download(repo, allow_patterns=_PATTERNS, local_files_only=True))
     except LocalEntryNotFoundError:
         pass
+    except ValueError as exc:  # huggingface_hub's HFValidationError: not a repository id
+        raise ModelNotFoundError(
+            "not a model name, an existing path or a Hugging Face id (org/name)",
+            subject=name,
+            hint="check the spelling; `kvscribe models` lists the models available here",
+        ) from exc
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
         raise ModelNotFoundError(
             f"not in the Hugging Face cache ({repo}) and HF_HUB_OFFLINE is set",

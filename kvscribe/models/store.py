@@ -19,8 +19,8 @@ from kvscribe.digest import sha256_file
 from kvscribe.errors import ModelNotFoundError
 from kvscribe.models import hub
 from kvscribe.models.embedded import DEFAULT_MODEL, EMBEDDED
-from kvscribe.models.formats import FORMATS, detect_format
-from kvscribe.paths import cache_dir
+from kvscribe.models.formats import FORMATS, detect_format, missing_file, needed_files
+from kvscribe.paths import cache_dir, cache_unwritable
 
 
 @dataclass(frozen=True)
@@ -115,15 +115,6 @@ def _converted(ref: ModelRef, fmt: str) -> ModelRef:
         except OSError as exc:  # a read-only or full cache: say where, and the way out
             raise cache_unwritable(exc, f"{ref.name} converted to {fmt}") from None
     return ModelRef(ref.name, target, fmt, f"{ref.origin}; converted to {fmt}: {target}")
-
-
-def cache_unwritable(exc: OSError, what: str) -> ModelNotFoundError:
-    """The cache could not take `what` (read-only, full, a file in the way)."""
-    return ModelNotFoundError(
-        f"cannot write {what} into the cache: {exc.strerror or exc}",
-        subject=str(cache_dir()),
-        hint="free some space, or set KVSCRIBE_CACHE_DIR to a folder you can write in",
-    )
 
 
 # Bumped when the int8 copy's content changes.
@@ -236,7 +227,22 @@ def _from_path(spec: str, path: Path, origin: str | None = None) -> ModelRef:
         )
     if path.is_file() and fmt == "ctranslate2":
         path = path.parent
+    if path.is_dir():
+        _check_folder(spec, path, fmt)
     return ModelRef(spec, path.resolve(), fmt, origin or f"path: {path.resolve()}")
+
+
+def _check_folder(spec: str, folder: Path, fmt: str) -> None:
+    """Refuse a model folder lacking a file kvscribe reads, naming it (the weights of a
+    transformers folder saved another way included: only one model.safetensors is read)."""
+    missing = missing_file(folder, fmt)
+    if missing is not None:
+        raise ModelNotFoundError(
+            f"this {fmt} model folder lacks {missing}",
+            subject=spec,
+            hint=f"a {fmt} model folder holds {needed_files(fmt)}; copy the missing file "
+            "from where the model came from",
+        )
 
 
 def _looks_like_path(spec: str) -> bool:
