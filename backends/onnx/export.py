@@ -21,13 +21,13 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, OutputError, UsageError
 from kvscribe.paths import cache_dir
+from kvscribe.staging import staging_dir
 
 EXPORT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -83,9 +83,8 @@ def export(
             return present
         if force and existing is not None and existing.has("int8"):
             compute_type = "int8"  # its int8 copies come from the graphs redone: redo them too
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        staging = staging_dir(target)
         try:
-            staging.chmod(0o755)  # mkdtemp makes it private; the cache is readable
             manifest = _build(ref, staging, compute_type, present, progress)
             _publish(staging, target)
         except OSError as exc:
@@ -246,7 +245,7 @@ def _publish(staging: Path, target: Path) -> None:
     (a directory cannot be renamed over a non-empty one)."""
     old = None
     if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        old = staging_dir(target)
         os.replace(target, old / "export")
     os.replace(staging, target)
     if old is not None:

@@ -37,6 +37,7 @@ from kvscribe.backends.whispercpp.binary import (
 )
 from kvscribe.backends.whispercpp.patching import PatchError, apply_all, patches_digest
 from kvscribe.errors import BackendUnavailableError
+from kvscribe.staging import staging_dir
 
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
@@ -192,7 +193,7 @@ def _built(build_dir: Path, target: str) -> Path:
 
 def _install(binaries: list[Path], target_dir: Path) -> None:
     """Copy into a staging dir beside the target, then rename: never a half-installed tool."""
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=target_dir.parent))
+    staging = staging_dir(target_dir)
     try:
         for binary in binaries:
             shutil.copy2(binary, staging / binary.name)

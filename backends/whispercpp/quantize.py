@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 from pathlib import Path
 
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError, UsageError
 from kvscribe.paths import cache_dir
+from kvscribe.staging import staging_file
 
 # whisper.cpp's weight types kvscribe offers (--compute-type for whispercpp). "default" keeps
 # the model file's own weights (kvscribe's conversions are F16).
@@ -65,11 +65,10 @@ def _stem(source: Path) -> str:
 
 
 def _run_tool(tool: Path, source: Path, target: Path, weights: str) -> None:
-    handle, staging = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    os.close(handle)
+    staging = staging_file(target)
     try:
         done = subprocess.run(
-            [str(tool), str(source), staging, weights],
+            [str(tool), str(source), str(staging), weights],
             capture_output=True,
             text=True,
             stdin=subprocess.DEVNULL,

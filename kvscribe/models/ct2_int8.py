@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import shutil
 import struct
-import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
 from kvscribe.models import ct2_file
+from kvscribe.staging import staging_dir
 
 MODEL_FILE = "model.bin"
 _DTYPE_IDS = {name: number for number, name in ct2_file.DTYPES.items()}
@@ -44,10 +44,9 @@ def worth_writing(model_dir: Path) -> bool:
 def write(source: Path, target: Path) -> Path:
     """The model in folder `source` written to folder `target` with int8 weights (the other
     files copied); `target` appears whole or not at all."""
-    target.parent.mkdir(parents=True, exist_ok=True)
     # A folder of this writer's own beside the target: processes (--jobs workers) or
     # threads writing the same copy at once each finish theirs, and one rename wins.
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    staging = staging_dir(target)
     try:
         for path in source.iterdir():
             if path.is_file() and path.name != MODEL_FILE:

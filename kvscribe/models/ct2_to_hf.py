@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from kvscribe.models.ct2_file import Variable, WhisperDims, read_variables, whisper_dims
 from kvscribe.models.vocab import SpecialTokens, special_tokens
+from kvscribe.staging import staging_dir
 
 CONVERTER_VERSION = 1
 _NUMPY = {
@@ -33,10 +33,8 @@ def convert(ct2_dir: Path, target: Path) -> Path:
     dims = whisper_dims(ct2_dir / "model.bin")
     tokens = special_tokens(ct2_dir / "tokenizer.json")
     ct2_config = json.loads((ct2_dir / "config.json").read_text(encoding="utf-8"))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    staging = staging_dir(target)
     try:
-        staging.chmod(0o755)
         _write_weights(ct2_dir / "model.bin", dims, staging / "model.safetensors")
         _write_json(staging / "config.json", _model_config(dims, tokens))
         _write_json(

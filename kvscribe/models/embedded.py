@@ -10,13 +10,13 @@ import importlib.metadata
 import importlib.util
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from kvscribe.errors import ModelNotFoundError
 from kvscribe.models.ct2_file import whisper_dims
 from kvscribe.paths import cache_dir, cache_unwritable
+from kvscribe.staging import staging_dir
 
 _SIDE_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
 
@@ -96,9 +96,7 @@ def _join_parts(dirs: list[Path], target: Path) -> None:
 
 
 def _write_joined(parts: list[Path], side_files_dir: Path, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    staging.chmod(0o755)  # mkdtemp makes it private; the cache is as readable as the packages
+    staging = staging_dir(target)
     try:
         with open(staging / "model.bin", "wb") as out:
             for part in parts:

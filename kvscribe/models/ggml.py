@@ -15,7 +15,6 @@ import json
 import os
 import re
 import struct
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from kvscribe.errors import ModelNotFoundError
 from kvscribe.models.ct2_file import WhisperDims, whisper_dims
 from kvscribe.models.formats import GGML_MAGIC
 from kvscribe.models.vocab import special_tokens
+from kvscribe.staging import staging_file
 
 WRITER_VERSION = 1
 _F32, _F16 = 0, 1  # ggml tensor types
@@ -131,10 +131,9 @@ def _write(
     target: Path, dims: WhisperDims, tokenizer_json: Path, tensors: Iterable[tuple[str, np.ndarray]]
 ) -> Path:
     """Stream everything into a temporary file beside `target`, then rename it into place."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, staging = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    staging = staging_file(target)
     try:
-        with os.fdopen(fd, "wb") as out:
+        with open(staging, "wb") as out:
             out.write(GGML_MAGIC)
             out.write(struct.pack("<11i", *_hparams(dims)))
             filters = mel_filters(dims.n_mels)

@@ -22,12 +22,12 @@ Two precisions:
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from kvscribe.models.ct2_file import WhisperDims, whisper_dims
+from kvscribe.staging import staging_file
 
 WRITER_VERSION = 1  # bump when the graph written changes: cached graphs are keyed by it
 PRECISIONS = ("int8", "float32")
@@ -47,12 +47,9 @@ def write(ct2_dir: Path, target: Path, precision: str) -> Path:
         raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
     dims = whisper_dims(ct2_dir / "model.bin")
     model = _Builder(_encoder_weights(ct2_dir, dims), precision == "int8").encoder(dims)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    handle, staging = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    os.close(handle)
+    staging = staging_file(target)
     try:
-        onnx.save(model, staging)
-        os.chmod(staging, 0o644)  # mkstemp's 0600 would keep the cache from its other users
+        onnx.save(model, str(staging))
         os.replace(staging, target)
     finally:
         Path(staging).unlink(missing_ok=True)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import os
-import tempfile
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kvscribe.staging import staging_file
 from kvscribe.voice.silero import (
     SileroVad,
     WindowBatcher,
@@ -79,12 +79,9 @@ def _cut(model: Path) -> tuple[bytes, bytes]:
 
 def _write_whole(path: Path, data: bytes) -> None:
     """`data` at `path`, whole or not at all (runs at once may write the same part)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, staging = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    staging = staging_file(path)
     try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.chmod(staging, 0o644)
+        staging.write_bytes(data)
         os.replace(staging, path)
     finally:
         Path(staging).unlink(missing_ok=True)
