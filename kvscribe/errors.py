@@ -40,6 +40,7 @@ class ExitCode:
     MODEL_NOT_FOUND = 5
     BACKEND_UNAVAILABLE = 6
     INTERRUPTED = 130
+    PIPE_CLOSED = 141  # 128 + SIGPIPE: what reads stdout stopped (`| head -1`), as for cat
     TERMINATED = 143  # 128 + SIGTERM, as a shell reports a process SIGTERM ended
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -164,7 +165,7 @@ def output_bases(inputs: list[Input]) -> dict[Path, PurePosixPath]:
     Relative to the deepest folder holding every input's root (a folder given as
     input, or a given file's folder), so a folder's tree is mirrored under the
     output folder; two inputs that would share a base (a.wav and a.mp3) keep their
-    extension in it.
+    extension in it, until no two share one (x.mp3 kept whole is x.mp3.wav's stem).
     """
     if not inputs:
         return {}
@@ -178,14 +179,23 @@ def output_bases(inputs: list[Input]) -> dict[Path, PurePosixPath]:
     for path, base in bases.items():
         if not base.name.strip("."):  # "..wav" has no stem to name outputs by: keep it whole
             bases[path] = PurePosixPath(absolute[path].relative_to(common).as_posix())
-    counts: dict[PurePosixPath, int] = {}
-    for base in bases.values():
-        counts[base] = counts.get(base, 0) + 1
-    for path, base in bases.items():
-        if counts[base] > 1:
-            bases[path] = PurePosixPath(absolute[path].relative_to(common).as_posix())
+    # Whole names never clash (two inputs are two paths), so each round keeps more stems
+    # whole until none is shared.
+    changed = True
+    while changed:
+        changed = False
+        for path in _shared(bases):
+            whole = PurePosixPath(absolute[path].relative_to(common).as_posix())
+            changed |= bases[path] != whole
+            bases[path] = whole
     _check_inside(bases)
     return bases
+
+
+def _shared(bases: dict[Path, PurePosixPath]) -> list[Path]:
+    """The inputs whose base another input's is too."""
+    counts = Counter(bases.values())
+    return [path for path, base in bases.items() if counts[base] > 1]
 
 
 def _check_inside(bases: dict[Path, PurePosixPath]) -> None:

@@ -84,7 +84,8 @@ class Record:
         return self.status == "failed" and self.exit_code in PERMANENT
 
     def to_json(self) -> str:
-        return json.dumps({"v": VERSION, **asdict(self)}, ensure_ascii=False, sort_keys=True)
+        # Escaped: a file name that is not UTF-8 (lone surrogates) reads back as it was.
+        return json.dumps({"v": VERSION, **asdict(self)}, sort_keys=True)
 
     @classmethod
     def from_json(cls, line: str) -> Record | None:

@@ -342,13 +342,25 @@ def _kvscribe_json(t: Transcript) -> dict[str, Any]:
 
 def render_json(t: Transcript, options: WriterOptions = DEFAULT_OPTIONS) -> str:
     """openai-whisper's result dict; "words" in every segment when words were decoded."""
-    return json.dumps(_json_document(t), ensure_ascii=False, indent=2) + "\n"
+    return _dumps(_json_document(t), indent=2) + "\n"
 
 
 def render_json_line(t: Transcript, options: WriterOptions = DEFAULT_OPTIONS) -> str:
     """render_json's document on one line: several files' documents on one stream are
     JSON Lines, one a line (its `kvscribe.source` says whose), not documents run together."""
-    return json.dumps(_json_document(t), ensure_ascii=False) + "\n"
+    return _dumps(_json_document(t)) + "\n"
+
+
+def _dumps(document: dict[str, Any], indent: int | None = None) -> str:
+    """JSON in UTF-8 as written; where a file's name is not UTF-8 (its bytes held as lone
+    surrogates, which UTF-8 cannot encode), everything escaped instead, so the name keeps its
+    bytes and the file stays valid JSON."""
+    text = json.dumps(document, ensure_ascii=False, indent=indent)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(document, indent=indent)
+    return text
 
 
 def _json_document(t: Transcript) -> dict[str, Any]:

@@ -237,6 +237,9 @@ def test_output_paths_stay_inside_the_output_folder(tmp_path):
     # A name with no stem keeps its extension (it stopped the whole batch with exit 2).
     (inner / "..wav").write_bytes(b"")
     assert output_bases([Input(inner / "..wav")])[inner / "..wav"] == PurePosixPath("..wav")
+    # x.mp3 kept whole is x.mp3.wav's stem: both wrote x.mp3.txt, and one transcript was lost.
+    three = [Input(inner / name) for name in ("x.wav", "x.mp3", "x.mp3.wav")]
+    assert sorted(map(str, output_bases(three).values())) == ["x.mp3", "x.mp3.wav", "x.wav"]
 
 
 def test_media_is_recognised_by_content(derived, tmp_path):

@@ -39,6 +39,7 @@ def test_an_output_never_replaces_another_input_s_transcript_or_an_input(tmp_pat
     assert refused.code == ExitCode.SOME_FAILED
     assert f"holds the transcript of {a / 'cards.wav'}" in refused.stderr
     assert "--output-dir" in refused.stderr and refused.stderr.count("\n") == 1
+    assert "or --force to replace it" in refused.stderr
     assert (out / "cards.txt").read_text() == first  # nothing lost
     assert run_cli(a, "-o", out, *FAST).code == 0 and (out / "cards.txt").read_text() == first
     # A recording moved to another folder takes its outputs over.
@@ -52,6 +53,43 @@ def test_an_output_never_replaces_another_input_s_transcript_or_an_input(tmp_pat
     refused = run_cli(named / "talk.txt", "-o", named, *FAST)
     assert refused.code == ExitCode.SOME_FAILED and "would replace the input" in refused.stderr
     assert (named / "talk.txt").read_bytes() == SAMPLE.read_bytes()
+
+
+def test_audio_piped_in_again_under_its_name_is_refused_and_replaced_with_force(tmp_path):
+    """Its earlier run's input was a spool gone with it: the refusal named the temporary
+    file, and --force could not get past it."""
+    out = tmp_path / "out"
+
+    def piped(audio: Path, *extra: str) -> subprocess.CompletedProcess:
+        argv = [str(KVSCRIBE), "-", "-o", str(out), "--output-name", "talk", *FAST, *extra]
+        with audio.open("rb") as stdin:
+            return subprocess.run(argv, stdin=stdin, capture_output=True, text=True, timeout=300)
+
+    assert piped(SAMPLE).returncode == 0
+    first = (out / "talk.txt").read_text()
+    refused = piped(OTHER)
+    assert refused.returncode != 0 and (out / "talk.txt").read_text() == first
+    assert "holds the transcript of audio piped in, from an earlier run" in refused.stderr
+    assert "or --force to replace it" in refused.stderr
+    replaced = piped(OTHER, "--force")
+    assert replaced.returncode == 0, replaced.stderr
+    assert wer(SAMPLE_TEXT, (out / "talk.txt").read_text()) > 0.5  # the other recording's
+
+
+def test_a_file_name_that_is_not_utf_8_is_transcribed_and_resumed(tmp_path):
+    """Its bytes as lone surrogates: the manifest and the JSON output could not be written
+    (an internal error, no summary, and the same at every rerun)."""
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    name = os.fsdecode(b"caf\xe9")
+    shutil.copy(SAMPLE, folder / f"{name}.wav")
+    done = run_cli(folder, "-o", out, "--beam-size", "1", "-f", "json", "-q")
+    assert done.code == 0, done.stderr
+    document = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
+    assert document["kvscribe"]["source"] == str(folder / f"{name}.wav")
+    assert wer(SAMPLE_TEXT, document["text"]) <= 0.1
+    rerun = run_cli(folder, "-o", out, "--beam-size", "1", "-f", "json", "--json", "-q")
+    assert [json.loads(line)["event"] for line in rerun.stdout.splitlines()] == ["skipped"]
 
 
 def test_a_recording_replaced_with_the_same_size_and_mtime_is_done_again(tmp_path):

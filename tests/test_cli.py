@@ -14,7 +14,7 @@ import webvtt
 
 from kvscribe.errors import ExitCode
 from kvscribe.machine import hardware
-from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, run_cli, wer
+from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
 
 pytestmark = [pytest.mark.model]
 
@@ -374,3 +374,14 @@ def test_shell_completion_script_is_offered():
     )
     assert result.returncode == 0, result.stderr
     assert "complete" in result.stdout and "_KVSCRIBE_COMPLETE" in result.stdout
+
+
+def test_an_empty_files_from_list_is_nothing_to_do(tmp_path):
+    """`find ... | kvscribe --files-from -` on a day find finds nothing: it was a usage error
+    (exit 2), and a nightly script reported a failure."""
+    argv = [KVSCRIBE, "--files-from", "-", "-o", tmp_path / "out"]
+    argv += ["--stats-json", tmp_path / "stats.json"]
+    done = subprocess.run(argv, input="", capture_output=True, text=True, timeout=60)
+    assert done.returncode == ExitCode.OK, done.stderr
+    assert done.stderr == "kvscribe: no input files listed in stdin: nothing to do\n"
+    assert json.loads((tmp_path / "stats.json").read_text())["files_done"] == 0

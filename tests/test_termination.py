@@ -1,10 +1,12 @@
 """SIGTERM, as `timeout`, systemd, `docker stop` or a job scheduler send it, stops a run as
 Ctrl-C does (kvscribe/cli/termination.py): Python's default ended the process on the spot,
 leaving stdin's spool (a copy of the whole recording) in the temp folder, no batch summary,
-and `--jobs` workers finishing files for nobody."""
+and `--jobs` workers finishing files for nobody. And a run whose stdout is closed by its
+reader (`| head -1`) ends as `cat` does."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from kvscribe.errors import ExitCode
-from tests.conftest import KVSCRIBE, LONG_FORM, ROOT, SAMPLE
+from tests.conftest import EVAL_DIR, KVSCRIBE, LONG_FORM, ROOT, SAMPLE
 from tests.processes import alive, workers_of
 
 pytestmark = [
@@ -97,7 +99,8 @@ def test_sigterm_to_a_batch_driver_stops_its_workers_and_keeps_what_finished(tmp
     _long_recording(folder / "a_long.wav")
     _long_recording(folder / "b_long.wav")
     shutil.copy(SAMPLE, folder / "c_short.wav")
-    argv = [KVSCRIBE, folder, "-o", out, "--jobs", "2", "-f", "txt"]
+    stats = tmp_path / "stats.json"
+    argv = [KVSCRIBE, folder, "-o", out, "--jobs", "2", "-f", "txt", "--stats-json", stats]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         workers = workers_of(proc, 2)
@@ -116,6 +119,42 @@ def test_sigterm_to_a_batch_driver_stops_its_workers_and_keeps_what_finished(tmp
     assert _wait_for(lambda: not any(alive(pid) for pid in workers), 30), "workers left"
     assert not list(out.rglob("*.part"))
     assert not (out / "a_long.txt").exists() and not (out / "b_long.txt").exists()
+    # The stats say so, over the run's time (they said nothing of it, and 0 s).
+    report = json.loads(stats.read_text())
+    assert any(note.startswith("stopped by SIGTERM: ") for note in report["notes"]), report
+    assert report["wall_seconds"] > 3.0
+
+
+@pytest.mark.slow
+def test_ctrl_c_pressed_three_times_ends_a_batch_at_once(tmp_path):
+    """A terminal's Ctrl-C, pressed again while the first stopped the workers: the normal
+    exit waited for workers no one had shut down, and hung for good ("Exception ignored in
+    threading._shutdown"); with --jobs 1, a native thread's teardown aborted (134)."""
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    _long_recording(folder / "a_long.wav", times=1)
+    _long_recording(folder / "b_long.wav", times=1)
+    argv = [KVSCRIBE, folder, "-o", out, "--jobs", "2", "-f", "txt"]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        workers = workers_of(proc, 2)
+        assert workers, "no worker processes started"
+        time.sleep(3.0)  # both workers loaded and decoding
+        assert proc.poll() is None, "finished before it could be stopped"
+        for _ in range(3):
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.05)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = stderr.decode(errors="replace")
+    assert proc.returncode == ExitCode.INTERRUPTED, text
+    assert "Traceback" not in text and "Exception ignored" not in text, text
+    assert _wait_for(lambda: not any(alive(pid) for pid in workers), 10), "workers left"
+    assert not list(out.rglob("*.part"))
 
 
 @pytest.mark.slow
@@ -141,3 +180,14 @@ def test_ctrl_c_during_a_bench_is_one_line_and_no_cell_s_traceback(tmp_path):
     text = stderr.decode(errors="replace")
     assert proc.returncode == ExitCode.INTERRUPTED, text
     assert "Traceback" not in text and text.rstrip().endswith("kvscribe: interrupted"), text
+
+
+def test_a_closed_stdout_ends_the_run_with_141_and_nothing_said():
+    """Click ended it with a silent exit 1, which reads as "some inputs failed"."""
+    fox = EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav"
+    argv = [str(KVSCRIBE), fox, fox, "--beam-size", "1", "-q"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # its reader gone before the first text: that write fails
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == ExitCode.PIPE_CLOSED, stderr.decode()
+    assert stderr == b""

@@ -23,6 +23,7 @@ from kvscribe.audio import SAMPLE_RATE
 from kvscribe.errors import AudioDecodeError, UsageError, shown_as
 
 DEFAULT_NAME = "stdin"
+SPOOL_PREFIX = "kvscribe-stdin-"  # the temporary folder a pipe's audio is spooled into
 # Raw PCM on stdin: 16 kHz mono, as `kvscribe mic --input -` and whisper.cpp take it.
 # name -> (WAV format tag, bits per sample): 1 = integer PCM, 3 = IEEE float.
 RAW_FORMATS = {"s16le": (1, 16), "f32le": (3, 32)}
@@ -43,7 +44,7 @@ def spooled(
             hint=f"use {' or '.join(RAW_FORMATS)} (16 kHz mono); a container (wav, mp3, ...) "
             "needs no --input-format",
         )
-    with tempfile.TemporaryDirectory(prefix="kvscribe-stdin-") as folder:
+    with tempfile.TemporaryDirectory(prefix=SPOOL_PREFIX) as folder:
         path = Path(folder) / f"{name or DEFAULT_NAME}.audio"
         with path.open("wb") as out:
             if input_format is None:

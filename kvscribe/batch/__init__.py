@@ -151,7 +151,7 @@ class Batch:
 
     def _plan(self, inputs: list[Input], manifest: Manifest, key: str, summary: Summary):
         bases = output_bases([entry for entry in inputs if entry.error is None])
-        guard = OutputGuard(self.folder, self.options.formats, inputs, manifest)
+        guard = OutputGuard(self.folder, self.options.formats, inputs, manifest, self.force)
         todo: list[Task] = []
         skipped: list[tuple[Path, Record]] = []
         for entry in inputs:

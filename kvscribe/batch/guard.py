@@ -2,21 +2,23 @@
 output would be `a.txt` in the same folder), or the transcript of another input that an
 earlier run into the same output folder wrote under the same name (`in/a/cards.wav` then
 `in/b/cards.wav`, each run given one folder: both are `cards.txt`). Either would lose
-something for good; the input is failed instead, with the fix."""
+something for good; the input is failed instead, with the fix (--force replaces the
+other input's transcript, never an input)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path, PurePosixPath
 
+from kvscribe.audio.stdin import SPOOL_PREFIX
 from kvscribe.errors import KvscribeError, OutputError
 from kvscribe.inputs import Input
 from kvscribe.manifest import Manifest, fingerprint
 
 
 class OutputGuard:
-    def __init__(self, folder: Path, formats, inputs: list[Input], manifest: Manifest):
-        self.folder, self.formats = folder, formats
+    def __init__(self, folder: Path, formats, inputs: list[Input], manifest: Manifest, force: bool):
+        self.folder, self.formats, self.force = folder, formats, force
         self.inputs = {os.path.realpath(entry.path) for entry in inputs}
         self.owners = {
             output: (source, record)
@@ -36,16 +38,23 @@ class OutputGuard:
                     subject=str(path),
                     hint="choose another --output-dir",
                 )
-            owner = self.owners.get(output)
+            owner = None if self.force else self.owners.get(output)
             if owner is not None and owner[0] != os.path.abspath(path) and not _moved(path, *owner):
                 return OutputError(
-                    f"{target} holds the transcript of {owner[0]}, from an earlier run into "
-                    "this folder",
+                    f"{target} holds the transcript of {_described(owner[0])}, from an earlier "
+                    "run into this folder",
                     subject=str(path),
-                    hint="choose another --output-dir, or give both in one run: their outputs "
-                    "then get names of their own",
+                    hint="choose another --output-dir, give both in one run (their outputs then "
+                    "get names of their own), or --force to replace it",
                 )
         return None
+
+
+def _described(source: str) -> str:
+    """An earlier input as the user knows it: a pipe's audio was spooled to a temporary file."""
+    if Path(source).parent.name.startswith(SPOOL_PREFIX):
+        return "audio piped in"
+    return source
 
 
 def _moved(path: Path, source: str, record) -> bool:

@@ -100,6 +100,13 @@ def _exit_on_a_full_disk(exc: Exception) -> None:
         sys.exit(failure.exit_code)
 
 
+def _stdout_was_closed() -> bool:
+    """Click ends a command whose stdout reader went away (EPIPE) with a silent exit 1,
+    having wrapped stdout to keep the exit's own flush quiet (by name: typer carries a
+    click of its own, whose class is not click's)."""
+    return type(sys.stdout).__name__ == "PacifyFlushWrapper"
+
+
 def run() -> None:
     """The command in this process: usage errors exit 2, unexpected ones exit 1 in one line
     (raised as SystemExit, so a caller in the same process sees the status)."""
@@ -110,6 +117,10 @@ def run() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("kvscribe: interrupted\n")
         sys.exit(ExitCode.INTERRUPTED)
+    except SystemExit as exc:
+        if exc.code == 1 and _stdout_was_closed():
+            sys.exit(ExitCode.PIPE_CLOSED)  # click's exit 1 would read as "inputs failed"
+        raise
     except Exception as exc:
         if debug:
             raise

@@ -48,6 +48,8 @@ def _transcribe(given: dict[str, Any]) -> int:
     check_writable(given["stats_json"], "--stats-json")
     on_cluster = cluster_run(given["cluster"], given["ship_audio"], jobs, output_dir)
     listed = read_files_from(given["files_from"]) if given["files_from"] else []
+    if given["files_from"] and not listed and not given["files"]:
+        return _nothing_listed(given)
     options = TranscribeOptions(
         **option_values(given, TranscribeOptions)
         | {
@@ -140,7 +142,11 @@ def _run_batch(options: TranscribeOptions, auto_jobs: bool, on_cluster=None) -> 
         view.close()
     if summary.fatal is not None:
         print_error(console, summary.fatal)
-    stats = summary.stats or _nothing_transcribed(options, summary.unstarted)
+    stats = summary.stats or _nothing_transcribed(options, summary.unstarted, started)
+    if summary.stopped_by is not None:  # a script reading --stats-json sees it too
+        stats.notes.append(
+            f"stopped by {summary.stopped_by}: {summary.not_started} not finished (rerun to resume)"
+        )
     if summary.skipped_done or summary.skipped_failed:
         stats.notes.append(
             f"{summary.skipped_done} done before and {summary.skipped_failed} failed before "
@@ -152,12 +158,35 @@ def _run_batch(options: TranscribeOptions, auto_jobs: bool, on_cluster=None) -> 
     return summary.exit_code
 
 
-def _nothing_transcribed(options: TranscribeOptions, failed):
-    """A run that decoded nothing (every input failed, or was done before) still has its
-    stats, so a script reading --stats-json never reads an earlier run's."""
+def _nothing_listed(given: dict[str, Any]) -> int:
+    """`find ... | kvscribe --files-from -` on a day find found nothing: nothing to do, not a
+    usage error (exit 2 made a nightly script report a failure)."""
+    from kvscribe.stats import RunStats
+
+    if not given["quiet"]:
+        where = "stdin" if str(given["files_from"]) == "-" else given["files_from"]
+        stderr_console().print(f"kvscribe: no input files listed in {where}: nothing to do")
+    if given["stats_json"] is not None:  # never left holding an earlier run's
+        fields = TranscribeOptions.__dataclass_fields__
+        stats = RunStats(
+            given["backend"] or fields["backend"].default,
+            given["profile"] or fields["profile"].default,
+            given["model"] or "",
+        )
+        stats.finish()
+        atomic_write_text(given["stats_json"], json.dumps(stats.to_dict(), indent=2) + "\n")
+    return ExitCode.OK
+
+
+def _nothing_transcribed(options: TranscribeOptions, failed, started: float | None = None):
+    """A run that decoded nothing (every input failed, was done before, or it was stopped
+    first) still has its stats, so a script reading --stats-json never reads an earlier
+    run's; its wall time from `started` (time.perf_counter) where given."""
     from kvscribe.stats import RunStats
 
     stats = RunStats(options.backend, options.profile, options.model or "", files=list(failed))
+    if started is not None:
+        stats.started = started
     stats.finish()
     return stats
 
