@@ -6,6 +6,7 @@ reader (`| head -1`) ends as `cat` does."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ import signal
 import subprocess
 import time
 import wave
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,28 @@ def _long_recording(path: Path, times: int = 3) -> Path:
         out.setparams(params)
         out.writeframes(frames * times)
     return path
+
+
+@contextlib.contextmanager
+def _in_a_group_of_its_own(argv: list) -> Iterator[subprocess.Popen]:
+    """`argv` started as a terminal's job (a process group of its own, which a Ctrl-C
+    reaches whole), the group killed at the end if it outlives the test."""
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _ctrl_c(proc: subprocess.Popen, presses: int) -> bytes:
+    """Ctrl-C pressed `presses` times, 50 ms apart, at the process group; its stderr."""
+    for _ in range(presses):
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.05)
+    return proc.communicate(timeout=60)[1]
 
 
 def _wait_for(condition, seconds: float = 60) -> bool:
@@ -125,6 +149,29 @@ def test_sigterm_to_a_batch_driver_stops_its_workers_and_keeps_what_finished(tmp
     assert report["wall_seconds"] > 3.0
 
 
+def test_ctrl_c_while_a_worker_waits_for_work_is_one_summary_and_no_traceback(tmp_path):
+    """One worker done with its short file and waiting for the next, the other decoding:
+    a terminal's Ctrl-C reached the idle one in its queue's read, and it died printing a
+    traceback over the summary."""
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    _long_recording(folder / "a_long.wav", times=1)
+    shutil.copy(SAMPLE, folder / "b_short.wav")
+    argv = [KVSCRIBE, folder, "-o", out, "--jobs", "2", "-f", "txt"]
+    with _in_a_group_of_its_own(argv) as proc:
+        workers = workers_of(proc, 2)
+        assert workers, "no worker processes started"
+        assert _wait_for(lambda: (out / "b_short.txt").exists()), "the short file never ended"
+        time.sleep(0.5)  # its worker back at its queue
+        assert proc.poll() is None, "finished before it could be stopped"
+        stderr = _ctrl_c(proc, presses=1)
+    text = stderr.decode(errors="replace")
+    assert proc.returncode == ExitCode.INTERRUPTED, text
+    assert "Traceback" not in text and "by Ctrl-C (rerun to resume)" in text, text
+    assert _wait_for(lambda: not any(alive(pid) for pid in workers), 10), "workers left"
+    assert (out / "b_short.txt").read_text(encoding="utf-8").strip()
+
+
 @pytest.mark.slow
 def test_ctrl_c_pressed_three_times_ends_a_batch_at_once(tmp_path):
     """A terminal's Ctrl-C, pressed again while the first stopped the workers: the normal
@@ -135,21 +182,12 @@ def test_ctrl_c_pressed_three_times_ends_a_batch_at_once(tmp_path):
     _long_recording(folder / "a_long.wav", times=1)
     _long_recording(folder / "b_long.wav", times=1)
     argv = [KVSCRIBE, folder, "-o", out, "--jobs", "2", "-f", "txt"]
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-    )
-    try:
+    with _in_a_group_of_its_own(argv) as proc:
         workers = workers_of(proc, 2)
         assert workers, "no worker processes started"
         time.sleep(3.0)  # both workers loaded and decoding
         assert proc.poll() is None, "finished before it could be stopped"
-        for _ in range(3):
-            os.killpg(proc.pid, signal.SIGINT)
-            time.sleep(0.05)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stderr = _ctrl_c(proc, presses=3)
     text = stderr.decode(errors="replace")
     assert proc.returncode == ExitCode.INTERRUPTED, text
     assert "Traceback" not in text and "Exception ignored" not in text, text
@@ -165,18 +203,11 @@ def test_ctrl_c_during_a_bench_is_one_line_and_no_cell_s_traceback(tmp_path):
     reference = " ".join(LONG_FORM.with_suffix(".txt").read_text(encoding="utf-8").split())
     manifest.write_text(f"{LONG_FORM}\t{reference}\n", encoding="utf-8")
     argv = [KVSCRIBE, "bench", "--manifest", manifest, "-b", "ctranslate2", "--repeat", "5"]
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
-    )
-    try:
+    with _in_a_group_of_its_own(argv) as proc:
         assert workers_of(proc, 1), "no cell process started"
         time.sleep(3.0)  # loaded, and decoding its clip: five rounds of 3 minutes of audio
         assert proc.poll() is None, "finished before it could be stopped"
-        os.killpg(proc.pid, signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        stderr = _ctrl_c(proc, presses=1)
     text = stderr.decode(errors="replace")
     assert proc.returncode == ExitCode.INTERRUPTED, text
     assert "Traceback" not in text and text.rstrip().endswith("kvscribe: interrupted"), text

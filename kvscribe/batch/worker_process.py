@@ -10,6 +10,7 @@ import multiprocessing.queues
 import os
 import signal
 import threading
+from collections.abc import Iterator
 
 from kvscribe.batch.worker import Result, Task, Worker
 from kvscribe.errors import ExitCode
@@ -57,16 +58,32 @@ def _hear_ctrl_c_from_now_on() -> None:
     global _INTERRUPTED
     if not hasattr(signal, "pthread_sigmask"):
         return
-    if signal.SIGINT in signal.sigpending():
-        _INTERRUPTED = True
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the pending one is discarded
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        return
+    _INTERRUPTED = signal.SIGINT in signal.sigpending()
+    signal.signal(signal.SIGINT, _stop_the_task_in_hand)  # idle now: a pending one is dropped
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
+def _stop_the_task_in_hand(signum: int, frame: object) -> None:
+    """Ctrl-C stops the task this worker runs; an idle worker, waiting for its next one,
+    ignores it (a KeyboardInterrupt there killed it with a traceback on the terminal): the
+    driver heard the Ctrl-C too, and shuts the pool down."""
+    if _BUSY:
+        raise KeyboardInterrupt
+
+
 _INTERRUPTED = False  # a Ctrl-C came while this worker started
+_BUSY = False  # a task is running
+
+
+@contextlib.contextmanager
+def _busy() -> Iterator[None]:
+    global _BUSY
+    _BUSY = True
+    try:
+        _unless_interrupted()
+        yield
+    finally:
+        _BUSY = False
 
 
 def _unless_interrupted() -> None:
@@ -76,14 +93,14 @@ def _unless_interrupted() -> None:
 
 def shares_in_process() -> bool:
     assert _WORKER is not None
-    _unless_interrupted()
-    return _WORKER.shares_batches()
+    with _busy():
+        return _WORKER.shares_batches()
 
 
 def work_in_process(parcel: list[Task]) -> list[Result]:
     assert _WORKER is not None
-    _unless_interrupted()
-    return _WORKER.work_parcel(parcel, report=_send_progress)
+    with _busy():
+        return _WORKER.work_parcel(parcel, report=_send_progress)
 
 
 def _send_progress(task: Task, done: float, duration: float, segment: Segment | None) -> None:
