@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from kvscribe.errors import UsageError
-from kvscribe.kvcache.spec import parse_cross, parse_policy, validate_policy
+from kvscribe.kvcache.spec import LayerSpec, parse_cross, parse_policy, validate_policy
 from kvscribe.machine import hardware
 from kvscribe.paths import config_dir
 
@@ -64,10 +64,23 @@ class Profile:
     # --kv-policy / --kv-cross replaced the policy: a backend that cannot honour a part the
     # user asked for by name refuses, rather than noting it as not applicable.
     kv_from_command_line: bool = False
+    kv_self_from_command_line: bool = False  # --kv-policy itself (--kv-cross leaves it)
     compute_type_from_command_line: bool = False  # --compute-type replaced the section's
 
     def settings_for(self, backend: str) -> Mapping[str, Any]:
         return self.backends.get(backend, {})
+
+    def self_specs(self, n_layers: int) -> tuple[LayerSpec, ...]:
+        """The self-attention policy per layer of a decoder of `n_layers`. Only here is the
+        model known, so a selector that picks none of its layers (q8_0@layers>=9 on a
+        4-layer model) is found here, and blamed on where the policy came from: --kv-policy,
+        or the profile's file (it named a --kv-policy never given)."""
+        try:
+            return parse_policy(self.kv_self, n_layers)
+        except UsageError as exc:
+            if self.kv_self_from_command_line:
+                raise
+            raise _in_kv_table(exc, self.source or self.name) from exc
 
 
 def available() -> dict[str, Path | resources.abc.Traversable]:
@@ -153,9 +166,12 @@ def _check_kv(table: dict[str, Any], source: str) -> None:
         validate_policy(str(table.get("self", "full")))
         parse_cross(str(table.get("cross", "full")))
     except UsageError as exc:
-        raise UsageError(
-            f"[kv] {exc.message}", subject=source, hint="fix the profile's [kv] policy"
-        ) from exc
+        raise _in_kv_table(exc, source) from exc
+
+
+def _in_kv_table(exc: UsageError, source: str) -> UsageError:
+    """A policy's mistake, said of the profile's [kv] table rather than of the flags."""
+    return UsageError(f"[kv] {exc.message}", subject=source, hint="fix the profile's [kv] policy")
 
 
 def _build(name: str, data: dict[str, Any], source: str) -> Profile:

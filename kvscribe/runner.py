@@ -64,6 +64,7 @@ def load_backend(opts: EngineChoice) -> tuple[Backend, RunStats]:
             kv_self=opts.kv_policy or profile.kv_self,
             kv_cross=opts.kv_cross or profile.kv_cross,
             kv_from_command_line=True,
+            kv_self_from_command_line=opts.kv_policy is not None,
         )
     profile = _command_line_settings(opts, backend_cls, profile)
     choice = device_for(

@@ -94,6 +94,31 @@ def test_bad_user_profiles_are_usage_errors_naming_the_file(tmp_path, monkeypatc
     assert caught.value.exit_code == ExitCode.USAGE
 
 
+def test_a_layer_selector_a_model_lacks_is_blamed_on_where_the_policy_came_from(
+    tmp_path, monkeypatch
+):
+    """Whether a selector picks a layer is known only with the model: from a profile, the
+    error named a --kv-policy never given."""
+    import dataclasses
+
+    monkeypatch.setenv("KVSCRIBE_CONFIG_DIR", str(tmp_path))
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "deep.toml").write_text('[kv]\nself = "full; q8_0@layers>=9"\n')
+    deep = profile.load("deep")  # the syntax is checked at load, the layers here
+    with pytest.raises(UsageError, match="selects no layer of this model") as caught:
+        deep.self_specs(4)
+    line = caught.value.one_line()
+    assert "deep.toml" in line and "[kv]" in line and "--kv-policy" not in line, line
+    given = dataclasses.replace(deep, kv_from_command_line=True, kv_self_from_command_line=True)
+    with pytest.raises(UsageError) as caught:
+        given.self_specs(4)
+    assert "--kv-policy" in caught.value.one_line()
+    assert len(deep.self_specs(12)) == 12  # a model that has layer 9
+    shown = run_cli("profiles", "show", "deep")  # its layers, on the default model
+    assert shown.code == ExitCode.USAGE, shown.stderr
+    assert "deep.toml" in shown.stderr and "--kv-policy" not in shown.stderr, shown.stderr
+
+
 @pytest.mark.model
 def test_a_count_out_of_range_in_a_profile_is_refused_as_its_flag_is(tmp_path, monkeypatch):
     """beam_size = 0 was an internal error (IndexError) or blamed a --beam-size never given;

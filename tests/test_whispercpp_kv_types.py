@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 from kvscribe.backends.whispercpp import binary, patching
-from kvscribe.backends.whispercpp.kvtypes import from_policy
+from kvscribe.backends.whispercpp.kvtypes import CacheTypes, from_policy
 from kvscribe.backends.whispercpp.process import write_wav_f32
 from kvscribe.errors import BackendUnavailableError
+from kvscribe.kvcache.spec import parse_policy
 from kvscribe.models import ggml, resolve
 from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
 
@@ -181,19 +182,23 @@ def test_an_unknown_weight_type_is_a_usage_error(whisper_cli):
     assert result.code == 2 and "unknown whisper.cpp weight type" in result.stderr
 
 
+def _types(kv_self: str, kv_cross: str, n_layers: int) -> CacheTypes:
+    return from_policy(parse_policy(kv_self, n_layers), kv_self, kv_cross)
+
+
 def test_policies_map_to_one_type_per_cache():
-    tiny_vram = from_policy("sink=4,window=128,q8_0", "shared,q8_0", 4)
+    tiny_vram = _types("sink=4,window=128,q8_0", "shared,q8_0", 4)
     assert (tiny_vram.self_type, tiny_vram.cross_type) == ("q8_0", "q8_0")
     assert len(tiny_vram.not_applicable) == 1  # the window; the type itself is honoured
-    mixed = from_policy("full; q8_0@layers=even", "shared", 4)
+    mixed = _types("full; q8_0@layers=even", "shared", 4)
     assert mixed.self_type == "f16" and "per-layer" in mixed.not_applicable[0]
-    no_loss = from_policy("full; half@layers=odd", "shared", 4)
+    no_loss = _types("full; half@layers=odd", "shared", 4)
     assert no_loss.self_type == "f16" and "half layers" in no_loss.not_applicable[0]
-    per_beam = from_policy("q4_0,residual=8", "full", 6)
+    per_beam = _types("q4_0,residual=8", "full", 6)
     assert per_beam.self_type == "q4_0"
     # A copy per beam cannot be had: said, as CTranslate2 says what it cannot honour.
     assert any("'per-beam': whisper.cpp keeps one copy" in n for n in per_beam.not_applicable)
-    assert not any("cross" in n for n in from_policy("full", "shared", 4).not_applicable)
+    assert not any("cross" in n for n in _types("full", "shared", 4).not_applicable)
 
 
 # -- the patch and its build ------------------------------------------------------------------

@@ -28,7 +28,7 @@ from kvscribe.audio.stream import Samples, hold_history
 from kvscribe.backends.base import Backend
 from kvscribe.contract import Capabilities, DecodeRequest, DecoderReport, Transcription
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError
-from kvscribe.kvcache.spec import CrossSpec, parse_cross, parse_policy
+from kvscribe.kvcache.spec import CrossSpec, parse_cross
 from kvscribe.provenance import MEASURED, make_provenance
 from kvscribe.stepped.request import decoding_rows
 from kvscribe.stepped.sharing import SharesSteppedBatches
@@ -95,7 +95,7 @@ class OnnxBackend(SharesSteppedBatches, Backend):
         self.n_mels = int(config["num_mel_bins"])
         self.text_ctx = int(config["max_target_positions"])
         self.vocab_size = int(config["vocab_size"])
-        specs = parse_policy(self.profile.kv_self, self.engine.layers)
+        specs = self.profile.self_specs(self.engine.layers)
         self.self_specs, self.notes = applicable_specs(specs)
         self.cross_spec = self._cross_spec(parse_cross(self.profile.kv_cross))
         self._chunk_bytes: dict = {}  # (beams, policies) -> KV bytes one chunk holds

@@ -23,7 +23,7 @@ from kvscribe.audio.stream import Samples, hold_history
 from kvscribe.backends.base import Backend
 from kvscribe.contract import Capabilities, DecodeRequest, DecoderReport, Transcription
 from kvscribe.errors import BackendUnavailableError, ModelNotFoundError
-from kvscribe.kvcache.spec import parse_cross, parse_policy
+from kvscribe.kvcache.spec import parse_cross
 from kvscribe.machine import hardware
 from kvscribe.provenance import MEASURED, make_provenance
 from kvscribe.stepped.sharing import SharesSteppedBatches
@@ -101,7 +101,7 @@ class TransformersBackend(SharesSteppedBatches, Backend):
         self.vocab = Vocabulary(self.model.path)
         self.special = self.vocab.special
         layers = self.network.config.decoder_layers
-        self.self_specs = parse_policy(self.profile.kv_self, layers)
+        self.self_specs = self.profile.self_specs(layers)
         self.cross_spec = parse_cross(self.profile.kv_cross)
         self.engine = TorchWhisper(
             self.network, self.vocab, self.device, self.dtype, self.self_specs, self.cross_spec

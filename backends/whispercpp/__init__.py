@@ -311,7 +311,9 @@ class WhisperCppBackend(Backend):
         """-kvs / -kvc from the profile's (or the command line's) policy; F16 with the reason
         where this whisper-cli cannot store other types; refused where it would fail."""
         wanted = kvtypes.from_policy(
-            self.profile.kv_self, self.profile.kv_cross, self.dims.n_text_layer
+            self.profile.self_specs(self.dims.n_text_layer),
+            self.profile.kv_self,
+            self.profile.kv_cross,
         )
         if not wanted.quantized:
             return wanted

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvscribe.kvcache.spec import parse_cross, parse_policy
+from kvscribe.kvcache.spec import LayerSpec, parse_cross
 
 F16 = "f16"
 KV_TYPES = (F16, "q8_0", "q4_0")
@@ -36,9 +36,9 @@ class CacheTypes:
         return f"self {self.self_type}, cross {self.cross_type}"
 
 
-def from_policy(kv_self: str, kv_cross: str, n_layers: int) -> CacheTypes:
-    """Map a self- and cross-attention policy for a decoder of `n_layers` layers."""
-    specs = parse_policy(kv_self, n_layers)
+def from_policy(specs: tuple[LayerSpec, ...], kv_self: str, kv_cross: str) -> CacheTypes:
+    """Map a self-attention policy (`specs`, one per decoder layer, parsed from `kv_self`)
+    and a cross-attention policy."""
     notes = []
     quants = {spec.quant for spec in specs}
     self_type = F16

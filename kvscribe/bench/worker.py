@@ -158,7 +158,12 @@ class _Kvscribe:
         backend_cls = registry.get(cell.backend)
         profile = profiles.load(cell.profile)
         if cell.kv_self is not None:
-            profile = dataclasses.replace(profile, kv_self=cell.kv_self, kv_cross=cell.kv_cross)
+            profile = dataclasses.replace(
+                profile,
+                kv_self=cell.kv_self,
+                kv_cross=cell.kv_cross,
+                kv_self_from_command_line=True,  # bench's --policy, not the profile's [kv]
+            )
         model = models.resolve(cell.model, backend_cls.capabilities.model_formats)
         self.backend = backend_cls(model, profile, device)
         self.backend.load()

@@ -158,7 +158,7 @@ def _print_layers(console, profile) -> None:
     try:
         model = resolve(None, ("ctranslate2",))
         layers = whisper_dims(model.path / "model.bin").n_text_layer
-        specs = parse_policy(profile.kv_self, layers)
+        specs = profile.self_specs(layers)
         cross = parse_cross(profile.kv_cross)
         seed_specs = parse_policy(seed.kv_self, layers) if seed else None
         seed_cross = parse_cross(seed.kv_cross) if seed else None
