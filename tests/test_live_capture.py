@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -89,7 +90,7 @@ def test_audio_a_device_lost_is_reported_by_the_session_and_its_stats():
     """A microphone read too late overflows: PortAudio flags it and the audio is gone before
     kvscribe sees it (a fault the suite's audio server cannot cause: it buffers seconds for
     a stalled reader). The session counts it, the stats and the status line say so."""
-    from kvscribe.cli.live import live_stats_table
+    from kvscribe.cli.live import _report, live_stats_table
     from kvscribe.cli.live_view import LiveView
     from kvscribe.live.session import LiveSession
     from kvscribe.live.stats import LiveStats
@@ -119,6 +120,16 @@ def test_audio_a_device_lost_is_reported_by_the_session_and_its_stats():
     shown = console.file.getvalue()
     assert "the device overflowed 10 times (length unknown)" in shown
     assert "audio was dropped" in shown
+    # -q hides the figures, not the loss: one warning line (it said nothing at all).
+    quiet = Console(width=200, file=io.StringIO())
+    _report(SimpleNamespace(quiet=True, stats_json=None), stats, quiet)
+    said = quiet.file.getvalue()
+    assert said.startswith("kvscribe: warning: this machine did not keep up: 0.00 s of audio")
+    assert "overflowed 10 times" in said and said.count("\n") == 1, said
+    stats.input_overflows = 0
+    silent = Console(width=200, file=io.StringIO())
+    _report(SimpleNamespace(quiet=True, stats_json=None), stats, silent)
+    assert silent.file.getvalue() == ""  # nothing lost: -q says nothing
 
 
 def test_replay_errors_reach_the_session_as_one_error(tmp_path):

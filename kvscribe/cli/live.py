@@ -193,6 +193,8 @@ def _report(options: LiveOptions, stats, console) -> None:
         atomic_write_text(options.stats_json, json.dumps(report, indent=2) + "\n")
     if not options.quiet:
         console.print(live_stats_table(report))
+    elif _lost_audio(report):  # -q hides the figures, not a loss
+        console.print(f"[yellow]kvscribe: warning:[/] {_lost_audio(report)}", soft_wrap=True)
 
 
 def live_stats_table(report: dict) -> Table:
@@ -241,9 +243,19 @@ def _live_rows(r: dict) -> list[tuple[str, str]]:
                 f" ({'+' if growth >= 0 else '-'}{human_bytes(abs(growth))})",
             )
         )
-    if r["dropped_audio_seconds"] > 0 or r["input_overflows"] > 0:
+    if _lost_audio(r):
         rows.append(("warning", "this machine did not keep up: audio was dropped"))
     return rows + policy_rows(r["notes"], r["not_applicable"])
+
+
+def _lost_audio(r: dict) -> str | None:
+    """What was lost of the input, and what lightens the load (docs/live.md); None: nothing."""
+    if r["dropped_audio_seconds"] == 0 and r["input_overflows"] == 0:
+        return None
+    return (
+        f"this machine did not keep up: {r['dropped_audio_seconds']:.2f} s of audio was dropped"
+        f"{_overflows(r['input_overflows'])} (--step 2 or --beam-size 1 lighten the load)"
+    )
 
 
 def _overflows(count: int) -> str:
