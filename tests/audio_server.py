@@ -15,6 +15,7 @@ Debian: apt-get install pulseaudio pulseaudio-utils libasound2-plugins libportau
 
 from __future__ import annotations
 
+import contextlib
 import ctypes.util
 import json
 import os
@@ -132,17 +133,34 @@ def record_while_playing(
     """Start `kvscribe mic --live` on the server's default source, play `clip` into it once
     it listens, Ctrl-C after 1.5 s of silence (the pause that ends the last utterance)."""
 
-    def played() -> None:
+    def played(mic: subprocess.Popen) -> None:
         play(env, clip)
         time.sleep(1.5)
 
     return _recorded(env, kvscribe, folder, played, ready_within)
 
 
+def record_until_unplugged(
+    env: dict[str, str], kvscribe: Path, clip: Path, folder: Path, ends_within: float
+) -> Heard:
+    """Start `kvscribe mic --live`, play `clip` into it, then take the microphone away (its
+    sink's module unloaded, as a USB microphone's device goes) and wait `ends_within`
+    seconds for it to end by itself (a Ctrl-C after that)."""
+
+    def played_then_unplugged(mic: subprocess.Popen) -> None:
+        play(env, clip)
+        time.sleep(1.5)
+        _pactl(env, "unload-module", "module-null-sink")
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            mic.wait(timeout=ends_within)
+
+    return _recorded(env, kvscribe, folder, played_then_unplugged, 120.0)
+
+
 def record_for(env: dict[str, str], kvscribe: Path, seconds: float, folder: Path) -> Heard:
     """Start `kvscribe mic --live` on the server's default source and Ctrl-C it `seconds`
     after it says it listens."""
-    return _recorded(env, kvscribe, folder, lambda: time.sleep(seconds), 120.0)
+    return _recorded(env, kvscribe, folder, lambda mic: time.sleep(seconds), 120.0)
 
 
 def _recorded(env, kvscribe: Path, folder: Path, meanwhile, ready_within: float) -> Heard:
@@ -154,8 +172,9 @@ def _recorded(env, kvscribe: Path, folder: Path, meanwhile, ready_within: float)
         )
         try:
             _wait_until_listening(err, mic, ready_within)
-            meanwhile()
-            mic.send_signal(signal.SIGINT)
+            meanwhile(mic)
+            if mic.poll() is None:  # not ended by itself
+                mic.send_signal(signal.SIGINT)
             code = mic.wait(timeout=300)
         finally:
             if mic.poll() is None:

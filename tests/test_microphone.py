@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from kvscribe.errors import ExitCode
 from tests import audio_server
 from tests.conftest import KVSCRIBE, SAMPLE, pooled_wer, run_cli
 
@@ -67,3 +68,20 @@ def test_listening_is_said_when_audio_arrives_not_when_the_device_opens(tmp_path
     assert heard.code == 0, heard.log[-2000:]
     # 3.2 s in each of two runs; 2.2 s and 2.7 s when the line came as the device opened
     assert heard.stats["audio_seconds"] >= 2.9, heard.stats["audio_seconds"]
+
+
+def test_a_microphone_taken_away_ends_the_session_keeping_what_it_committed(tmp_path):
+    """Unplugged mid-session: PortAudio stops calling back and says nothing, and the session
+    waited for good. It now ends by itself (kvscribe.live.microphone.STALL_SECONDS) with one
+    line naming the device, and what was committed before stays in the -o file."""
+    from kvscribe.live.microphone import STALL_SECONDS
+
+    _need_a_server()
+    reference = SAMPLE.with_suffix(".txt").read_text(encoding="utf-8")
+    with audio_server.running(tmp_path / "pulse") as env:
+        heard = audio_server.record_until_unplugged(
+            env, KVSCRIBE, SAMPLE, tmp_path, ends_within=STALL_SECONDS + 20
+        )
+    assert heard.code == ExitCode.INPUT_NOT_FOUND, heard.log[-2000:]
+    assert "delivered no audio" in heard.log and "Traceback" not in heard.log, heard.log
+    assert pooled_wer([(reference, heard.text)]) <= 0.1, heard.text

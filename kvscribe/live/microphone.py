@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,9 @@ import numpy as np
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.errors import BackendUnavailableError, InputNotFoundError, UsageError
 
+# An open device delivers a block every 0.1-2 s (a null sink: 2 s blocks); none for this long:
+# it is gone.
+STALL_SECONDS = 10.0
 _HINT_NO_DEVICE = "plug one in, pick one with --mic (see --list-devices), or use --input FILE|-"
 
 
@@ -101,7 +105,10 @@ class Microphone:
         sd = _sounddevice()
         rate = self._usable_rate(sd)
 
+        heard = [time.monotonic()]  # when the device last delivered a block
+
         def callback(data, frames, _time, status) -> None:
+            heard[0] = time.monotonic()
             if status.input_overflow:
                 self.overflows += 1
             # A copy: PortAudio reuses `data` once the callback returns, and one float32
@@ -118,11 +125,22 @@ class Microphone:
                 device=self.device.index,
                 callback=callback,
             ):
-                stopped.wait()
+                while not stopped.wait(0.5):
+                    self._check_delivering(time.monotonic() - heard[0])
         except sd.PortAudioError as exc:
             raise InputNotFoundError(
                 f"cannot record: {exc}", subject=self.label, hint=_HINT_NO_DEVICE
             ) from None
+
+    def _check_delivering(self, silent_for: float) -> None:
+        """A device unplugged (or suspended, or taken) mid-session stops calling back, and
+        PortAudio says nothing: without this the session waited for good, committing nothing."""
+        if silent_for > STALL_SECONDS:
+            raise InputNotFoundError(
+                f"the device delivered no audio for {silent_for:.0f} s (unplugged?)",
+                subject=self.label,
+                hint=_HINT_NO_DEVICE,
+            )
 
     def _usable_rate(self, sd: Any) -> int:
         try:
