@@ -193,8 +193,8 @@ def _report(options: LiveOptions, stats, console) -> None:
         atomic_write_text(options.stats_json, json.dumps(report, indent=2) + "\n")
     if not options.quiet:
         console.print(live_stats_table(report))
-    elif _lost_audio(report):  # -q hides the figures, not a loss
-        console.print(f"[yellow]kvscribe: warning:[/] {_lost_audio(report)}", soft_wrap=True)
+    elif lost := _lost_audio(report):  # -q hides the figures, not a loss
+        console.print(f"[yellow]kvscribe: warning:[/] {lost}", soft_wrap=True)
 
 
 def live_stats_table(report: dict) -> Table:
