@@ -11,8 +11,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import stat
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from kvscribe.errors import OutputError
@@ -23,7 +26,13 @@ TEMP_MARKER = ".kvscribe-"
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write `text` to `path` via a temp file and rename; clean up on any failure."""
+    """Write `text` to `path` via a temp file and rename; clean up on any failure. A Ctrl-C
+    or SIGTERM meanwhile is held until the file is whole, then raised."""
+    with _interrupts_held():
+        _write_whole(path, text)
+
+
+def _write_whole(path: Path, text: str) -> None:
     with contextlib.suppress(OSError):
         if not stat.S_ISREG(os.stat(path).st_mode):  # follows a symlink (/dev/stdout is one)
             _write_into(path, text)
@@ -49,6 +58,31 @@ def atomic_write_text(path: Path, text: str) -> None:
         if isinstance(exc, OSError):
             raise _error(path, "write failed", exc) from exc
         raise
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM held while inside, the first raised after through the handler
+    before. A second Ctrl-C that stops a batch lands while its manifest compacts; raised
+    there it could leave the temp file behind (a `finally` is interrupted too). Only the
+    main thread runs Python's signal handlers, so only there is anything to hold."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    # A handler set outside Python reads as None and could not be put back: left as it is.
+    ours = [number for number in _HELD if signal.getsignal(number) is not None]
+    before = {number: signal.signal(number, lambda n, _: held.append(n)) for number in ours}
+    try:
+        yield
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+    if held:
+        signal.raise_signal(held[0])
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM)
 
 
 def _write_into(path: Path, text: str) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from kvscribe.atomic_file import TEMP_MARKER
+from kvscribe.atomic_file import atomic_write_text
 from kvscribe.digest import sha256_file
 from kvscribe.errors import ExitCode, OutputError, UsageError
 
@@ -161,17 +161,10 @@ class Manifest:
     def compact(self) -> None:
         """Rewrite with one line per input (atomically), so the file does not grow forever."""
         assert self._handle is not None
-        staging = self.path.with_name(f".{NAME}{TEMP_MARKER}{os.getpid():06d}.part")
+        text = "".join(record.to_json() + "\n" for record in self.records.values())
         try:
-            with open(staging, "w", encoding="utf-8") as out:
-                for record in self.records.values():
-                    out.write(record.to_json() + "\n")
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(staging, self.path)
-        except OSError:  # a full disk: the appended file stays as it is, whole
-            with contextlib.suppress(OSError):
-                os.unlink(staging)
+            atomic_write_text(self.path, text)
+        except OutputError:  # a full disk: the appended file stays as it is, whole
             return
         with contextlib.suppress(OSError):  # it flushes again what add() failed to write
             self._handle.close()

@@ -274,3 +274,40 @@ def test_a_record_a_full_disk_refused_is_not_raised_again_when_the_manifest_clos
         manifest.compact()  # raised OSError
     with Manifest(out) as manifest:
         assert sorted(manifest.records) == ["/in/a.wav"]
+
+
+@pytest.mark.parametrize(
+    ("sent", "code"),
+    [(signal.SIGINT, ExitCode.INTERRUPTED), (signal.SIGTERM, ExitCode.TERMINATED)],
+    ids=["ctrl-c", "sigterm"],
+)
+def test_a_stop_while_the_manifest_compacts_comes_after_it_is_whole(
+    tmp_path, monkeypatch, sent, code
+):
+    """A second Ctrl-C that stops a batch lands while its manifest compacts: raised inside
+    the write, it left `.manifest.jsonl.kvscribe-<pid>.part` behind (seen in CI). The signal
+    is real; only its moment is chosen, at the fsync, which no press can hit reliably."""
+    from kvscribe.cli.termination import sigterm_stops_like_ctrl_c
+    from kvscribe.manifest import Manifest, Record
+
+    out = tmp_path / "out"
+    real_fsync = os.fsync
+
+    def fsync_with_a_signal_arriving(fd):
+        signal.raise_signal(sent)
+        real_fsync(fd)
+
+    with (
+        pytest.raises(SystemExit) as stopped,
+        sigterm_stops_like_ctrl_c(),
+        Manifest(out) as manifest,
+    ):
+        for name in ("a", "b", "a"):
+            manifest.add(Record(f"/in/{name}.wav", None, "k", "done"))
+        monkeypatch.setattr(os, "fsync", fsync_with_a_signal_arriving)
+        manifest.compact()
+    monkeypatch.undo()
+    assert stopped.value.code == code
+    assert not [p.name for p in out.rglob("*") if p.name.endswith(".part")]
+    lines = (out / ".kvscribe" / "manifest.jsonl").read_text().splitlines()
+    assert [json.loads(line)["input"] for line in lines] == ["/in/a.wav", "/in/b.wav"]
