@@ -164,7 +164,8 @@ def transcribe(client, path: Path, **fields):
 
 
 def settled(served: Served) -> dict[str, float]:
-    """The server's gauges once nothing is queued or running (bounded wait)."""
+    """The server's gauges once nothing is queued or running and no realtime session is
+    open: a closed one counts until its threads have ended (bounded wait)."""
     deadline = time.monotonic() + BOUNDED_WAIT
     while True:
         figures = served.metrics()
@@ -173,6 +174,7 @@ def settled(served: Served) -> dict[str, float]:
             + figures["kvscribe_requests_running"]
             + figures["kvscribe_rows_in_flight"]
             + figures["kvscribe_kv_reserved_bytes"]
+            + figures["kvscribe_realtime_sessions"]
         )
         if busy == 0 or time.monotonic() > deadline:
             return figures

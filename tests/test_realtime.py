@@ -293,6 +293,35 @@ def test_a_key_is_asked_for_and_a_client_that_goes_frees_its_session(server):
     assert transcribe(server.client(), SAMPLE).text  # the server goes on serving
 
 
+@pytest.mark.model
+@pytest.mark.slow
+def test_sessions_past_max_sessions_are_refused_429_until_one_closes(tmp_path):
+    """Each session holds threads and up to minutes of audio, and had no bound: a client
+    opening sessions in a loop could take the server's memory."""
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    served = Served(tmp_path, "--max-sessions", "1")
+    url = served.url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+    try:
+        with _connect(served) as first:
+            assert first.recv().type == "session.created"
+            with pytest.raises(Exception) as refused, _connect(served) as second:
+                second.recv()  # not reached: the handshake is refused
+            assert "429" in str(refused.value)
+            with pytest.raises(InvalidStatus) as raw:
+                connect(url, additional_headers=served.auth(), open_timeout=30)
+            error = json.loads(raw.value.response.body)["error"]
+            assert (error["type"], error["code"]) == ("rate_limit_error", "too_many_sessions")
+            assert error["message"].startswith("realtime sessions open: 1, the server's limit")
+            assert served.metrics()["kvscribe_realtime_sessions"] == 1
+        assert settled(served)["kvscribe_realtime_sessions"] == 0
+        with _connect(served) as again:  # the closed one's place is free again
+            assert again.recv().type == "session.created"
+    finally:
+        assert served.stop() == 0
+
+
 # -- the parts ------------------------------------------------------------------------------------
 
 

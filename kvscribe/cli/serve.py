@@ -95,6 +95,16 @@ PARAMETERS: ParameterTable = {
             rich_help_panel=_SERVER,
         ),
     ),
+    "max_sessions": (
+        int,
+        typer.Option(
+            None,
+            "--max-sessions",
+            show_default="--max-queue's value",
+            help="Realtime sessions open at once; more are answered 429.",
+            rich_help_panel=_SERVER,
+        ),
+    ),
     "upload_timeout": (
         float,
         typer.Option(
@@ -164,6 +174,7 @@ def _run(options, console) -> int:
 
         from kvscribe.serve.app import Limits, Server, create_app
         from kvscribe.serve.draining import DrainingServer
+        from kvscribe.serve.realtime import SessionLimits
     except ImportError as exc:
         raise BackendUnavailableError(
             f"{exc.name} is not installed",
@@ -194,6 +205,7 @@ def _run(options, console) -> int:
             upload_seconds=options.upload_timeout,
         ),
         api_key=key,
+        realtime_limits=SessionLimits(open_at_once=options.sessions_at_once()),
     )
     host, port = listener.getsockname()[:2]
     print(f"kvscribe serve: listening on http://{host}:{port}", flush=True)

@@ -35,9 +35,17 @@ class Metrics:
             self._first_delta[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
             self._first_delta_sum += seconds
 
-    def session(self, opened: bool) -> None:
+    def session_opened(self, at_most: int) -> bool:
+        """Count a realtime session that opens, unless `at_most` are open already."""
         with self._lock:
-            self.sessions += 1 if opened else -1
+            if self.sessions >= at_most:
+                return False
+            self.sessions += 1
+            return True
+
+    def session_closed(self) -> None:
+        with self._lock:
+            self.sessions -= 1
 
     def held(self, kv_bytes: int) -> None:
         with self._lock:

@@ -24,6 +24,7 @@ class ServeOptions(EngineOptions):
     max_audio_minutes: float = 180.0
     lanes: int | None = None  # engines loaded; None: one per core on a CPU (cli/serve.py)
     max_queue: int = 64  # requests waiting to start
+    max_sessions: int | None = None  # realtime sessions open at once; None: max_queue
     upload_timeout: float = 120.0  # seconds
     kv_budget_mb: float | None = None  # None: the profile's kv_budget_mb, else no budget
 
@@ -36,6 +37,8 @@ class ServeOptions(EngineOptions):
         in_range("--max-body-mb", self.max_body_mb, 0.01, 4096)
         in_range("--max-audio-minutes", self.max_audio_minutes, 0.01, 24 * 60)
         in_range("--max-queue", self.max_queue, 1, 100_000)
+        if self.max_sessions is not None:
+            in_range("--max-sessions", self.max_sessions, 1, 100_000)
         if self.lanes is not None:
             in_range("--lanes", self.lanes, 1, 64)
         in_range("--upload-timeout", self.upload_timeout, 1, 3600)
@@ -74,3 +77,8 @@ class ServeOptions(EngineOptions):
                 )
             return key
         return os.environ.get(API_KEY_VARIABLE) or None
+
+    def sessions_at_once(self) -> int:
+        """Each session has at most one decode waiting in the queue: past --max-queue of
+        them, their decodes wait their turn and their audio is dropped."""
+        return self.max_sessions if self.max_sessions is not None else self.max_queue

@@ -56,6 +56,7 @@ class SessionLimits:
     message_bytes: int = 1 << 20  # one WebSocket message (about 8 s of base64 PCM16)
     backlog_seconds: float = 30.0  # audio waiting to be heard; older audio is dropped
     turn_seconds: float = 600.0  # audio held for one turn the client commits itself
+    open_at_once: int = 64  # sessions the server holds open (--max-sessions); more: 429
 
 
 class SessionClosed(Exception):

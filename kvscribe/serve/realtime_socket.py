@@ -31,8 +31,6 @@ logger = logging.getLogger("kvscribe.serve")
 async def serve_socket(websocket, server) -> None:
     """One client's WebSocket (Starlette's) from its handshake to its close; `server` is
     kvscribe.serve.app.Server."""
-    from starlette.websockets import WebSocketDisconnect
-
     if websocket.query_params.get("intent", "transcription") != "transcription":
         await websocket.close(code=1008, reason="kvscribe serves intent=transcription only")
         return
@@ -43,6 +41,23 @@ async def serve_socket(websocket, server) -> None:
     if server.scheduler.draining:  # as /health says: a load balancer tries elsewhere
         await _refuse(websocket, server, ApiError(503, _DRAINING, None, "shutting_down"))
         return
+    at_most = server.realtime_limits.open_at_once
+    if not server.metrics.session_opened(at_most):  # each holds threads and audio
+        message = f"realtime sessions open: {at_most}, the server's limit (--max-sessions): "
+        message += "retry once one has closed"
+        await _refuse(websocket, server, ApiError(429, message, None, "too_many_sessions"))
+        return
+    try:
+        await _run_session(websocket, server, protocol)
+    finally:
+        server.metrics.session_closed()
+
+
+async def _run_session(websocket, server, protocol: str | None) -> None:
+    """The session, once the handshake may be accepted, until the client goes or the
+    session ends."""
+    from starlette.websockets import WebSocketDisconnect
+
     await websocket.accept(subprotocol=protocol)
     server.metrics.answered("/v1/realtime", 101)
     loop = asyncio.get_running_loop()
@@ -71,7 +86,6 @@ async def serve_socket(websocket, server) -> None:
     model = server.model_names[0]
     kind = "transcription_session.created" if session.config.beta else "session.created"
     send({"type": kind, "event_id": new_id("event"), "session": session.config.describe(model)})
-    server.metrics.session(opened=True)
     sender = asyncio.create_task(_send_all(websocket, outbox))
     try:
         while True:
@@ -89,7 +103,6 @@ async def serve_socket(websocket, server) -> None:
     except WebSocketDisconnect:
         pass
     finally:
-        server.metrics.session(opened=False)
         await asyncio.to_thread(session.abandon)
         sender.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
