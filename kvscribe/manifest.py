@@ -72,7 +72,7 @@ class Record:
     input: str  # absolute path
     fingerprint: Fingerprint | None
     options: str  # options_key()
-    status: str  # "done" or "failed"
+    status: str  # "done", "failed", or "writing" (its outputs: a run died while writing them)
     outputs: list[str] = field(default_factory=list)  # relative to the output folder
     error: str | None = None
     exit_code: int = 0

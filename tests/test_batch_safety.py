@@ -55,6 +55,36 @@ def test_an_output_never_replaces_another_input_s_transcript_or_an_input(tmp_pat
     assert (named / "talk.txt").read_bytes() == SAMPLE.read_bytes()
 
 
+def test_a_file_no_run_wrote_is_never_replaced_and_what_kvscribe_wrote_is(tmp_path):
+    """The folder as its own output folder, the user's notes `talk.txt` beside `talk.wav`:
+    the notes were replaced by the transcript, silently."""
+    folder = tmp_path / "talks"
+    folder.mkdir()
+    shutil.copy(SAMPLE, folder / "talk.wav")
+    (folder / "talk.txt").write_text("my notes")
+    refused = run_cli(folder, "-o", folder, *FAST)
+    assert refused.code == ExitCode.SOME_FAILED
+    assert f"{folder / 'talk.txt'} exists, and no kvscribe run" in refused.stderr
+    assert "--force to replace it" in refused.stderr and refused.stderr.count("\n") == 1
+    assert (folder / "talk.txt").read_text() == "my notes"
+    assert run_cli(folder, "-o", folder, *FAST, "--force").code == 0
+    assert wer(SAMPLE_TEXT, (folder / "talk.txt").read_text()) <= 0.1
+    # Its own outputs stay its own: another format, then other options, then the first
+    # format again.
+    assert run_cli(folder, "-o", folder, "--beam-size", "1", "-f", "srt", "-q").code == 0
+    assert run_cli(folder, "-o", folder, *FAST, "--language", "en").code == 0
+    # A run that died between a "writing" record and the final one (a kill -9, a power
+    # cut): its outputs are kvscribe's, and the input is transcribed again.
+    manifest = folder / ".kvscribe" / "manifest.jsonl"
+    record = json.loads(manifest.read_text().splitlines()[-1])
+    assert record["outputs"] == ["talk.txt", "talk.srt"]
+    manifest.write_text(json.dumps(record | {"status": "writing"}) + "\n")
+    again = run_cli(folder, "-o", folder, *FAST, "--language", "en", "--json")
+    assert again.code == 0, again.stderr
+    assert [json.loads(line)["event"] for line in again.stdout.splitlines()][-1] == "done"
+    assert json.loads(manifest.read_text().splitlines()[-1])["status"] == "done"
+
+
 def test_audio_piped_in_again_under_its_name_is_refused_and_replaced_with_force(tmp_path):
     """Its earlier run's input was a spool gone with it: the refusal named the temporary
     file, and --force could not get past it."""

@@ -2,9 +2,10 @@
 executor (this process or N worker processes: kvscribe.batch.executors; a Ray cluster:
 kvscribe.cluster; one loaded model per worker), write and record every result here, in the driver.
 
-Order of effects per input: outputs are written atomically (each one whole or
-absent), then the manifest record is appended and fsynced. A crash between the
-two only means the input is transcribed again on the next run. Workers only return
+Order of effects per input: a "writing" record naming its outputs is appended and
+fsynced, the outputs are written atomically (each one whole or absent), then the final
+record. A crash in between only means the input is transcribed again on the next run,
+whose guard knows those files as kvscribe's (kvscribe.batch.guard). Workers only return
 transcripts: the driver alone writes outputs and the manifest.
 """
 
@@ -29,7 +30,7 @@ from kvscribe.inputs import Input, output_bases
 from kvscribe.manifest import STATE_DIR, Manifest, Record, fingerprint, options_key
 from kvscribe.options import TranscribeOptions, output_shaping_values
 from kvscribe.stats import FileStats, RunStats
-from kvscribe.writers import write_outputs
+from kvscribe.writers import output_paths, write_outputs
 
 __all__ = [
     "Batch",
@@ -186,6 +187,8 @@ class Batch:
         if current != record.fingerprint:  # touched, same bytes: remember the new stat
             record.fingerprint = current
             manifest.add(record)
+        if record.status == "writing":  # a run died while its outputs were written
+            return None
         if record.status == "failed":
             return "failed" if record.permanent_failure else None
         wanted = [f"{task.base}.{fmt}" for fmt in self.options.formats]
@@ -202,8 +205,8 @@ class Batch:
         results = executor.results(todo, self.listener)
         try:
             for result in results:
-                self._write(result)
                 try:
+                    self._write(result, manifest, key)
                     failed = self._record(result, manifest, key, summary)
                 except KvscribeError as exc:  # the manifest cannot be written (a full disk)
                     summary.fatal = exc
@@ -213,14 +216,21 @@ class Batch:
         finally:
             results.close()  # stops the workers now, not when the iterator is collected
 
-    def _write(self, result: Result) -> None:
-        """Write a returned transcript's outputs (each atomically); a failure to write is
-        that input's failure, with no stats, as if its transcription had failed."""
+    def _write(self, result: Result, manifest: Manifest, key: str) -> None:
+        """Write a returned transcript's outputs (each atomically), recorded as being written
+        first; a failure to write is that input's failure, with no stats, as if its
+        transcription had failed."""
         transcript, result.transcript = result.transcript, None
         if transcript is None or result.error is not None:
             return
         base = self.folder / result.task.base
         options = self.options
+        planned = output_paths(base.parent, base.name, options.formats)
+        outputs = [path.relative_to(self.folder).as_posix() for path in planned]
+        path = os.path.abspath(result.task.path)
+        manifest.add(
+            Record(path, result.fingerprint, key, "writing", _with_earlier(manifest, path, outputs))
+        )
         try:
             written = write_outputs(
                 transcript, base.parent, base.name, options.formats, options.writer_options()
@@ -244,7 +254,7 @@ class Batch:
             fingerprint=result.fingerprint,
             options=key,
             status="failed" if failed else "done",
-            outputs=result.outputs,
+            outputs=_with_earlier(manifest, os.path.abspath(result.task.path), result.outputs),
             error=result.error.one_line() if failed else None,
             exit_code=result.error.exit_code if failed else 0,
             audio_seconds=result.stats.audio_seconds if result.stats else 0.0,
@@ -265,6 +275,13 @@ class Batch:
             stats.notes += [note for note in result.notes if note not in stats.notes]
         self.listener.finished(result)
         return failed
+
+
+def _with_earlier(manifest: Manifest, path: str, outputs: list[str]) -> list[str]:
+    """`outputs` and those the input's earlier record names (another format, an earlier
+    run's): files kvscribe wrote stay known as its own to replace (kvscribe.batch.guard)."""
+    earlier = manifest.records.get(path)
+    return list(dict.fromkeys([*(earlier.outputs if earlier else ()), *outputs]))
 
 
 def _remove_stale_parts(folder: Path, todo: list[Task]) -> None:

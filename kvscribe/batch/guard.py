@@ -1,9 +1,11 @@
 """What a batch may not write over: an input (a recording named `a.txt`, whose `-f txt`
-output would be `a.txt` in the same folder), or the transcript of another input that an
+output would be `a.txt` in the same folder), the transcript of another input that an
 earlier run into the same output folder wrote under the same name (`in/a/cards.wav` then
-`in/b/cards.wav`, each run given one folder: both are `cards.txt`). Either would lose
-something for good; the input is failed instead, with the fix (--force replaces the
-other input's transcript, never an input)."""
+`in/b/cards.wav`, each run given one folder: both are `cards.txt`), or a file no run into
+the folder wrote (the user's notes `talk.txt` beside `talk.wav`, with the folder as its
+own output folder). Each would lose something for good; the input is failed instead,
+with the fix (--force replaces the transcript or the file, never an input). What kvscribe
+wrote is what the folder's manifest names, a "writing" record's outputs included."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ class OutputGuard:
             if record.status == "done"
             for output in record.outputs
         }
+        self.written = {output for record in manifest.records.values() for output in record.outputs}
 
     def conflict(self, path: Path, bases: dict[Path, PurePosixPath]) -> KvscribeError | None:
         """Why `path`'s outputs may not be written, or None."""
@@ -46,6 +49,12 @@ class OutputGuard:
                     subject=str(path),
                     hint="choose another --output-dir, give both in one run (their outputs then "
                     "get names of their own), or --force to replace it",
+                )
+            if not self.force and output not in self.written and os.path.lexists(target):
+                return OutputError(
+                    f"{target} exists, and no kvscribe run into this folder wrote it",
+                    subject=str(path),
+                    hint="move it or choose another --output-dir, or --force to replace it",
                 )
         return None
 
