@@ -4,6 +4,7 @@ a realtime session, and uploads a file over the HTTP API, against a real server.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -121,3 +122,26 @@ def test_the_browser_records_its_microphone_live_and_uploads_a_file(server, brow
     assert _text(browser, "file-text") == transcribe(server.client(), SAMPLE).text
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors
+
+
+def test_a_refused_session_says_why_on_the_page(tmp_path, browser):
+    """The server's one session (--max-sessions 1) is taken: the page says its sessions are
+    full and names the option, not "check the key" (a browser cannot read the 429)."""
+    from websockets.sync.client import connect
+
+    served = Served(tmp_path, "--max-sessions", "1")
+    url = served.url.replace("http://", "ws://") + "/v1/realtime?intent=transcription"
+    try:
+        with connect(url, additional_headers=served.auth(), open_timeout=30) as taken:
+            assert json.loads(taken.recv())["type"] == "session.created"
+            browser.get(f"{served.url}/")
+            browser.find_element("id", "key").send_keys(KEY)
+            _wait_for(lambda: "tiny.en" in _text(browser, "model"), "the model's name")
+            browser.find_element("id", "record").click()
+            _wait_for(lambda: "refused" in _text(browser, "live-status"), "the refusal")
+            said = _text(browser, "live-status")
+            assert "1 live sessions are open" in said and "--max-sessions" in said, said
+            assert "check the key" not in said
+            assert browser.find_element("id", "record").is_enabled()  # free to try again
+    finally:
+        assert served.stop() == 0

@@ -9,6 +9,7 @@ import json
 import queue
 import threading
 import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -315,6 +316,9 @@ def test_sessions_past_max_sessions_are_refused_429_until_one_closes(tmp_path):
             assert (error["type"], error["code"]) == ("rate_limit_error", "too_many_sessions")
             assert error["message"].startswith("realtime sessions open: 1, the server's limit")
             assert served.metrics()["kvscribe_realtime_sessions"] == 1
+            with urllib.request.urlopen(f"{served.url}/health", timeout=30) as health:
+                sessions = json.loads(health.read())  # what the page tells a refused user
+            assert (sessions["realtime_sessions"], sessions["realtime_sessions_max"]) == (1, 1)
         assert settled(served)["kvscribe_realtime_sessions"] == 0
         with _connect(served) as again:  # the closed one's place is free again
             assert again.recv().type == "session.created"

@@ -53,7 +53,8 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
     the tasks it cancels, and removes the upload folder."""
     served = Served(tmp_path)
     try:
-        assert _health(served) == (200, {"status": "ok", "queue_depth": 0})
+        idle = {"status": "ok", "queue_depth": 0, "realtime_sessions": 0}
+        assert _health(served) == (200, {**idle, "realtime_sessions_max": 64})  # --max-queue's
         with cf.ThreadPoolExecutor(1) as pool:
             running = pool.submit(transcribe, served.client(), LONG_FORM)  # 182 s
             time.sleep(1.5)

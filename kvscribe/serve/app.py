@@ -103,6 +103,9 @@ def create_app(server: Server) -> Starlette:
         draining = server.scheduler.draining
         status = {"status": "draining" if draining else "ok"}
         body = {**status, "queue_depth": server.scheduler.queue_depth}
+        # what a refused realtime handshake was (a browser cannot read its status)
+        body["realtime_sessions"] = server.metrics.sessions
+        body["realtime_sessions_max"] = server.realtime_limits.open_at_once
         return JSONResponse(body, 503 if draining else 200)
 
     async def metrics(request: Request) -> Response:
