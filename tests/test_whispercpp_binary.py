@@ -4,6 +4,7 @@ and what `kvscribe setup whisper-cpp` does with each."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -102,3 +103,19 @@ def test_setup_with_a_broken_chosen_binary_says_so_instead_of_building(monkeypat
     assert f"{broken} (KVSCRIBE_WHISPER_CLI): not executable" in result.stderr
     assert "unset KVSCRIBE_WHISPER_CLI" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_build_of_earlier_patches_is_named_not_called_missing(whisper_cli, monkeypatch, tmp_path):
+    """A build of another version or of earlier patches stays in the cache under its own
+    key, and is not run: the error says set-up will build this version's."""
+    monkeypatch.delenv("KVSCRIBE_WHISPER_CLI")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setenv("KVSCRIBE_CACHE_DIR", str(tmp_path))
+    with pytest.raises(BackendUnavailableError, match="none on PATH, no kvscribe build"):
+        binary.find()
+    earlier = binary.own_build_dir().parent / "v1.8.4-kv0123456789ab-x86_64"
+    earlier.mkdir(parents=True)
+    shutil.copy2(whisper_cli, earlier / whisper_cli.name)
+    assert binary.earlier_builds() == [earlier]
+    with pytest.raises(BackendUnavailableError, match="build is of an earlier version"):
+        binary.find()

@@ -65,8 +65,19 @@ def find() -> WhisperCli:
         if explicit:  # the user named it: do not silently run another one
             raise BackendUnavailableError(problem, subject=f"{path} ({found_by})", hint=SETUP_HINT)
         problems.append(f"{path}: {problem}")
-    tried = "; ".join(problems) if problems else "none on PATH, no kvscribe build"
+    own = "kvscribe's build is of an earlier version" if earlier_builds() else "no kvscribe build"
+    tried = "; ".join(problems) if problems else f"none on PATH, {own}"
     raise BackendUnavailableError(f"whisper-cli not found ({tried})", hint=SETUP_HINT)
+
+
+def earlier_builds() -> list[Path]:
+    """kvscribe's builds of other whisper.cpp versions or patches, still in the cache."""
+    folder = own_build_dir()
+    return sorted(
+        path
+        for path in folder.parent.glob("v*-kv*")
+        if path.is_dir() and path != folder and (path / own_build_path().name).exists()
+    )
 
 
 def check_explicit() -> None:
