@@ -113,6 +113,15 @@ def onnx_export():
 
 
 @pytest.fixture(scope="session")
+def tiny_ggml(tmp_path_factory) -> Path:
+    """tiny.en as a ggml file, converted here by kvscribe's writer (whisper-cli run directly)."""
+    from kvscribe.models import ggml, resolve
+
+    source = resolve("tiny.en", ("ctranslate2",))
+    return ggml.from_ctranslate2(source.path, tmp_path_factory.mktemp("ggml") / "tiny.en.bin")
+
+
+@pytest.fixture(scope="session")
 def whisper_cli() -> Path:
     """The real whisper-cli every whispercpp test runs: found, or built into the user cache
     (kvscribe setup whisper-cpp, ~3 min cold) the first time a selected test needs it, and

@@ -26,7 +26,7 @@ from kvscribe.errors import (
     UsageError,
 )
 from kvscribe.machine.capacity import usable_cores
-from kvscribe.models import ggml, resolve
+from kvscribe.models import resolve
 from kvscribe.models.embedded import EMBEDDED
 from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
 from tests.processes import whisper_cli_under
@@ -47,12 +47,6 @@ def long_wav(tmp_path_factory) -> Path:
 
     path = tmp_path_factory.mktemp("long") / "long.wav"
     return media.encode(np.tile(load_audio(SAMPLE), 16), 16000, path, "pcm_s16le")
-
-
-@pytest.fixture(scope="module")
-def tiny_ggml(tmp_path_factory) -> Path:
-    source = resolve("tiny.en", ("ctranslate2",))
-    return ggml.from_ctranslate2(source.path, tmp_path_factory.mktemp("ggml") / "tiny.en.bin")
 
 
 def _read_header(path: Path):

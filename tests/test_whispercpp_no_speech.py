@@ -20,6 +20,7 @@ from kvscribe.audio import load_audio
 from kvscribe.backends.whispercpp import patching
 from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
 from tests.media import write_wav
+from tests.whispercpp_patches import applied_once
 
 PATCH = "no-speech-logits-row.patch"
 SPEECH_END = 12.0  # the sample is 11.0 s; nothing may start or end after this
@@ -69,23 +70,8 @@ def test_the_patch_is_applied_after_the_cache_types_one():
 
 
 def test_the_patch_applies_to_the_lines_it_was_written_for(tmp_path):
-    """The real source is patched (strictly) by the build the whispercpp lane runs; here the
-    hunks' own context, at their stated lines, takes the patch once and only once."""
-    text = patching.patch_texts()[PATCH]
-    (file_patch,) = patching._parse(text)
-    assert file_patch.path == "src/whisper.cpp"
-    assert all(hunk.lines for hunk in file_patch.hunks)
-    lines: list[str] = []
-    for hunk in file_patch.hunks:  # the original: filler, then each hunk's old lines
-        lines += [f"// line {n}" for n in range(len(lines) + 1, hunk.old_start)]
-        lines += [line[1:] for line in hunk.lines if line[0] in " -"]
-    target = tmp_path / "src" / "whisper.cpp"
-    target.parent.mkdir()
-    target.write_text("\n".join([*lines, "// end"]), encoding="utf-8")
-    assert patching.apply(text, tmp_path) == ["src/whisper.cpp"]
-    patched = target.read_text(encoding="utf-8")
+    path, patched = applied_once(PATCH, tmp_path)
+    assert path == "src/whisper.cpp"
     assert "state->batch.logits[i_sot] = 1;" in patched
     assert "whisper_compute_logprobs(logits_sot, n_logits, logprobs);" in patched
     assert "whisper_compute_logprobs(state->logits, n_logits, logprobs);" not in patched
-    with pytest.raises(patching.PatchError):
-        patching.apply(text, tmp_path)  # applied already: the context no longer matches
