@@ -247,9 +247,15 @@ def test_a_segment_grazing_a_join_keeps_to_the_region_that_holds_its_speech():
     assert (late.start, late.end) == (13.0, 17.0)  # not 27.3: 0.3 s after the join
     both = time_map.segment(Segment(id=0, start=5.0, end=9.0, text=" prudently in his power"))
     assert (both.start, both.end) == (15.0, 29.0)  # speech on both sides: it spans the cut
+    # A word keeps to the region that holds its middle, as in a batched chunk: 0.1 s of it
+    # before the join spanned the 10 s cut out (16.9-27.5 s), and its segment with it.
     word = Word(start=6.9, end=7.5, word=" ask", probability=0.9)
     timed = time_map.segment(Segment(id=0, start=6.8, end=12.0, text=" ask", words=(word,)))
-    assert timed.start == timed.words[0].start == pytest.approx(16.9)  # it spans its words
+    assert (timed.words[0].start, timed.words[0].end) == (27.0, 27.5)
+    assert timed.start == 27.0
+    wide = Word(start=6.2, end=7.3, word=" Americans", probability=0.9)  # its middle before
+    timed = time_map.segment(Segment(id=0, start=3.0, end=7.3, text=" to", words=(wide,)))
+    assert (timed.words[0].start, timed.end) == (16.2, 17.0)
 
 
 @pytest.mark.parametrize("backend", ["transformers", "whispercpp"])  # the runner cuts for them

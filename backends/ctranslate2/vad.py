@@ -2,8 +2,10 @@
 
 faster-whisper's own function takes the whole file as one array (an hour: 230 MB of
 samples, padded again). This module gives the same speech timestamps, to the sample, from
-any Samples read in blocks: the probabilities come from the silero model faster-whisper ships,
-fed the windows its `SileroVADModel` would run (512 samples each, after the previous
+any Samples read in blocks, except after a run of digital silence of 5 s or more, where
+kvscribe's front end starts afresh and faster-whisper's loses words (SILENCE_RESET_WINDOWS
+in kvscribe/voice/silero.py). The probabilities come from the silero model faster-whisper
+ships, fed the windows its `SileroVADModel` would run (512 samples each, after the previous
 window's last 64) by kvscribe's own front end (kvscribe.voice.file_scan: the model's
 per-window convolutions on every core, its LSTM carrying the state from one block to the
 next), and the hysteresis below

@@ -90,8 +90,9 @@ class TimeMap:
 
     def segment(self, segment: Segment) -> Segment:
         words = tuple(
-            dataclasses.replace(w, start=self.original(w.start), end=self.original(w.end, True))
+            dataclasses.replace(w, start=start, end=end)
             for w in segment.words
+            for start, end in [self.word_span(w.start, w.end)]
         )
         start, end = self._kept_to_speech(segment.start, segment.end)
         start, end = self.original(start), self.original(end, is_end=True)

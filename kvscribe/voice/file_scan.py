@@ -23,11 +23,13 @@ import numpy as np
 
 from kvscribe.staging import staging_file
 from kvscribe.voice.silero import (
+    SilenceResets,
     SileroVad,
     WindowBatcher,
     bundled_model,
     initial_state,
     session,
+    silent_windows,
 )
 
 # The convolutions' output (`[windows, 128, 1]`), where the model is cut in two.
@@ -126,25 +128,34 @@ class FileScanner:
         """One probability per complete 512-sample window of `pieces` joined end to end: what
         kvscribe.voice.silero.SileroVad gives fed the same pieces one after another. At most
         two blocks per worker are held at once, whatever the length."""
-        windows = WindowBatcher()
+        windows, resets = WindowBatcher(), SilenceResets()
         h, c = initial_state()
         found: list[np.ndarray] = []
         pending: deque[Future] = deque()
+
+        def decode_next(h, c):
+            convolved, silent = pending.popleft().result()
+            return self._decoded(convolved, silent, resets, h, c, found)
+
         with ThreadPoolExecutor(self.workers, thread_name_prefix="kvscribe-vad") as pool:
             for piece in pieces:
                 batch = windows.batch(piece)
                 if batch is not None:
                     pending.append(pool.submit(self._convolved, batch))
                 while len(pending) > 2 * self.workers or (pending and pending[0].done()):
-                    h, c = self._decoded(pending.popleft().result(), h, c, found)
+                    h, c = decode_next(h, c)
             while pending:
-                h, c = self._decoded(pending.popleft().result(), h, c, found)
+                h, c = decode_next(h, c)
         return np.concatenate(found) if found else np.zeros(0, dtype=np.float32)
 
-    def _convolved(self, batch: np.ndarray) -> np.ndarray:
-        return self._front.run([_CUT], {"input": batch})[0]
+    def _convolved(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The block's convolutions, and which of its windows are digital silence."""
+        return self._front.run([_CUT], {"input": batch})[0], silent_windows(batch)
 
-    def _decoded(self, convolved: np.ndarray, h, c, found: list[np.ndarray]):
-        probs, h, c = self._back.run(None, {_CUT: convolved, "h": h, "c": c})
-        found.append(np.asarray(probs, dtype=np.float32).reshape(-1))
+    def _decoded(self, convolved, silent, resets: SilenceResets, h, c, found: list[np.ndarray]):
+        probs, h, c = resets.run(self._lstm, convolved, silent, h, c)
+        found.append(probs)
         return h, c
+
+    def _lstm(self, convolved: np.ndarray, h, c):
+        return self._back.run(None, {_CUT: convolved, "h": h, "c": c})

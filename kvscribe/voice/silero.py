@@ -10,6 +10,7 @@ import numpy as np
 
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.errors import BackendUnavailableError
+from kvscribe.voice.digital_silence import DIGITAL_SILENCE_PEAK
 
 WINDOW = 512  # samples per VAD step (32 ms at 16 kHz), fixed by the model
 _CONTEXT = 64  # samples of the previous window the model sees in front of each one
@@ -32,10 +33,54 @@ def model_path(assets: Path) -> Path:
 
 
 STATE = (1, 1, 128)  # the LSTM's h and c
+# A run of digitally silent windows this long (5 s) puts the LSTM back in its state at a
+# file's start, and its windows read 0. Over a long run of zeros the state drifts: after
+# 40 s of them JFK's "ask not" read 0.2-0.3 against 0.5 at a file's start, and the decode
+# never saw those words (a muted input, a noise gate before anyone speaks). Shorter runs,
+# such as a phone system's pauses between prompts (1-4 s), keep the state: starting afresh
+# after 1 s changed which speech the realform recordings' chunks held (French WER 0.137 to
+# 0.162, benchmarks/results/vad_reset_after.md), after 5 s only one 9.6 s pause's
+# (benchmarks/results/vad_reset_5s.md).
+SILENCE_RESET_SECONDS = 5.0
+SILENCE_RESET_WINDOWS = -(-round(SILENCE_RESET_SECONDS * SAMPLE_RATE) // WINDOW)
 
 
 def initial_state() -> tuple[np.ndarray, np.ndarray]:
     return np.zeros(STATE, dtype=np.float32), np.zeros(STATE, dtype=np.float32)
+
+
+def silent_windows(rows: np.ndarray) -> np.ndarray:
+    """Whether each model input row's window (its last WINDOW samples) is digital silence."""
+    return np.abs(rows[:, -WINDOW:]).max(axis=1) <= DIGITAL_SILENCE_PEAK
+
+
+class SilenceResets:
+    """The LSTM stepped over windows in order, put back in its initial state within runs of
+    SILENCE_RESET_WINDOWS or more silent windows (which read 0); a run is counted across
+    calls. `step(inputs, h, c)` runs the model's stateful part on some windows' inputs and
+    returns (probabilities, h, c)."""
+
+    def __init__(self) -> None:
+        self._run = 0  # silent windows in a row before the next call's first
+
+    def run(self, step, inputs: np.ndarray, silent: np.ndarray, h, c):
+        index = np.arange(silent.size)
+        last_sound = np.maximum.accumulate(np.where(silent, -1, index))
+        run = np.where(last_sound >= 0, index - last_sound, index + 1 + self._run)
+        self._run = int(run[-1]) if run.size else self._run
+        reset = run >= SILENCE_RESET_WINDOWS
+        if not reset.any():
+            probs, h, c = step(inputs, h, c)
+            return np.asarray(probs, dtype=np.float32).reshape(-1), h, c
+        found = np.zeros(silent.size, dtype=np.float32)
+        edges = np.flatnonzero(np.diff(reset.astype(np.int8))) + 1
+        for start, end in zip([0, *edges], [*edges, silent.size], strict=True):
+            if reset[start]:
+                h, c = initial_state()
+            else:
+                probs, h, c = step(inputs[start:end], h, c)
+                found[start:end] = np.asarray(probs, dtype=np.float32).reshape(-1)
+        return found, h, c
 
 
 def session(model, threads: int):
@@ -86,16 +131,20 @@ class SileroVad:
     def reset(self) -> None:
         self._h, self._c = initial_state()
         self._windows = WindowBatcher()
+        self._resets = SilenceResets()
 
     def probabilities(self, samples: np.ndarray) -> np.ndarray:
         """Speech probability of each complete window in what was fed so far (shape [n])."""
         batch = self._windows.batch(samples)
         if batch is None:
             return np.zeros(0, dtype=np.float32)
-        probs, self._h, self._c = self._session.run(
-            None, {"input": batch, "h": self._h, "c": self._c}
+        probs, self._h, self._c = self._resets.run(
+            self._step, batch, silent_windows(batch), self._h, self._c
         )
-        return np.asarray(probs, dtype=np.float32).reshape(-1)
+        return probs
+
+    def _step(self, rows: np.ndarray, h, c):
+        return self._session.run(None, {"input": rows, "h": h, "c": c})
 
 
 class WindowBatcher:
