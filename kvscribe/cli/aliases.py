@@ -3,6 +3,8 @@
 `--output_dir out` is `--output-dir out`, and their booleans that take a value
 (`--word_timestamps True`, `--condition_on_previous_text False`) become kvscribe's
 switches. The aliases stay out of `--help`: one spelling is documented, both work.
+openai-whisper's `--fp16` and `--verbose` are taken and left out (kvscribe makes those
+choices itself); its flags for what kvscribe does not do are refused by name, with why.
 """
 
 from __future__ import annotations
@@ -14,6 +16,21 @@ from typer.core import TyperCommand
 
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no"}
+# openai-whisper's flags for what kvscribe chooses itself, taken with their value and left
+# out, so the scripts that pass them keep working: `--fp16 False` (the compute type
+# follows the device, --compute-type) and `--verbose False` (segments print to a
+# terminal, -q prints none).
+_CHOSEN_HERE = {"--fp16": _TRUE | _FALSE, "--verbose": _TRUE | _FALSE | {"none"}}
+# openai-whisper's flags for what kvscribe does not do: refused by name, with why.
+_NOT_HERE = {
+    "--patience": "kvscribe's beam search ends as faster-whisper's does (patience 1)",
+    "--length_penalty": "kvscribe ranks finished beams as faster-whisper does",
+    "--model_dir": "models live in kvscribe's cache (KVSCRIBE_CACHE_DIR); "
+    "--model also takes a model's folder",
+    "--carry_initial_prompt": "--initial-prompt prompts the first window only",
+    "--prepend_punctuations": "words take their punctuation as faster-whisper's do",
+    "--append_punctuations": "words take their punctuation as faster-whisper's do",
+}
 
 
 class SnakeCaseAliases(TyperCommand):
@@ -34,6 +51,18 @@ def rewrite(args: list[str], params: list[Any]) -> list[str]:
             break
         name, equals, value = arg.partition("=")
         kebab = name.replace("_", "-")
+        if name in _NOT_HERE and name not in known:
+            raise _usage_error(f"{name} is openai-whisper's, not kvscribe's: {_NOT_HERE[name]}")
+        if name in _CHOSEN_HERE and name not in known:
+            if equals and value.lower() not in _CHOSEN_HERE[name]:
+                raise _usage_error(f"{name} takes True or False, not {value!r}")
+            if (
+                not equals
+                and index + 1 < len(args)
+                and args[index + 1].lower() in _CHOSEN_HERE[name]
+            ):
+                next(pending)  # its value goes with it
+            continue
         if not name.startswith("--") or "_" not in name or kebab not in known:
             out.append(arg)
             continue
@@ -47,6 +76,11 @@ def rewrite(args: list[str], params: list[Any]) -> list[str]:
         else:
             out.append(kebab + equals + value)
     return out
+
+
+def _usage_error(message: str) -> Exception:
+    # Typer carries its own copy of click: its UsageError is BadParameter's base.
+    return typer.BadParameter.__mro__[1](message)
 
 
 def _is_option(param: Any) -> bool:
@@ -73,5 +107,5 @@ def _switch(flag: str, value: str, off: str | None) -> str:
             return ""
         return off
     raise typer.BadParameter(
-        f"takes True or False, not {value!r}", param_hint=flag.replace("-", "_")
+        f"takes True or False, not {value!r}", param_hint="--" + flag[2:].replace("-", "_")
     )
