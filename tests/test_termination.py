@@ -73,21 +73,25 @@ def _wait_for(condition, seconds: float = 60) -> bool:
 
 
 @pytest.mark.parametrize(
-    ("sent", "code", "said"),
+    ("sent", "code", "said", "into"),
     [
-        (signal.SIGTERM, ExitCode.TERMINATED, "kvscribe: stopped by SIGTERM"),
-        (signal.SIGINT, ExitCode.INTERRUPTED, "kvscribe: interrupted"),  # it said nothing
+        (signal.SIGTERM, ExitCode.TERMINATED, "kvscribe: stopped by SIGTERM", ()),
+        (signal.SIGINT, ExitCode.INTERRUPTED, "kvscribe: interrupted", ()),  # it said nothing
+        # One input into -o said nothing either way: no batch summary for one file.
+        (signal.SIGINT, ExitCode.INTERRUPTED, "kvscribe: interrupted", ("-o", "out")),
+        (signal.SIGTERM, ExitCode.TERMINATED, "kvscribe: stopped by SIGTERM", ("-o", "out")),
     ],
-    ids=["sigterm", "ctrl-c"],
+    ids=["sigterm", "ctrl-c", "ctrl-c into -o", "sigterm into -o"],
 )
-def test_stopped_mid_file_removes_stdin_s_spool_and_says_so(tmp_path, sent, code, said):
+def test_stopped_mid_file_removes_stdin_s_spool_and_says_so(tmp_path, sent, code, said, into):
     recording = _long_recording(tmp_path / "long.wav")
     temp = tmp_path / "tmp"
     temp.mkdir()
     env = {**os.environ, "TMPDIR": str(temp)}
     with recording.open("rb") as audio:
         proc = subprocess.Popen(
-            [KVSCRIBE, "-", "-f", "txt"],
+            [KVSCRIBE, "-", "-f", "txt", *into],
+            cwd=tmp_path,
             stdin=audio,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

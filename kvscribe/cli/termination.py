@@ -38,13 +38,16 @@ def sigterm_stops_like_ctrl_c() -> Iterator[None]:
         cause = _interrupt_behind(stopped)
         if cause is None or not (typer_130 or stopped is cause):  # a command's own exit
             raise
-        if by_sigterm(cause):
-            sys.stderr.write("kvscribe: stopped by SIGTERM\n")
-            raise SystemExit(ExitCode.TERMINATED) from None
-        sys.stderr.write("kvscribe: interrupted\n")  # typer's exit 130 says nothing
-        raise SystemExit(ExitCode.INTERRUPTED) from None
+        sigterm = by_sigterm(cause)
+        sys.stderr.write(stopped_line(sigterm))  # typer's exit 130 says nothing
+        raise SystemExit(ExitCode.TERMINATED if sigterm else ExitCode.INTERRUPTED) from None
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def stopped_line(sigterm: bool) -> str:
+    """What a command stopped by Ctrl-C or SIGTERM says last, on stderr."""
+    return "kvscribe: stopped by SIGTERM\n" if sigterm else "kvscribe: interrupted\n"
 
 
 def _interrupt_behind(error: BaseException | None) -> BaseException | None:

@@ -16,6 +16,7 @@ from kvscribe.cli.render import (
     stderr_console,
 )
 from kvscribe.cli.terminal import TerminalListener
+from kvscribe.cli.termination import stopped_line
 from kvscribe.cli.transcribe_parameters import PARAMETERS
 from kvscribe.errors import ExitCode, KvscribeError
 from kvscribe.option_values import check_output_dir, check_writable, parse_formats
@@ -153,8 +154,10 @@ def _run_batch(options: TranscribeOptions, auto_jobs: bool, on_cluster=None) -> 
             "(unchanged): not transcribed again"
         )
     _report_stats(options, stats, console)
-    if not options.quiet and view.several:
+    if view.several and not options.quiet:
         console.print(view.summary(summary, time.perf_counter() - started))
+    elif not view.several and summary.stopped_by is not None:  # no summary to say it
+        sys.stderr.write(stopped_line(summary.stopped_by == "SIGTERM"))
     return summary.exit_code
 
 
