@@ -109,6 +109,19 @@ def test_raw_pcm_on_stdin_is_named_by_output_name(tmp_path):
     assert wer(SAMPLE_TEXT, (out / "talk.txt").read_text()) <= 0.1
 
 
+def test_a_container_piped_as_raw_samples_is_named_with_the_fix(derived, tmp_path):
+    """It said "corrupt audio data near 0.0 s (re-export or repair the file)"; `mic`
+    always named the container (kvscribe.audio.stdin.container_in, both)."""
+    for raw in ("s16le", "f32le"):
+        data = derived["mp3"].read_bytes()
+        proc = _piped("-", "--input-format", raw, "-o", tmp_path / raw, data=data)
+        said = proc.stderr.decode()
+        assert proc.returncode == ExitCode.AUDIO_UNDECODABLE, said
+        assert f"stdin: holds an MP3 file, not raw {raw} samples" in said, said
+        assert "leave out --input-format" in said and said.count("\n") == 1
+        assert not (tmp_path / raw).exists() or not any((tmp_path / raw).iterdir())
+
+
 def test_stdin_without_a_name_writes_stdin_outputs(tmp_path):
     out = tmp_path / "out"
     proc = _piped("-", "-o", out, "-f", "txt", "-q", data=SAMPLE.read_bytes())

@@ -9,6 +9,7 @@ to probe, so `--input-format` names it and the spool gets a WAV header.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import stat
@@ -28,6 +29,31 @@ SPOOL_PREFIX = "kvscribe-stdin-"  # the temporary folder a pipe's audio is spool
 # name -> (WAV format tag, bits per sample): 1 = integer PCM, 3 = IEEE float.
 RAW_FORMATS = {"s16le": (1, 16), "f32le": (3, 32)}
 _BLOCK = 1 << 20
+# A stream's first bytes where raw samples were asked for: read as samples a container is
+# noise, and the run ends with no text or with "corrupt audio" for the wrong reason.
+_CONTAINERS = {
+    b"ID3": "an MP3 file",
+    b"OggS": "an Ogg file",
+    b"fLaC": "a FLAC file",
+    b"\x1aE\xdf\xa3": "a Matroska or WebM file",
+}
+
+
+def container_in(head: bytes) -> str | None:
+    """The container a stream's first bytes start, or None: raw samples, or a WAV of 16 kHz
+    mono 16-bit (its header alone reads as 22 samples of quiet noise)."""
+    kind = next((name for magic, name in _CONTAINERS.items() if head.startswith(magic)), None)
+    if kind is None and head[4:8] == b"ftyp":
+        kind = "an MP4 or M4A file"
+    if kind is None and head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        fmt = head.find(b"fmt ")
+        pcm16 = fmt >= 0 and len(head) >= fmt + 24
+        if pcm16:
+            tag, channels, rate = struct.unpack_from("<HHI", head, fmt + 8)
+            bits = struct.unpack_from("<H", head, fmt + 22)[0]
+            pcm16 = (tag, channels, rate, bits) == (1, 1, SAMPLE_RATE, 16)
+        kind = None if pcm16 else "a WAV file of another rate, width or channel count"
+    return kind
 
 
 @contextmanager
@@ -50,7 +76,9 @@ def spooled(
             if input_format is None:
                 shutil.copyfileobj(stream, out, _BLOCK)
             else:
-                _write_wav(stream, out, *RAW_FORMATS[input_format])
+                head = stream.read(_BLOCK)
+                _refuse_a_container(head, input_format, source)
+                _write_wav(head, stream, out, *RAW_FORMATS[input_format])
         if path.stat().st_size == 0:
             raise _nothing_arrived(source)
         with shown_as(path, source or "stdin"):
@@ -141,11 +169,22 @@ def spooled_pipes(
         yield tuple(replaced)
 
 
-def _write_wav(stream: BinaryIO, out: BinaryIO, tag: int, bits: int) -> None:
-    """Raw little-endian samples -> a mono 16 kHz WAV (header rewritten once the size is known)."""
+def _refuse_a_container(head: bytes, input_format: str, source: str | None) -> None:
+    kind = container_in(head)
+    if kind is not None:
+        raise AudioDecodeError(
+            f"holds {kind}, not raw {input_format} samples (--input-format {input_format})",
+            subject=source or "stdin",
+            hint="leave out --input-format: kvscribe reads a container itself",
+        )
+
+
+def _write_wav(head: bytes, stream: BinaryIO, out: BinaryIO, tag: int, bits: int) -> None:
+    """Raw little-endian samples (`head`, then the rest of `stream`) -> a mono 16 kHz WAV
+    (header rewritten once the size is known)."""
     out.write(b"\0" * 44)
     data = 0
-    while block := stream.read(_BLOCK):
+    for block in itertools.chain([head], iter(lambda: stream.read(_BLOCK), b"")):
         out.write(block)
         data += len(block)
     frame = bits // 8

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from typing import BinaryIO, Protocol
 import numpy as np
 
 from kvscribe import audio
+from kvscribe.audio.stdin import container_in
 from kvscribe.errors import AudioDecodeError, InputNotFoundError, KvscribeError
 
 _log = logging.getLogger(__name__)
@@ -106,30 +106,11 @@ class PcmStdin:
 
 
 _PCM_EXAMPLE = "arecord -f S16_LE -r 16000 -c 1 | kvscribe mic --live --input -"
-# A file's first bytes where raw PCM was asked for: read as samples it is noise, and the
-# session would end with no text and no error.
-_CONTAINERS = {
-    b"ID3": "an MP3 file",
-    b"OggS": "an Ogg file",
-    b"fLaC": "a FLAC file",
-    b"\x1aE\xdf\xa3": "a Matroska or WebM file",
-}
 
 
 def _refuse_a_container(head: bytes, name: str) -> None:
-    """A container on stdin (a WAV other than 16 kHz mono 16-bit, whose header alone is
-    harmless noise): say so, with the fix."""
-    kind = next((name for magic, name in _CONTAINERS.items() if head.startswith(magic)), None)
-    if kind is None and head[4:8] == b"ftyp":
-        kind = "an MP4 or M4A file"
-    if kind is None and head[:4] == b"RIFF" and head[8:12] == b"WAVE":
-        fmt = head.find(b"fmt ")
-        pcm16 = fmt >= 0 and len(head) >= fmt + 24
-        if pcm16:
-            tag, channels, rate = struct.unpack_from("<HHI", head, fmt + 8)
-            bits = struct.unpack_from("<H", head, fmt + 22)[0]
-            pcm16 = (tag, channels, rate, bits) == (1, 1, audio.SAMPLE_RATE, 16)
-        kind = None if pcm16 else "a WAV file of another rate, width or channel count"
+    """A container on stdin where raw PCM was asked for: say so, with the fix."""
+    kind = container_in(head)
     if kind is not None:
         raise AudioDecodeError(
             f"holds {kind}, not raw 16 kHz mono 16-bit PCM",
