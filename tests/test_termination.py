@@ -118,6 +118,42 @@ def test_stopped_mid_file_removes_stdin_s_spool_and_says_so(tmp_path, sent, code
     assert not list(temp.glob("kvscribe-*")), "the spool of stdin was left behind"
 
 
+def test_a_killed_runs_spool_of_stdin_is_removed_by_the_next_run(tmp_path):
+    """SIGKILL (the OOM killer) runs no `finally`: the spool, a whole recording, stayed in
+    the temporary folder for good. The next run that spools removes it; a running one's
+    spool it leaves alone (its process id is in the folder's name)."""
+    recording = _long_recording(tmp_path / "long.wav", times=1)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp)}
+    size = recording.stat().st_size
+
+    def spooled() -> bool:
+        return any(part.stat().st_size >= size for part in temp.glob("kvscribe-stdin-*/*"))
+
+    with recording.open("rb") as audio:
+        killed = subprocess.Popen(
+            [KVSCRIBE, "-", "-f", "txt"], stdin=audio, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, env=env,
+        )  # fmt: skip
+    try:
+        assert _wait_for(spooled), "stdin was never spooled"
+    finally:
+        killed.kill()
+        killed.wait(timeout=30)
+    assert len(list(temp.glob("kvscribe-stdin-*"))) == 1  # left behind
+    running = temp / f"kvscribe-stdin-{os.getpid()}-held"  # this process's: it runs
+    running.mkdir()
+    with SAMPLE.open("rb") as audio:
+        done = subprocess.run(
+            [KVSCRIBE, "-", "-f", "txt", "-q"], stdin=audio, capture_output=True, env=env,
+            timeout=300,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert b"fellow Americans" in done.stdout
+    assert list(temp.glob("kvscribe-stdin-*")) == [running]
+
+
 @pytest.mark.slow
 def test_sigterm_to_a_batch_driver_stops_its_workers_and_keeps_what_finished(tmp_path):
     """Sent to the driver alone (`kill PID`, `timeout`): the workers, which a terminal's

@@ -4,11 +4,13 @@ a FIFO), spooled to a temporary file first.
 The rest of kvscribe reads files: probing the container, checking the file is
 complete, batch manifests and workers all need one. Copying the pipe to disk in
 blocks keeps memory flat however long the recording is. Raw PCM has no header
-to probe, so `--input-format` names it and the spool gets a WAV header.
+to probe, so `--input-format` names it and the spool gets a WAV header. A spool that a
+killed run left behind (named by its process id) is removed by the next run that spools.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -70,7 +72,8 @@ def spooled(
             hint=f"use {' or '.join(RAW_FORMATS)} (16 kHz mono); a container (wav, mp3, ...) "
             "needs no --input-format",
         )
-    with tempfile.TemporaryDirectory(prefix=SPOOL_PREFIX) as folder:
+    remove_orphaned_spools()
+    with tempfile.TemporaryDirectory(prefix=f"{SPOOL_PREFIX}{os.getpid()}-") as folder:
         path = Path(folder) / f"{name or DEFAULT_NAME}.audio"
         with path.open("wb") as out:
             if input_format is None:
@@ -83,6 +86,36 @@ def spooled(
             raise _nothing_arrived(source)
         with shown_as(path, source or "stdin"):
             yield path
+
+
+def remove_orphaned_spools(folder: Path | None = None) -> list[Path]:
+    """The spools in `folder` (the temporary one) of runs that were killed (SIGKILL, the OOM
+    killer: no `finally` ran), each a whole recording, removed; found by the process id in
+    their name (`kvscribe-stdin-<pid>-...`), left alone while that process runs."""
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in Path(folder or tempfile.gettempdir()).iterdir():
+            pid = _spooled_by(entry.name)
+            if pid is None or _running(pid) or entry.lstat().st_uid != os.getuid():
+                continue
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def _spooled_by(name: str) -> int | None:
+    pid = name[len(SPOOL_PREFIX) :].split("-", 1)[0] if name.startswith(SPOOL_PREFIX) else ""
+    return int(pid) if pid.isdigit() else None
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: running
+        return True
+    return True
 
 
 def _nothing_arrived(source: str | None) -> AudioDecodeError:
