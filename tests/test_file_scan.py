@@ -100,8 +100,9 @@ def test_two_scans_at_once_each_get_their_own_files_values():
 
 
 def test_a_long_run_of_digital_silence_puts_the_detector_back_at_a_files_start():
-    """Over a long run of zeros silero's state drifts (after 40 s of them JFK's "ask not"
-    read 0.2-0.3 against 0.5 at a file's start, and the decode lost them). Past
+    """Over a long run of zeros silero's state drifts (after 40 s of them JFK's first 3.5 s
+    read 0.277 on average against 0.494 at a file's start, and the decode lost "ask not":
+    benchmarks/results/silence_drift.md). Past
     SILENCE_RESET_WINDOWS the run reads 0 and the state is the initial one, so what follows
     reads the same however long the run, scanned or streamed in odd pieces."""
     speech = load_audio(SAMPLE)

@@ -35,8 +35,9 @@ def model_path(assets: Path) -> Path:
 STATE = (1, 1, 128)  # the LSTM's h and c
 # A run of digitally silent windows this long (5 s) puts the LSTM back in its state at a
 # file's start, and its windows read 0. Over a long run of zeros the state drifts: after
-# 40 s of them JFK's "ask not" read 0.2-0.3 against 0.5 at a file's start, and the decode
-# never saw those words (a muted input, a noise gate before anyone speaks). Shorter runs,
+# 40 s of them JFK's first 3.5 s read 0.277 on average against 0.494 at a file's start
+# (benchmarks/results/silence_drift.md), and the decode never saw "ask not" (a muted
+# input, a noise gate before anyone speaks). Shorter runs,
 # such as a phone system's pauses between prompts (1-4 s), keep the state: starting afresh
 # after 1 s changed which speech the realform recordings' chunks held (French WER 0.137 to
 # 0.162, benchmarks/results/vad_reset_after.md), after 5 s only one 9.6 s pause's
