@@ -113,8 +113,8 @@ def _running(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:  # another user's: running
-        return True
+    except OSError:  # another user's process: running
+        pass
     return True
 
 

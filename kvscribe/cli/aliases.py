@@ -54,13 +54,7 @@ def rewrite(args: list[str], params: list[Any]) -> list[str]:
         if name in _NOT_HERE and name not in known:
             raise _usage_error(f"{name} is openai-whisper's, not kvscribe's: {_NOT_HERE[name]}")
         if name in _CHOSEN_HERE and name not in known:
-            if equals and value.lower() not in _CHOSEN_HERE[name]:
-                raise _usage_error(f"{name} takes True or False, not {value!r}")
-            if (
-                not equals
-                and index + 1 < len(args)
-                and args[index + 1].lower() in _CHOSEN_HERE[name]
-            ):
+            if _left_out_with_the_next(name, equals, value, args[index + 1 : index + 2]):
                 next(pending)  # its value goes with it
             continue
         if not name.startswith("--") or "_" not in name or kebab not in known:
@@ -76,6 +70,17 @@ def rewrite(args: list[str], params: list[Any]) -> list[str]:
         else:
             out.append(kebab + equals + value)
     return out
+
+
+def _left_out_with_the_next(name: str, equals: str, value: str, following: list[str]) -> bool:
+    """One of _CHOSEN_HERE left out: whether the argument after it is its value (a bad
+    `--fp16=maybe` is a usage error)."""
+    allowed = _CHOSEN_HERE[name]
+    if equals:
+        if value.lower() not in allowed:
+            raise _usage_error(f"{name} takes True or False, not {value!r}")
+        return False
+    return bool(following) and following[0].lower() in allowed
 
 
 def _usage_error(message: str) -> Exception:
