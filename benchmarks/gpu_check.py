@@ -15,9 +15,12 @@ On the device, `benchmarks/gpu_check.sh` sets up what it needs from the carried 
 2. each KV policy (full, window, sink + window, half layers, Q8_0, Q4_0, shared cross) with
    the gpu profile's beams at its batch on the realform recording, then at batch 1 on the
    espeak clip;
-3. the profiles as shipped in bfloat16;
-4. whisper.cpp (`--whisper-cli`, or KVSCRIBE_WHISPER_CLI; built with CUDA on the device):
-   F16, Q8_0 and Q4_0 self and cross caches with flash attention, on the espeak clip.
+3. whisper.cpp (`--whisper-cli`, or KVSCRIBE_WHISPER_CLI; built with CUDA on the device,
+   and run on it: the backend's use_gpu): F16, Q8_0 and Q4_0 self and cross caches with
+   flash attention, on the espeak clip;
+4. the profiles as shipped in bfloat16.
+
+Each transformers cell is timed after an untimed run of the same recording.
 
 Per cell: wall seconds, ms per decoded token, pooled WER, the decoder KV held (self peak +
 cross, measured from the cache's storage; whisper.cpp: as it prints them) and, on CUDA,
@@ -47,6 +50,7 @@ from kvscribe import profile, registry  # noqa: E402
 from kvscribe.bench.wer import pooled_wer  # noqa: E402
 from kvscribe.contract import DecodeRequest  # noqa: E402
 
+SAMPLE_RATE = 16_000  # Whisper's
 ESPEAK = ROOT / "eval" / "clips" / "espeak_longform_en.wav"
 REALFORM = ROOT / "eval" / "realform" / "asterisk_en_ivr_dev.wav"
 # The dry run's recording: real speech of different texts joined, past one window (34.7 s).
@@ -113,11 +117,20 @@ def cells(device: str, quick: bool) -> list[Cell]:
 
 
 def read_wav(path: Path) -> np.ndarray:
-    """16 kHz mono 16-bit WAV as float32 (the eval files' format; no PyAV on the device)."""
+    """A mono 16-bit WAV as float32 at 16 kHz (no PyAV on the device): the realform
+    recordings are 8 kHz telephone audio, brought up by band-limited (FFT) resampling."""
     with wave.open(str(path)) as audio:
-        assert (audio.getframerate(), audio.getnchannels()) == (16000, 1), path
+        assert (audio.getnchannels(), audio.getsampwidth()) == (1, 2), path
+        rate = audio.getframerate()
         data = np.frombuffer(audio.readframes(audio.getnframes()), dtype="<i2")
-    return data.astype(np.float32) / 32768.0
+    samples = data.astype(np.float32) / 32768.0
+    return samples if rate == SAMPLE_RATE else resampled(samples, rate)
+
+
+def resampled(samples: np.ndarray, rate: int) -> np.ndarray:
+    length = round(len(samples) * SAMPLE_RATE / rate)
+    spectrum = np.fft.rfft(samples.astype(np.float64))
+    return (np.fft.irfft(spectrum, length) * (length / len(samples))).astype(np.float32)
 
 
 def recordings(quick: bool) -> dict[Path, tuple[np.ndarray, str]]:
@@ -148,7 +161,9 @@ def transformers_cell(
     backend = registry.get("transformers")(model, chosen, device)
     backend.load()
     request = DecodeRequest(batch_size=cell.batch, beam_size=beams)
-    list(backend.transcribe(audio[: 5 * 16000], request).segments)  # warm-up
+    # Warm-up on the whole recording: on the H200 a 5 s warm-up left the first long-file
+    # cells of a process 2-8x slower than the same cell later (gpu_check_h200*.md).
+    list(backend.transcribe(audio, request).segments)
     torch = _torch()
     if device == "cuda":
         torch.cuda.synchronize()
@@ -180,11 +195,15 @@ def transformers_cell(
     }
 
 
-def whisper_cpp_cell(cache: str, model, audio: np.ndarray, ref: str) -> dict:
+def whisper_cpp_cell(cache: str, model, device: str, audio: np.ndarray, ref: str) -> dict:
     chosen = profile.load("gpu")
     policy = "full" if cache == "f16" else cache
+    section = {**chosen.settings_for("whispercpp"), "use_gpu": device == "cuda"}
     chosen = dataclasses.replace(
-        chosen, kv_self=policy, kv_cross="full" if cache == "f16" else f"full,{cache}"
+        chosen,
+        kv_self=policy,
+        kv_cross="full" if cache == "f16" else f"full,{cache}",
+        backends={**chosen.backends, "whispercpp": section},
     )
     backend = registry.get("whispercpp")(model, chosen, "auto")
     backend.load()
@@ -240,15 +259,25 @@ def main() -> None:
     model = _model(args.model_dir)
     audio = recordings(args.quick)
     rows, skipped = [], []
-    for cell in cells(args.device, args.quick):
+    ordered = cells(args.device, args.quick)
+    float16_first = [cell for cell in ordered if cell.section != "bfloat16"]
+    rows += _transformers_rows(args, deadline, model, audio, float16_first, skipped)
+    rows += _whisper_cpp_rows(args, deadline, audio[QUICK if args.quick else ESPEAK], skipped)
+    bfloat16 = [cell for cell in ordered if cell.section == "bfloat16"]
+    rows += _transformers_rows(args, deadline, model, audio, bfloat16, skipped)
+    _write(args, rows, skipped)
+
+
+def _transformers_rows(args, deadline: float, model, audio, cells_: list, skipped: list) -> list:
+    rows = []
+    for cell in cells_:
         if time.monotonic() > deadline:
             skipped.append(cell.label())
             continue
         beams = 1 if args.quick else None  # the dry run: greedy, the same search code
         rows.append(transformers_cell(cell, model, args.device, *audio[cell.recording], beams))
         print(rows[-1], flush=True)
-    rows += _whisper_cpp_rows(args, deadline, audio[QUICK if args.quick else ESPEAK], skipped)
-    _write(args, rows, skipped)
+    return rows
 
 
 def _whisper_cpp_rows(args, deadline: float, recording: tuple, skipped: list[str]) -> list:
@@ -266,7 +295,7 @@ def _whisper_cpp_rows(args, deadline: float, recording: tuple, skipped: list[str
         if time.monotonic() > deadline:
             skipped.append(f"whisper.cpp {cache}")
             continue
-        rows.append(whisper_cpp_cell(cache, model, *recording))
+        rows.append(whisper_cpp_cell(cache, model, args.device, *recording))
         print(rows[-1], flush=True)
     return rows
 

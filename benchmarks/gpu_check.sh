@@ -13,15 +13,20 @@ CARRY=$PWD/.gpu_carry
 OUT=${OUT:-$PWD/gpu-check-out}
 WORK=${GPU_CHECK_WORK:-/tmp/kvscribe-gpu}
 mkdir -p "$OUT" "$WORK"
+if [ -e "$CARRY/c00/piece" ] && [ ! -e "$CARRY/run" ]; then  # gpu_carry.sh's pieces, joined
+    cat "$CARRY"/c*/piece | tar -C "$CARRY" -xf -
+fi
 for part in stage/model.safetensors.part1 run/model.safetensors.part2 run/wheels; do
     [ -e "$CARRY/$part" ] || { echo "gpu_check: $CARRY/$part was not carried" >&2; exit 2; }
 done
 
-python3 -m venv --system-site-packages "$WORK/venv"  # the image's torch, numpy, onnxruntime
-if [ -n "${GPU_CHECK_IMAGE_SITE:-}" ]; then  # a rehearsal: another machine's "image" packages
-    site=$("$WORK/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    echo "$GPU_CHECK_IMAGE_SITE" > "$site/gpu-check-image.pth"
-fi
+# The image's torch and onnxruntime live in a virtual environment (/opt/torch/.venv), whose
+# packages a venv made from it does not see: a .pth names them. A rehearsal names another
+# machine's "image" packages instead.
+purelib='import sysconfig; print(sysconfig.get_paths()["purelib"])'
+image_site=${GPU_CHECK_IMAGE_SITE:-$(python3 -c "$purelib")}
+python3 -m venv "$WORK/venv"
+echo "$image_site" > "$("$WORK/venv/bin/python" -c "$purelib")/gpu-check-image.pth"
 # Each package named, none resolved: tokenizers' hub client, faster-whisper's CTranslate2
 # and PyAV (it is here for its silero VAD model only) and kvscribe's other engines stay out.
 PIP=("$WORK/venv/bin/pip" install -q --no-index --no-deps --find-links "$CARRY/run/wheels")

@@ -39,8 +39,9 @@ _SETTINGS = {
 # default: float16 on a GPU; on a CPU bfloat16 where it multiplies bfloat16 matrices in
 # hardware (Intel AMX: 0.57-0.61x float32's time, WER within 0.003 either way,
 # benchmarks/results/transformers_bf16.md), else float32. "int8": the linear layers'
-# weights in int8, activations quantised per call (CPU only).
-_COMPUTE_TYPES = ("default", "float32", "bfloat16", "int8")
+# weights in int8, activations quantised per call (CPU only). "float16": a GPU's default,
+# named (a CPU runs it too, slowly).
+_COMPUTE_TYPES = ("default", "float32", "float16", "bfloat16", "int8")
 _DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "int8": "float32"}
 
 

@@ -76,6 +76,9 @@ _SETTINGS = {
     "threads": int,
     "batch_size": int,  # > 1: whisper-cli's -p on audio over 30 s (processors_for)
     "compute_type": str,  # weights: default (the file's) or q8_0 / q5_0 / q4_0 (quantize.py)
+    # true: no -ng, so a whisper-cli built with a GPU backend (CUDA, Metal) runs on it; the
+    # GPU check measures whisper.cpp on a lent GPU this way (benchmarks/gpu_check.py).
+    "use_gpu": bool,
 }
 
 
@@ -202,6 +205,7 @@ class WhisperCppBackend(Backend):
             request.condition_on_previous_text, request.prompt, self._max_context()
         )
         plan = Plan(beams, max_context, self._flash_attn(), self.cache_types, fallback)
+        plan.use_gpu = bool(self.settings.get("use_gpu", False))
         if request.word_timestamps:
             self._plan_words(plan)
         plan.settings[row.BEAM_SIZE] = str(beams)

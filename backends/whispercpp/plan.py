@@ -24,6 +24,7 @@ class Plan:
     cache_types: kvtypes.CacheTypes
     fallback: Flags
     dtw: DtwChoice | None = None  # None: no word timestamps asked for
+    use_gpu: bool = False  # False: -ng, the CPU even where whisper-cli was built with a GPU
     settings: dict[str, str] = field(default_factory=dict)
     not_applicable: list[str] = field(default_factory=list)
 
@@ -62,7 +63,8 @@ def argv(
         args += ["-kvs", plan.cache_types.self_type, "-kvc", plan.cache_types.cross_type]
     if plan.dtw is not None and plan.dtw.preset is not None:
         args += ["-dtw", plan.dtw.preset]
-    args += ["-ng"]  # the backend runs on CPU even if this whisper-cli was built with a GPU
+    if not plan.use_gpu:
+        args += ["-ng"]
     args += ["-l", run.language]
     if request.task == "translate":
         args.append("-tr")

@@ -71,7 +71,8 @@ PARAMETERS: ParameterTable = {
             show_default="profile's",
             help="Weights/compute precision: ctranslate2 int8, int8_float32, float16, "
             "float32, ...; transformers default (bfloat16 on CPUs with AMX, else float32; "
-            "float16 on a GPU), float32, bfloat16 or int8 (int8 linear layers, CPU only); "
+            "float16 on a GPU), float32, float16, bfloat16 or int8 (int8 linear layers, CPU "
+            "only); "
             "whispercpp default, q8_0, q5_0 or q4_0 (weights quantized once by "
             "whisper-quantize).",
         ),
