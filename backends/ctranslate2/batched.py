@@ -22,9 +22,10 @@ import contextlib
 import functools
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from kvscribe import worker_threads
 from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.aligned_chunks import AlignedChunk
 from kvscribe.audio.stream import Samples
@@ -249,15 +250,15 @@ def _decoded_and_aligned(
                 finished(row, attempt)
 
     encoding = [Future() for _ in shares]
-    with ThreadPoolExecutor(replicas.workers) as pool:
+    with worker_threads.pool(replicas.workers) as pool:
         decoding = [pool.submit(decode, *pair) for pair in zip(shares, encoding, strict=True)]
         timed = stage(STAGE_ENCODER) if encoded.encodes_shares else contextlib.nullcontext()
         with timed:
             for share in encoding:
-                share.result()
+                worker_threads.result(share)
         with stage(STAGE_DECODER):
             for share in decoding:
-                share.result()
+                worker_threads.result(share)
             unsettled = [row for row in range(rows) if not settled(row)]
             again = _retried(plan, encoded, group, unsettled, first, previous)
             for row, attempt in again.items():
@@ -267,7 +268,10 @@ def _decoded_and_aligned(
                     )
         with stage(STAGE_ALIGNMENT):
             decoded = [again.get(row, first[row]) for row in range(rows)]
-            return [aligning[r].result() if r in aligning else decoded[r] for r in range(rows)]
+            return [
+                worker_threads.result(aligning[r]) if r in aligning else decoded[r]
+                for r in range(rows)
+            ]
 
 
 def _read_claimed(

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvscribe import setting_rows as row
+from kvscribe import worker_threads
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio.mel import FRAMES_PER_SECOND
 from kvscribe.audio.stream import PEAK_FRAME, Joined, Samples, StreamedAudio, frame_peaks
@@ -186,7 +187,7 @@ class _Ahead:
 
     def __iter__(self) -> Iterator:
         while True:
-            item, error = self._items.get()
+            item, error = worker_threads.get(self._items)
             if error is not None:
                 raise error
             if item is _END:
@@ -196,4 +197,4 @@ class _Ahead:
     def stop(self) -> None:
         """Stop after the item being made (at most one window's decode), and wait for it."""
         self._stopped.set()
-        self._thread.join()
+        worker_threads.join(self._thread)

@@ -44,6 +44,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from kvscribe import worker_threads
 from kvscribe.backends.ctranslate2.sampling import FreshSamples, is_sampled
 from kvscribe.errors import BackendUnavailableError
 
@@ -89,8 +90,9 @@ class Replicas:
         go of the GIL in its calls, and a free replica takes each)."""
         if not self.split(len(items)):
             return [work(item) for item in items]
-        with ThreadPoolExecutor(min(self.workers, len(items))) as pool:
-            return list(pool.map(work, items))
+        with worker_threads.pool(min(self.workers, len(items))) as pool:
+            futures = [pool.submit(work, item) for item in items]
+            return [worker_threads.result(future) for future in futures]
 
     def split(self, rows: int) -> bool:
         """Whether a call of `rows` rows is shared out over the replicas."""
@@ -258,7 +260,7 @@ class OnDemand:
         if name in self.DESCRIBED_BY_LIKE:
             return getattr(self._like, name)
         self.start_loading()
-        return getattr(self._model.result(), name)
+        return getattr(worker_threads.result(self._model), name)
 
     def _timed_load(self):
         started = time.perf_counter()

@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from kvscribe import worker_threads
 from kvscribe.audio.mel import SAMPLES_PER_WINDOW
 from kvscribe.audio.stream import StreamedAudio, open_streamed
 from kvscribe.contract import DecodeRequest
@@ -64,7 +65,7 @@ class OpenedAhead:
         """The opened file, once its scan is done, if it is `path`; else (or when the scan
         failed) None, and the file is closed."""
         if self._thread is not None:
-            self._thread.join()
+            worker_threads.join(self._thread)
         if path == self.path and not self._failed:
             return self.samples
         self.close()
@@ -73,5 +74,5 @@ class OpenedAhead:
     def close(self) -> None:
         """Nothing will read the file: wait for the scan, then close it."""
         if self._thread is not None:
-            self._thread.join()
+            worker_threads.join(self._thread)
         self.samples.close()

@@ -16,11 +16,12 @@ import functools
 import os
 from collections import deque
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
 
+from kvscribe import worker_threads
 from kvscribe.staging import staging_file
 from kvscribe.voice.silero import (
     SilenceResets,
@@ -134,10 +135,10 @@ class FileScanner:
         pending: deque[Future] = deque()
 
         def decode_next(h, c):
-            convolved, silent = pending.popleft().result()
+            convolved, silent = worker_threads.result(pending.popleft())
             return self._decoded(convolved, silent, resets, h, c, found)
 
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="kvscribe-vad") as pool:
+        with worker_threads.pool(self.workers, "kvscribe-vad") as pool:
             for piece in pieces:
                 batch = windows.batch(piece)
                 if batch is not None:
