@@ -22,6 +22,9 @@ from kvscribe.voice.silero import VadSettings
 from kvscribe.writers import WriterOptions
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
+# The formats the word-layout flags lay out (kvscribe.writers): the rest would ignore them.
+SUBTITLES = ("srt", "vtt")
+LAID_OUT_BY = {"--word-level-tsv": ("tsv",)}
 
 # Field metadata: a different value can change what an output file contains, so a batch
 # redoes its inputs when the value changes (kvscribe.batch derives its resume key from it).
@@ -317,6 +320,15 @@ class TranscribeOptions(EngineOptions):
                 subject="--max-line-count",
                 hint="add --max-line-width N",
             )
+        for flag, used in layout.items():
+            kinds = LAID_OUT_BY.get(flag, SUBTITLES)
+            if used and not set(kinds) & set(self.formats):
+                chosen = "-f " + ",".join(self.formats) if self.formats else "the console's lines"
+                raise UsageError(
+                    f"applies to {' and '.join(kinds)} only, not to {chosen}",
+                    subject=flag,
+                    hint=f"add -f {kinds[0]}, or leave {flag} out",
+                )
 
     def _check_stdin(self) -> None:
         from kvscribe.audio.stdin import check_read_once

@@ -166,6 +166,10 @@ def test_a_pipe_given_as_a_file_is_read_once_like_stdin(tmp_path):
         (("-", "--output-name", "a/b"), "--output-name"),
         ((SAMPLE, "--highlight-words"), "--word-timestamps"),
         ((SAMPLE, "--word-timestamps", "--max-line-count", "2"), "--max-line-width"),
+        # A layout flag that the chosen formats would ignore (it did, saying nothing).
+        ((SAMPLE, "--word-timestamps", "--highlight-words", "-f", "txt"), "add -f srt"),
+        ((SAMPLE, "--word-timestamps", "--word-level-tsv", "-f", "srt"), "add -f tsv"),
+        ((SAMPLE, "--word-timestamps", "--max-line-width", "42"), "the console's lines"),
         ((SAMPLE, "--temperature", "1.5"), "--temperature"),
         ((SAMPLE, "--threads", "0"), "--threads"),
         ((SAMPLE, "--vad-filter", "--vad-threshold", "2"), "--vad-threshold"),

@@ -112,6 +112,8 @@ def test_each_output_shaping_option_changes_the_resume_key(name):
     if name not in DIFFERENT:
         pytest.fail(f"add a value of {name} that changes outputs to DIFFERENT")
     needs = {"max_line_count": {"max_line_width": 42}}.get(name, {})  # valid alone otherwise
+    if name in _WORD_LAYOUT:  # a format it lays out
+        needs |= {"formats": ("tsv",) if name == "word_level_tsv" else ("srt",)}
     needs_words = _WORD_LAYOUT | {"hallucination_silence_threshold"}
     vad_settings = {"vad_threshold", "vad_min_speech", "vad_min_silence", "vad_pad"}
     # what the option tunes, switched on: --word-timestamps, --vad-filter

@@ -46,7 +46,7 @@ def test_the_default_follows_the_cpu_and_a_named_type_is_kept(monkeypatch):
 def test_a_compute_type_it_does_not_know_is_a_one_line_usage_error(monkeypatch):
     with pytest.raises(UsageError) as caught:
         _load(monkeypatch, True, "float8")
-    assert "float32, bfloat16" in caught.value.hint
+    assert "float32, float16, bfloat16" in caught.value.hint
     assert caught.value.subject.endswith("[transformers]")  # the profile's, not a flag
 
 
