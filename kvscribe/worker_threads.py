@@ -1,13 +1,14 @@
 """Worker threads the main thread waits on without going deaf to Ctrl-C and SIGTERM.
 
-A signal sent to the process can land on any of its threads. CPython runs the handler on
-the main thread only, and when the signal landed on a worker it does so once the main
-thread next takes the GIL: a main thread blocked in `Future.result()` heard a SIGTERM
-only when the whole stage it waited on ended (seconds, a minute on a loaded machine), and
-then `with ThreadPoolExecutor` waited for every task still running. So `result`, `join`
-and `get` wake every POLL_SECONDS, and `pool`, left by an interrupt, cancels what has not
-started and waits for nothing: the interrupted command ends the process
-(kvscribe.cli.quick_exit).
+CPython runs a signal's Python handler on the main thread only, between its bytecodes.
+A main thread inside one long engine call (a whole batch's decode on one thread: over a
+minute on a loaded machine) heard Ctrl-C or SIGTERM only when the call returned; and a
+signal that landed on a worker thread was heard once the main thread next took the GIL,
+which a main thread blocked in `Future.result()` did when the stage it waited on ended;
+`with ThreadPoolExecutor` then waited for every task still running. So `off_main` runs a
+long call on a thread of its own; `result`, `join` and `get` wake every POLL_SECONDS; and
+`pool`, left by an interrupt, cancels what has not started and waits for nothing: the
+interrupted command ends the process (kvscribe.cli.quick_exit).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
@@ -30,6 +31,14 @@ def result(future: Future[T]) -> T:
     while not wait([future], timeout=POLL_SECONDS).done:
         pass
     return future.result()
+
+
+def off_main(work: Callable[..., T], *args) -> T:
+    """`work(*args)` on a thread of its own, waited for as `result` waits: one long engine
+    call (a whole batch's decode on one thread) held the main thread, and Ctrl-C with it,
+    until it returned (over a minute on a loaded machine)."""
+    with pool(1) as executor:
+        return result(executor.submit(work, *args))
 
 
 def join(thread: threading.Thread) -> None:

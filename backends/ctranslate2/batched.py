@@ -128,13 +128,13 @@ def decode_group(
     if spread is not None:
         rows = SpreadRows(spread, plan.replicas.engine, audios, group, ahead)
         return _decoded_and_aligned(plan, rows, group, stage, claim, previous)
-    encoded = encode_group(plan.replicas, audios, group, ahead, stage)
+    encoded = worker_threads.off_main(encode_group, plan.replicas, audios, group, ahead, stage)
     if overlapped:
         return _decoded_and_aligned(plan, EncodedRows(encoded), group, stage, claim, previous)
     with stage(STAGE_DECODER):
-        decoded = _with_fallback(plan, encoded, group, previous)
+        decoded = worker_threads.off_main(_with_fallback, plan, encoded, group, previous)
     with stage(STAGE_ALIGNMENT):
-        return word_times.aligned(plan, encoded, group, decoded)
+        return worker_threads.off_main(word_times.aligned, plan, encoded, group, decoded)
 
 
 def _with_fallback(
