@@ -64,6 +64,14 @@ def _ctrl_c(proc: subprocess.Popen, presses: int) -> bytes:
     return proc.communicate(timeout=60)[1]
 
 
+def _stopped_by(proc: subprocess.Popen, send) -> tuple[str, float]:
+    """`send()` the stop, then the run's stderr and the seconds it took to end."""
+    send()
+    sent = time.monotonic()
+    _, stderr = proc.communicate(timeout=60)
+    return stderr.decode(errors="replace"), time.monotonic() - sent
+
+
 def _wait_for(condition, seconds: float = 60) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -109,14 +117,10 @@ def test_stopped_mid_file_removes_stdin_s_spool_and_says_so(tmp_path, sent, code
         assert _wait_for(spooled), "stdin was never spooled"
         time.sleep(1.0)  # the model loads and decoding starts: 18 minutes of audio to go
         assert proc.poll() is None, "finished before it could be stopped"
-        proc.send_signal(sent)
-        signalled = time.monotonic()
-        _, stderr = proc.communicate(timeout=60)
-        took = time.monotonic() - signalled
+        text, took = _stopped_by(proc, lambda: proc.send_signal(sent))
     finally:
         if proc.poll() is None:
             proc.kill()
-    text = stderr.decode(errors="replace")
     assert proc.returncode == code, text
     # Before, the main thread ran a batch's whole decode and heard it when that returned
     # (7.6 s here; over 60 s, so a timeout, on CI's loaded machine).
@@ -176,14 +180,11 @@ def test_sigterm_that_lands_on_a_worker_thread_stops_the_run_at_once(tmp_path):
         )
         time.sleep(3.0)  # batches decoding on the worker threads: 18 minutes to go
         assert _wait_for(lambda: _main_waits_on_a_busy_worker(proc.pid), 30)
-        sent = time.monotonic()
-        _signal_one_thread(proc.pid, _main_waits_on_a_busy_worker(proc.pid), signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=60)
-        took = time.monotonic() - sent
+        worker = _main_waits_on_a_busy_worker(proc.pid)
+        text, took = _stopped_by(proc, lambda: _signal_one_thread(proc.pid, worker, signal.SIGTERM))
     finally:
         if proc.poll() is None:
             proc.kill()
-    text = stderr.decode(errors="replace")
     assert proc.returncode == ExitCode.TERMINATED, text
     assert text.rstrip().splitlines()[-1] == "kvscribe: stopped by SIGTERM", text
     assert took < 20.0, f"stopped {took:.1f} s after the signal"
