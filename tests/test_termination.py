@@ -16,7 +16,7 @@ import subprocess
 import time
 import wave
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -232,7 +232,9 @@ def test_a_killed_runs_spool_of_stdin_is_removed_by_the_next_run(tmp_path):
 @pytest.mark.slow
 def test_sigterm_to_a_batch_driver_stops_its_workers_and_keeps_what_finished(tmp_path):
     """Sent to the driver alone (`kill PID`, `timeout`): the workers, which a terminal's
-    Ctrl-C would have reached too, stop with it instead of finishing their files."""
+    Ctrl-C would have reached too, stop with it instead of finishing their files, and the
+    driver does not wait for their processes to end: a worker's exit waited for the engine
+    thread it left decoding (over 60 s in the suite; 0.7-7.5 s beside two busy loops)."""
     folder, out = tmp_path / "in", tmp_path / "out"
     folder.mkdir()
     _long_recording(folder / "a_long.wav")
@@ -247,13 +249,12 @@ def test_sigterm_to_a_batch_driver_stops_its_workers_and_keeps_what_finished(tmp
         assert _wait_for(lambda: (out / ".kvscribe" / "manifest.jsonl").exists())
         time.sleep(3.0)  # both workers loaded and decoding the long recordings
         assert proc.poll() is None, "finished before it could be stopped"
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=60)  # not the minutes the files would take
+        text, took = _stopped_by(proc, lambda: proc.send_signal(signal.SIGTERM))
     finally:
         if proc.poll() is None:
             proc.kill()
-    text = stderr.decode(errors="replace")
     assert proc.returncode == ExitCode.TERMINATED, text
+    assert took < 20.0, f"stopped {took:.1f} s after the signal"
     assert "by SIGTERM (rerun to resume)" in text and "Traceback" not in text, text
     assert _wait_for(lambda: not any(alive(pid) for pid in workers), 30), "workers left"
     assert not list(out.rglob("*.part"))
@@ -337,3 +338,45 @@ def test_a_closed_stdout_ends_the_run_with_141_and_nothing_said():
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == ExitCode.PIPE_CLOSED, stderr.decode()
     assert stderr == b""
+
+
+@pytest.mark.slow
+def test_an_interrupt_thrown_into_the_worker_pool_waits_for_no_file_in_progress(tmp_path):
+    """An interrupt the driver hears while it writes a result is thrown into the executor
+    (kvscribe.batch), which then stops as it does when the interrupt lands in it. Closed
+    instead, it waited for the long file still decoding (18 min of audio on one thread);
+    here it is back at once, and the worker it left is the command's exit to kill
+    (kvscribe.cli.quick_exit)."""
+    import multiprocessing
+
+    from kvscribe.batch.executors import ProcessPool
+    from kvscribe.batch.worker import Task
+    from kvscribe.options import TranscribeOptions
+
+    short = shutil.copy(SAMPLE, tmp_path / "a_short.wav")
+    paths = [Path(short), _long_recording(tmp_path / "b_long.wav")]
+    options = TranscribeOptions(inputs=tuple(paths), output_dir=tmp_path / "out")
+    tasks = [Task(path, PurePosixPath(path.stem), None) for path in paths]
+    results = ProcessPool(options, jobs=2).results(tasks, _NoEvents())
+    try:
+        first = next(results)  # the short file's, the long one decoding on the other worker
+        assert first.task.path == paths[0] and first.error is None, first.error
+        thrown = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            results.throw(KeyboardInterrupt())
+        took = time.monotonic() - thrown
+    finally:
+        for child in multiprocessing.active_children():
+            child.kill()
+    assert took < 10.0, f"the pool stopped {took:.1f} s after the interrupt"
+
+
+class _NoEvents:
+    def started(self, task) -> None:
+        pass
+
+    def progress(self, task, seconds_done, duration, segment) -> None:
+        pass
+
+    def retrying(self, task, attempt, attempts, reason) -> None:
+        pass

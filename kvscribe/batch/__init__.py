@@ -213,6 +213,9 @@ class Batch:
                     break
                 if (failed and self.fail_fast) or summary.fatal is not None:
                     break
+        except KeyboardInterrupt as stop:  # heard here: the executor stops as if it heard it
+            _throw_into(results, stop)
+            raise
         finally:
             results.close()  # stops the workers now, not when the iterator is collected
 
@@ -282,6 +285,14 @@ def _with_earlier(manifest: Manifest, path: str, outputs: list[str]) -> list[str
     run's): files kvscribe wrote stay known as its own to replace (kvscribe.batch.guard)."""
     earlier = manifest.records.get(path)
     return list(dict.fromkeys([*(earlier.outputs if earlier else ()), *outputs]))
+
+
+def _throw_into(results, stop: KeyboardInterrupt) -> None:
+    """An interrupt heard while a result was written goes to the executor too, which stops
+    at once as it does when it hears one itself; closed instead, it would wait for the
+    files in progress."""
+    with contextlib.suppress(KeyboardInterrupt, StopIteration):
+        results.throw(stop)
 
 
 def _remove_stale_parts(folder: Path, todo: list[Task]) -> None:

@@ -40,7 +40,8 @@ class TaskEvents(Protocol):
 
 class Executor(Protocol):
     """Where the transcription runs: yields one Result per task, in any order, telling
-    `events` as tasks are handed out. Closing the iterator stops the work."""
+    `events` as tasks are handed out. Closing the iterator stops the work once the tasks
+    in progress end; an interrupt thrown into it (Ctrl-C, SIGTERM) stops it at once."""
 
     def results(self, todo: list[Task], events: TaskEvents) -> Iterator[Result]: ...
 
@@ -109,6 +110,7 @@ class ProcessPool:
             initargs=(self.options, threads, progress),
         )
         pending: dict[cf.Future, list[Task]] = {}
+        interrupted = False
         try:  # from the first submit on: an interrupt anywhere still shuts the pool down
             shared = _first_worker_shares(pool)
             queue = list(reversed(parcels(todo, self.options, self.jobs, shared)))
@@ -134,8 +136,11 @@ class ProcessPool:
                     except cf.process.BrokenProcessPool:
                         yield Result(parcel[0], error=_worker_died(), fatal=True)
                         return
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM, here or thrown in by the caller
+            interrupted = True
+            raise
         finally:
-            _shut_down(pool, pending, progress)
+            _shut_down(pool, pending, progress, interrupted)
 
 
 def _first_worker_shares(pool: cf.ProcessPoolExecutor) -> bool:
@@ -173,10 +178,20 @@ def _relay(progress: multiprocessing.queues.SimpleQueue, events: TaskEvents | No
 
 
 def _shut_down(
-    pool: cf.ProcessPoolExecutor, pending: dict, progress: multiprocessing.queues.SimpleQueue
+    pool: cf.ProcessPoolExecutor,
+    pending: dict,
+    progress: multiprocessing.queues.SimpleQueue,
+    interrupted: bool,
 ) -> None:
     """Stop the pool once the files in progress are done (nothing else is submitted): their
-    workers still report, and one whose queue's pipe is full would block, so keep draining."""
+    workers still report, and one whose queue's pipe is full would block, so keep draining.
+    An interrupt waits for nothing: the interrupted command kills the workers as it ends
+    (kvscribe.cli.quick_exit). A worker answers Ctrl-C at once, but its process's exit
+    waited for the engine thread it left decoding (kvscribe.worker_threads.off_main): over
+    60 s on a loaded machine."""
+    if interrupted:
+        pool.shutdown(wait=False, cancel_futures=True)
+        return
     running = set(pending)
     while running:
         running = cf.wait(running, timeout=ProcessPool.POLL_SECONDS).not_done
