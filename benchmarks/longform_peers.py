@@ -78,6 +78,9 @@ from kvscribe import models
 from kvscribe.bench.wer import edit_distance, pooled_wer
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from tests.bytecode import compile_kvscribe  # noqa: E402
+
 EVAL = HERE.parent / "eval"
 PEER = HERE / "peers" / "faster_whisper_cli.py"
 # The kvscribe of the interpreter running this script, so both peers share one environment.
@@ -316,20 +319,6 @@ def _names(text: str | None, known: list[str], what: str) -> list[str]:
     return [n for n in known if n in wanted]
 
 
-def _byte_compile() -> None:
-    """Write kvscribe's bytecode first, as `pip install` does: where PYTHONDONTWRITEBYTECODE
-    is set (CI and these machines), an editable install would otherwise compile its
-    modules in every process (0.16 s here), which faster-whisper's installed files never
-    do."""
-    import compileall
-
-    import kvscribe
-    import kvscribe.backends
-
-    for folder in {*kvscribe.__path__, *kvscribe.backends.__path__}:
-        compileall.compile_dir(folder, quiet=1)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -345,7 +334,7 @@ def main() -> None:
     names = _names(args.clips, [c.name for c in known], "clips")
     clips = [c for c in known if c.name in names]
     configs = _names(args.configs, list(CONFIGS), "configs")
-    _byte_compile()
+    compile_kvscribe()  # as `pip install` does (tests/bytecode.py)
     warm_cache(clips, configs, args.threads)
     runs = measure(clips, configs, args.repeat, args.threads)
     rows = summarise(clips, configs, runs)

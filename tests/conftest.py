@@ -27,6 +27,14 @@ def _share_the_cores_between_workers() -> None:
 _share_the_cores_between_workers()
 
 
+def pytest_configure(config) -> None:
+    """kvscribe's bytecode, once, before any worker or `kvscribe` process imports it."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        from tests.bytecode import compile_kvscribe
+
+        compile_kvscribe()
+
+
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto`: one worker per physical core this process may use (xdist's own count
     takes every logical CPU on machines without psutil), and one more: the microphone, live
