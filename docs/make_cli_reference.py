@@ -82,7 +82,9 @@ def render() -> str:
         "# CLI reference",
         "",
         "Every command's `--help`, as kvscribe prints it in a 100-column terminal.",
-        "`kvscribe FILE...` is short for `kvscribe transcribe FILE...`.",
+        "`kvscribe FILE...` is short for `kvscribe transcribe FILE...`; a file named like a",
+        "command is given as `./NAME`, and a word close to a command's name that names no file",
+        "(`kvscribe backend`) is a usage error (exit 2) that names the command meant.",
         "",
         f"This page is generated: do not edit it. After changing a command, run `{COMMAND}`.",
     ]

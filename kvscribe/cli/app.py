@@ -24,11 +24,29 @@ class _TranscribeByDefault(TyperGroup):
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in _ROOT_FLAGS:
+            _refuse_a_mistyped_command(args[0], list(self.commands))
             args = ["transcribe", *args]
         return super().parse_args(ctx, args)
 
     def list_commands(self, ctx: typer.Context) -> list[str]:
         return list(self.commands)  # keep declaration order: transcribe first
+
+
+def _refuse_a_mistyped_command(word: str, commands: list[str]) -> None:
+    """`kvscribe backend` with no file of that name: a command mistyped, said so with the
+    one meant, where "backend: no such file" sent the user looking for a file."""
+    import difflib
+    import os
+
+    if not word.isalpha() or os.path.lexists(word):
+        return
+    meant = difflib.get_close_matches(word.lower(), commands, n=1, cutoff=0.75)
+    if meant:
+        sys.stderr.write(
+            f"kvscribe: error: {word}: no such command or file "
+            f"(did you mean `kvscribe {meant[0]}`?)\n"
+        )
+        sys.exit(ExitCode.USAGE)
 
 
 app = typer.Typer(
