@@ -146,43 +146,6 @@ def test_auto_times_both_encoders_once_and_keeps_the_choice(tmp_path, monkeypatc
     assert isinstance(second.engine.model, OnnxEncodedModel) == (slower == "onnxruntime")
 
 
-def test_a_timing_other_processes_disturbed_is_timed_again_until_the_limit(tmp_path, monkeypatch):
-    """Timed beside a busy process, the record says how busy the others kept the cores and
-    so does the encoder row; a disturbed record is timed again at the next load, the quieter
-    timing kept; after the limit the record stands, whatever it says."""
-    import subprocess
-    import sys
-
-    from kvscribe.backends.ctranslate2 import encoder
-    from kvscribe.paths import cache_dir
-
-    monkeypatch.setenv("KVSCRIBE_CACHE_DIR", str(tmp_path))
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        row = _loaded(None).describe_settings()["encoder"]
-    finally:
-        busy.kill()
-        busy.wait()
-    (record,) = (cache_dir() / "encoders").glob("*.json")
-    first = json.loads(record.read_text(encoding="utf-8"))
-    assert first["timings"] == 1 and first["others_busy_cores"] > encoder._QUIET_CORES, first
-    assert f"other processes kept {first['others_busy_cores']:.1f} cores busy" in row
-
-    # Disturbed more than any timing here can be: the next load times again and keeps its own.
-    swapped = dict(zip(("onnxruntime", "ctranslate2"), (0.001, 100.0), strict=True))
-    worst = {**first, "seconds_per_window": swapped, "others_busy_cores": 99.0}
-    record.write_text(json.dumps(worst), encoding="utf-8")
-    _loaded("auto")
-    second = json.loads(record.read_text(encoding="utf-8"))
-    assert second["timings"] == 2 and second["others_busy_cores"] < 99.0, second
-    assert second["seconds_per_window"] != swapped
-
-    # At the limit, the record decides.
-    record.write_text(json.dumps({**worst, "timings": encoder._MAX_TIMINGS}), encoding="utf-8")
-    row = _loaded("auto").describe_settings()["encoder"]
-    assert row.startswith("onnxruntime") and "kept 99.0 cores busy" in row, row
-
-
 @pytest.mark.parametrize("setting", ["onnxruntime", "ctranslate2"])
 def test_either_encoder_transcribes_jfk(setting):
     from kvscribe.audio import load_audio

@@ -9,8 +9,7 @@ transcribe (`--batch-size 1`), the batched chunks and live mode all take it unch
 Which encoder runs is the profile's `[ctranslate2] encoder` setting: "onnxruntime",
 "ctranslate2", or "auto" (the default), which times both on this machine, for this model,
 compute type and thread count, once, and keeps the answer in the cache
-(`<cache>/encoders/`); a timing other processes disturbed is kept only until a quieter
-one replaces it (`_timing`). Both are timed as the batched chunks encode: CTranslate2 on its
+(`<cache>/encoders/`). Both are timed as the batched chunks encode: CTranslate2 on its
 single-thread replicas a window each (backends/ctranslate2/replicas.py), onnxruntime a
 window at a time on every thread. On a GPU the encoder stays CTranslate2's.
 """
@@ -31,7 +30,6 @@ import numpy as np
 from kvscribe.atomic_file import atomic_write_text
 from kvscribe.backends.ctranslate2.engine_choice import ENCODERS
 from kvscribe.errors import BackendUnavailableError, UsageError
-from kvscribe.machine.capacity import machine_cpu_seconds, process_cpu_seconds
 from kvscribe.machine.hardware import cpu_name
 from kvscribe.machine.memtrace import release_freed_memory
 from kvscribe.models import onnx_encoder
@@ -39,13 +37,7 @@ from kvscribe.paths import cache_dir
 
 CHOICES = ENCODERS
 _TIMED_WINDOWS = 2  # timed after one warm-up call each; the faster of two rounds counts
-_CHOICE_VERSION = 3  # bump when what is timed changes: cached choices are keyed by it
-# A timing taken while other processes kept more than this many cores busy is kept only
-# until a quieter one replaces it, for at most _MAX_TIMINGS timings: one taken while
-# whisper-cli was built beside it chose CTranslate2's encoder where the idle machine
-# times onnxruntime's clearly faster (docs/backends.md).
-_QUIET_CORES = 0.25
-_MAX_TIMINGS = 3
+_CHOICE_VERSION = 2  # bump when what is timed changes: cached choices are keyed by it
 
 
 class OnnxEncoder:
@@ -178,13 +170,9 @@ def choose(setting: str, device: str, candidate: Candidate) -> Choice:
         return Choice(None, f"ctranslate2 (onnxruntime's encoder unavailable: {exc})")
     if setting == "onnxruntime":
         return Choice(encoder, f"onnxruntime {precision} (the profile's choice)")
-    timing = _timing(graph, candidate, encoder)
-    timed = timing["seconds_per_window"]
+    timed = _timed(graph, candidate, encoder)
     ours, theirs = timed["onnxruntime"], timed["ctranslate2"]
     figures = f"{ours:.3f} s a window against CTranslate2's {theirs:.3f}, measured on this machine"
-    others = timing.get("others_busy_cores", 0.0)
-    if others > _QUIET_CORES:
-        figures += f" while other processes kept {others:.1f} cores busy"
     if ours < theirs:
         return Choice(encoder, f"onnxruntime {precision} ({figures})")
     return Choice(None, f"ctranslate2 (onnxruntime {precision}: {figures})")
@@ -217,53 +205,24 @@ def cached_graph(model_dir: Path, model_name: str, precision: str) -> Path:
     return target
 
 
-def _timing(graph: Path, candidate: Candidate, encoder: OnnxEncoder) -> dict:
-    """Seconds a window for each encoder and how busy other processes kept the cores
-    meanwhile: from the cache, or timed now and kept. A timing others disturbed is timed
-    again on later runs (up to _MAX_TIMINGS in all), the quietest kept."""
+def _timed(graph: Path, candidate: Candidate, encoder: OnnxEncoder) -> dict[str, float]:
+    """Seconds a window for each encoder, from the cache or timed now and kept."""
     record = cache_dir() / "encoders" / f"{_machine_key(graph, candidate)}.json"
-    kept = _read_timing(record)
-    if kept is not None and (
-        kept.get("others_busy_cores", 0.0) <= _QUIET_CORES or kept.get("timings", 1) >= _MAX_TIMINGS
-    ):
-        return kept
-    timing = _timed_now(encoder, candidate)
-    timing["graph"] = graph.name
-    if kept is not None:
-        timing["timings"] = kept.get("timings", 1) + 1
-        if kept.get("others_busy_cores", 0.0) <= timing["others_busy_cores"]:
-            timing = {**kept, "timings": timing["timings"]}
-    record.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(record, json.dumps(timing))
-    return timing
-
-
-def _read_timing(record: Path) -> dict | None:
     try:
-        timing = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return timing if isinstance(timing, dict) and "seconds_per_window" in timing else None
-
-
-def _timed_now(encoder: OnnxEncoder, candidate: Candidate) -> dict:
-    """Both encoders timed here, and the cores other processes used meanwhile (None-safe:
-    0 where the machine's CPU time cannot be read)."""
+        return json.loads(record.read_text(encoding="utf-8"))["seconds_per_window"]
+    except (OSError, ValueError, KeyError):
+        pass
     frames = 3000  # one 30 s window
     windows = np.random.default_rng(0).standard_normal(
         (_TIMED_WINDOWS, _mels(encoder), frames), dtype=np.float32
     )
-    machine, own, start = machine_cpu_seconds(), process_cpu_seconds(), time.perf_counter()
     timed = _seconds_per_window(
         {"ctranslate2": candidate.ct2_encode, "onnxruntime": encoder}, windows
     )
-    wall, machine_after = time.perf_counter() - start, machine_cpu_seconds()
-    others = 0.0
-    if machine is not None and machine_after is not None and wall > 0:
-        used = (machine_after - machine) - (process_cpu_seconds() - own)
-        others = max(0.0, used / wall)
     release_freed_memory()  # the timing's scratch, so the run's memory figures start clean
-    return {"seconds_per_window": timed, "others_busy_cores": round(others, 2), "timings": 1}
+    record.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(record, json.dumps({"seconds_per_window": timed, "graph": graph.name}))
+    return timed
 
 
 def _seconds_per_window(

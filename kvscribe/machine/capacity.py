@@ -29,21 +29,6 @@ def process_cpu_seconds() -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
-def machine_cpu_seconds() -> float | None:
-    """CPU seconds every process on this machine has used since it started, with the time a
-    hypervisor gave its cores to other guests (steal); None where unknown (Linux's
-    /proc/stat only)."""
-    try:
-        with open("/proc/stat", encoding="ascii") as stat:
-            fields = stat.readline().split()
-    except OSError:
-        return None
-    if len(fields) < 9 or fields[0] != "cpu":
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[1:9])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
 def usable_cores() -> int:
     """OMP_NUM_THREADS (a batch worker's share), else the cores this process may use."""
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():
