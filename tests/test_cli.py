@@ -361,23 +361,6 @@ def test_info_commands():
     assert models.code == 0 and "tiny.en" in models.stdout and "ready" in models.stdout
 
 
-def test_a_mistyped_command_names_the_one_meant_and_a_file_of_that_name_is_transcribed(
-    tmp_path,
-):
-    """`kvscribe backend` said "backend: no such file (check the path)"; a word close to a
-    command, with no file of that name, is a usage error naming the command. A file of
-    that name is still an input, and a word close to no command still a missing file."""
-    for typed, meant in (("backend", "backends"), ("setpu", "setup"), ("Models", "models")):
-        result = run_cli(typed, cwd=tmp_path)
-        assert result.code == ExitCode.USAGE, result.stderr
-        assert f"did you mean `kvscribe {meant}`?" in result.stderr, result.stderr
-        assert result.stderr.count("\n") == 1
-    assert run_cli("zebra", cwd=tmp_path).code == ExitCode.INPUT_NOT_FOUND
-    shutil.copy(SAMPLE, tmp_path / "backend")
-    transcribed = run_cli("backend", "-q", "-f", "txt", cwd=tmp_path)
-    assert transcribed.code == 0 and wer(SAMPLE_TEXT, transcribed.stdout) < 0.1, transcribed.stderr
-
-
 def test_shell_completion_script_is_offered():
     # Typer detects the shell from the parent process, so run it from bash as a user
     # would (`; exit` keeps bash from exec-ing into kvscribe and leaving the tree).

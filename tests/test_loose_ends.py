@@ -15,7 +15,7 @@ import pytest
 from filelock import FileLock
 
 from kvscribe.errors import ExitCode, UsageError
-from tests.conftest import ROOT, SAMPLE, run_cli
+from tests.conftest import ROOT, SAMPLE, SAMPLE_TEXT, run_cli, wer
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -255,3 +255,21 @@ def test_a_selector_past_the_models_layers_exits_2_on_the_real_backend():
     assert result.stdout == "" and "Traceback" not in result.stderr
     [line] = _error_lines(result.stderr)
     assert "'layers=7': selects no layer of this model" in line
+
+
+@pytest.mark.model
+def test_a_mistyped_command_names_the_one_meant_and_a_file_of_that_name_is_transcribed(
+    tmp_path,
+):
+    """`kvscribe backend` said "backend: no such file (check the path)"; a word close to a
+    command, with no file of that name, is a usage error naming the command. A file of
+    that name is still an input, and a word close to no command still a missing file."""
+    for typed, meant in (("backend", "backends"), ("setpu", "setup"), ("Models", "models")):
+        result = run_cli(typed, cwd=tmp_path)
+        assert result.code == ExitCode.USAGE, result.stderr
+        assert f"did you mean `kvscribe {meant}`?" in result.stderr, result.stderr
+        assert result.stderr.count("\n") == 1
+    assert run_cli("zebra", cwd=tmp_path).code == ExitCode.INPUT_NOT_FOUND
+    shutil.copy(SAMPLE, tmp_path / "backend")
+    transcribed = run_cli("backend", "-q", "-f", "txt", cwd=tmp_path)
+    assert transcribed.code == 0 and wer(SAMPLE_TEXT, transcribed.stdout) < 0.1, transcribed.stderr
