@@ -37,11 +37,14 @@ SHOWN = 25  # modules and tests in each table
 
 def by_module(lines: list[dict]) -> list[dict]:
     """Each module's tests, CPU and wall seconds summed, costliest first."""
-    modules: dict[str, dict] = defaultdict(lambda: {"tests": 0, "cpu": 0.0, "wall": 0.0})
+    modules: dict[str, dict] = defaultdict(
+        lambda: {"tests": 0, "cpu": 0.0, "children_cpu": 0.0, "wall": 0.0}
+    )
     for line in lines:
         module = modules[line["test"].split("::")[0]]
         module["tests"] += 1
         module["cpu"] += line["cpu"]
+        module["children_cpu"] += line.get("children_cpu", 0.0)  # older logs: not split
         module["wall"] += line["wall"]
     rows = [{"module": name, **sums} for name, sums in modules.items()]
     return sorted(rows, key=lambda row: row["cpu"], reverse=True)
@@ -84,6 +87,8 @@ def main() -> None:
     wall = round(wall, 1) if wall is not None else None  # None: an old log, no start times
     meta = {"pytest_exit": exit_code, "wall_seconds": wall, "tests": len(lines)}
     meta["cpu_seconds"] = round(cpu, 1)
+    if all("children_cpu" in line for line in lines):
+        meta["children_cpu_seconds"] = round(sum(line["children_cpu"] for line in lines), 1)
     meta["source"] = (
         f"a run's log ({args.from_log.name}): `.venv/bin/pytest -q` with KVSCRIBE_TEST_CPU_LOG set"
         if args.from_log
@@ -133,23 +138,36 @@ def _markdown(meta: dict, modules: list[dict], tests: list[dict]) -> str:
         f"{'not in the log' if meta['pytest_exit'] is None else meta['pytest_exit']}, "
         f"{'unknown' if meta['wall_seconds'] is None else round(meta['wall_seconds'])} s wall, "
         f"{meta['cpu_seconds']:.0f} CPU s summed over the tests (each worker's own and its "
-        "reaped children's, user + system).",
+        "reaped children's, user + system)" + _children_said(meta) + ".",
         "",
         f"## The {SHOWN} costliest modules",
         "",
-        "| module | tests | CPU s | share | wall s summed |",
-        "|---|---|---|---|---|",
+        "| module | tests | CPU s | share | of which in child processes | wall s summed |",
+        "|---|---|---|---|---|---|",
     ]
+    split = "children_cpu_seconds" in meta
     for row in modules[:SHOWN]:
         share = 100 * row["cpu"] / meta["cpu_seconds"]
+        children = f"{row['children_cpu']:.1f}" if split else "not in the log"
         lines.append(
             f"| {row['module']} | {row['tests']} | {row['cpu']:.1f} | {share:.1f} % "
-            f"| {row['wall']:.1f} |"
+            f"| {children} | {row['wall']:.1f} |"
         )
     lines += ["", f"## The {SHOWN} costliest tests", ""]
     lines += ["| test | CPU s | wall s |", "|---|---|---|"]
     lines += [f"| {t['test']} | {t['cpu']:.1f} | {t['wall']:.1f} |" for t in tests]
     return "\n".join(lines)
+
+
+def _children_said(meta: dict) -> str:
+    """The processes the tests started (`kvscribe`, whisper-cli, servers, Ray), apart."""
+    if "children_cpu_seconds" not in meta:
+        return ""
+    children = meta["children_cpu_seconds"]
+    return (
+        f"; {children:.0f} of them in the processes the tests started and reaped, "
+        f"{meta['cpu_seconds'] - children:.0f} in the workers themselves"
+    )
 
 
 if __name__ == "__main__":
