@@ -33,6 +33,12 @@ _ENV = {
 _DROP = ("FORCE_COLOR", "PY_COLORS", "GITHUB_ACTIONS", "TYPER_USE_RICH", "CLICOLOR_FORCE")
 
 
+def _rich_help_columns() -> int:
+    from kvscribe.cli.help_layout import RICH_HELP_COLUMNS
+
+    return RICH_HELP_COLUMNS
+
+
 def commands() -> list[tuple[str, ...]]:
     """Every command path, in the app's order: (), ("transcribe",), ("profiles", "show"), ..."""
     from typer.core import TyperGroup
@@ -78,6 +84,7 @@ def help_text(path: tuple[str, ...]) -> str:
 
 def render() -> str:
     """The whole page."""
+    panels_from = _rich_help_columns()
     parts = [
         "# CLI reference",
         "",
@@ -85,6 +92,8 @@ def render() -> str:
         "`kvscribe FILE...` is short for `kvscribe transcribe FILE...`; a file named like a",
         "command is given as `./NAME`, and a word close to a command's name that names no file",
         "(`kvscribe backend`) is a usage error (exit 2) that names the command meant.",
+        f"Help is laid out in typer's panels from {panels_from} columns on; narrower, and in",
+        "a pipe, in click's plain layout (as here), where no flag's name is shortened.",
         "",
         f"This page is generated: do not edit it. After changing a command, run `{COMMAND}`.",
     ]

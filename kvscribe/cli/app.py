@@ -54,16 +54,17 @@ app = typer.Typer(
     name="kvscribe",
     no_args_is_help=True,
     rich_markup_mode="rich",
-    context_settings={"help_option_names": ["-h", "--help"]},
+    # Plain help (narrow terminals) wraps at the terminal's width, not click's 80.
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 200},
     help="Transcribe speech with Whisper on modest hardware.\n\n"
-    "[bold]kvscribe FILE...[/] is short for [bold]kvscribe transcribe FILE...[/]\n\n"
-    "Examples:\n\n"
-    "  kvscribe talk.wav                      transcript on stdout, stats on stderr\n\n"
-    "  kvscribe talk.wav --profile tiny-vram  pick a hardware profile\n\n"
-    "  kvscribe recordings/ -o out/ -r        a folder tree; rerun to resume\n\n"
-    "  kvscribe mic --live                    text as you speak (Ctrl-C to stop)\n\n"
-    "  kvscribe serve --port 8000             OpenAI's audio API for applications\n\n"
-    "  kvscribe bench --baseline              measure backends, profiles, cache policies",
+    "kvscribe FILE... is short for kvscribe transcribe FILE...\n\n"
+    "Examples:\n"
+    "  kvscribe talk.wav                      transcript on stdout, stats on stderr\n"
+    "  kvscribe talk.wav --profile tiny-vram  pick a hardware profile\n"
+    "  kvscribe recordings/ -o out/ -r        a folder tree; rerun to resume\n"
+    "  kvscribe mic --live                    text as you speak (Ctrl-C to stop)\n"
+    "  kvscribe serve --port 8000             OpenAI's audio API for applications\n"
+    "  kvscribe bench --baseline              compare backends, profiles, policies",
 )
 
 
@@ -125,13 +126,22 @@ def _stdout_was_closed() -> bool:
     return type(sys.stdout).__name__ == "PacifyFlushWrapper"
 
 
+def _command():
+    """The app as a click command (what `app()` runs), its help in the layout that fits."""
+    from typer.main import get_command
+
+    from kvscribe.cli.help_layout import plain_where_narrow
+
+    return plain_where_narrow(get_command(app), sys.argv[1:])
+
+
 def run() -> None:
     """The command in this process: usage errors exit 2, unexpected ones exit 1 in one line
     (raised as SystemExit, so a caller in the same process sees the status)."""
     debug = "--debug" in sys.argv
     try:
         with sigterm_stops_like_ctrl_c():
-            app()
+            _command()()
     except KeyboardInterrupt:
         sys.stderr.write("kvscribe: interrupted\n")
         sys.exit(ExitCode.INTERRUPTED)
