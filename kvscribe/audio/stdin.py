@@ -5,18 +5,17 @@ The rest of kvscribe reads files: probing the container, checking the file is
 complete, batch manifests and workers all need one. Copying the pipe to disk in
 blocks keeps memory flat however long the recording is. Raw PCM has no header
 to probe, so `--input-format` names it and the spool gets a WAV header. A spool that a
-killed run left behind (named by its process id) is removed by the next run that spools.
+killed run left behind (named by its process id) is removed by the next run that spools
+(kvscribe/process_spools.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
 import shutil
 import stat
 import struct
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -24,9 +23,10 @@ from typing import BinaryIO
 
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.errors import AudioDecodeError, UsageError, shown_as
+from kvscribe.process_spools import prefix, spool_folder
 
 DEFAULT_NAME = "stdin"
-SPOOL_PREFIX = "kvscribe-stdin-"  # the temporary folder a pipe's audio is spooled into
+SPOOL_PREFIX = prefix("stdin")  # the temporary folder a pipe's audio is spooled into
 # Raw PCM on stdin: 16 kHz mono, as `kvscribe mic --input -` and whisper.cpp take it.
 # name -> (WAV format tag, bits per sample): 1 = integer PCM, 3 = IEEE float.
 RAW_FORMATS = {"s16le": (1, 16), "f32le": (3, 32)}
@@ -72,9 +72,8 @@ def spooled(
             hint=f"use {' or '.join(RAW_FORMATS)} (16 kHz mono); a container (wav, mp3, ...) "
             "needs no --input-format",
         )
-    remove_orphaned_spools()
-    with tempfile.TemporaryDirectory(prefix=f"{SPOOL_PREFIX}{os.getpid()}-") as folder:
-        path = Path(folder) / f"{name or DEFAULT_NAME}.audio"
+    with spool_folder("stdin") as folder:
+        path = folder / f"{name or DEFAULT_NAME}.audio"
         with path.open("wb") as out:
             if input_format is None:
                 shutil.copyfileobj(stream, out, _BLOCK)
@@ -86,36 +85,6 @@ def spooled(
             raise _nothing_arrived(source)
         with shown_as(path, source or "stdin"):
             yield path
-
-
-def remove_orphaned_spools(folder: Path | None = None) -> list[Path]:
-    """The spools in `folder` (the temporary one) of runs that were killed (SIGKILL, the OOM
-    killer: no `finally` ran), each a whole recording, removed; found by the process id in
-    their name (`kvscribe-stdin-<pid>-...`), left alone while that process runs."""
-    removed = []
-    with contextlib.suppress(OSError):
-        for entry in Path(folder or tempfile.gettempdir()).iterdir():
-            pid = _spooled_by(entry.name)
-            if pid is None or _running(pid) or entry.lstat().st_uid != os.getuid():
-                continue
-            shutil.rmtree(entry, ignore_errors=True)
-            removed.append(entry)
-    return removed
-
-
-def _spooled_by(name: str) -> int | None:
-    pid = name[len(SPOOL_PREFIX) :].split("-", 1)[0] if name.startswith(SPOOL_PREFIX) else ""
-    return int(pid) if pid.isdigit() else None
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's process: running
-        pass
-    return True
 
 
 def _nothing_arrived(source: str | None) -> AudioDecodeError:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from kvscribe.batch.worker import Report, Result, Task, Worker
 from kvscribe.machine import openmp
 from kvscribe.options import TranscribeOptions
+from kvscribe.process_spools import spool_folder
 from kvscribe.types import Segment
 
 
@@ -45,10 +45,10 @@ class KvscribeWorker:
         report = _reporter(progress)
         if audios is None:
             return self.worker.work_parcel(tasks, report, [Path(path) for path in paths])
-        with tempfile.TemporaryDirectory(prefix="kvscribe-shipped-") as folder:
+        with spool_folder("shipped") as folder:  # an actor killed leaves it to the next
             local = []
             for number, (task, audio) in enumerate(zip(tasks, audios, strict=True)):
-                local.append(Path(folder) / str(number) / (task.path.name or "input"))
+                local.append(folder / str(number) / (task.path.name or "input"))
                 local[-1].parent.mkdir()
                 local[-1].write_bytes(audio)
             return self.worker.work_parcel(tasks, report, local, shipped=True)
