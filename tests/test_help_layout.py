@@ -87,3 +87,13 @@ def test_help_is_asked_by_its_flags_before_a_double_dash_or_by_nothing():
     assert asks_for_help([]) and asks_for_help(["-h"]) and asks_for_help(["mic", "--help"])
     assert not asks_for_help(["talk.wav"]) and not asks_for_help(["--", "--help"])
     assert not asks_for_help(["transcribe", "--", "-h"])
+
+
+def test_a_bare_command_that_prints_its_help_prints_it_plain_too():
+    env = {**os.environ, "COLUMNS": "80"}
+    for path in (("transcribe",), ("setup",)):
+        done = subprocess.run([str(KVSCRIBE), *path], capture_output=True, text=True, env=env)
+        shown = done.stdout + done.stderr
+        assert shown.startswith(f"Usage: kvscribe {path[0]} ") and "╭" not in shown, shown
+    listed = subprocess.run([str(KVSCRIBE), "profiles"], capture_output=True, text=True, env=env)
+    assert listed.returncode == 0 and "Usage:" not in listed.stdout  # runs: lists profiles

@@ -38,9 +38,21 @@ def asks_for_help(args: Sequence[str]) -> bool:
 def plain_where_narrow(command, args: Sequence[str]):
     """`command` (the app's click command), in click's plain layout when it will print help
     narrower than its panels need."""
-    if asks_for_help(args) and columns() < RICH_HELP_COLUMNS:
+    if (asks_for_help(args) or _bare(command, args)) and columns() < RICH_HELP_COLUMNS:
         _plain(command)
     return command
+
+
+def _bare(command, args: Sequence[str]) -> bool:
+    """`args` name a command and nothing else, and that command prints its help then
+    (`kvscribe transcribe`, `kvscribe setup`; `kvscribe mic` listens instead)."""
+    for word in args:
+        command = getattr(command, "commands", {}).get(word)
+        if command is None:
+            return False
+    if getattr(command, "commands", None) is not None:  # a group: help unless it runs bare
+        return not command.invoke_without_command
+    return bool(command.no_args_is_help)
 
 
 def _plain(command) -> None:
