@@ -23,6 +23,19 @@ PAGES = [README, *sorted(DOCS.glob("*.md"))]
 CLI_PAGE = DOCS / "cli.md"  # generated --help output: no commands of its own to check
 
 
+def cli_reference_module():
+    """docs/make_cli_reference.py, loaded (docs/ is no package): its command walk and page."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "make_cli_reference", DOCS / "make_cli_reference.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def rel(path: Path) -> str:
     return path.relative_to(ROOT).as_posix()
 

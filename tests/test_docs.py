@@ -9,7 +9,6 @@ not run; output is shown in an unlabelled ``` block.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shlex
@@ -24,9 +23,9 @@ from kvscribe.cli.app import app
 from tests.conftest import ROOT
 from tests.doc_pages import (
     CLI_PAGE,
-    DOCS,
     PAGES,
     README_EXAMPLES,
+    cli_reference_module,
     example_param,
     invocations,
     links,
@@ -230,19 +229,9 @@ def test_every_benchmark_script_named_writes_a_result_file():
 # -- the generated CLI reference --------------------------------------------------------
 
 
-def _reference_module():
-    spec = importlib.util.spec_from_file_location(
-        "make_cli_reference", DOCS / "make_cli_reference.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.slow
 def test_the_cli_reference_is_current():
-    reference = _reference_module()
+    reference = cli_reference_module()
     assert reference.COMMAND == REGENERATE
     fresh = reference.render()
     shown = CLI_PAGE.read_text(encoding="utf-8") if CLI_PAGE.exists() else ""
@@ -250,7 +239,7 @@ def test_the_cli_reference_is_current():
 
 
 def test_the_cli_reference_covers_every_command():
-    reference = _reference_module()
+    reference = cli_reference_module()
     paths = reference.commands()
     assert {(), ("transcribe",), ("mic",), ("profiles", "show"), ("setup", "whisper-cpp")} <= set(
         paths
@@ -264,7 +253,7 @@ def test_the_cli_reference_covers_every_command():
 def test_every_command_s_summary_is_one_line():
     """The command lists show a summary's first line break as it is: "(WER, KV" on a line of
     its own, then "bytes, speed).", in `kvscribe --help`."""
-    reference = _reference_module()
+    reference = cli_reference_module()
     for path in reference.commands():
         command = CLI
         for name in path:

@@ -4,7 +4,6 @@ command."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 
@@ -13,20 +12,8 @@ from typer.main import get_command
 
 from kvscribe.cli.app import app
 from kvscribe.cli.help_layout import RICH_HELP_COLUMNS, asks_for_help
-from tests.conftest import KVSCRIBE, ROOT
-
-DOCS = ROOT / "docs"
-
-
-def _reference_commands() -> list[tuple[str, ...]]:
-    """Every command path, as docs/make_cli_reference.py walks them."""
-    spec = importlib.util.spec_from_file_location(
-        "make_cli_reference", DOCS / "make_cli_reference.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.commands()
+from tests.conftest import KVSCRIBE
+from tests.doc_pages import cli_reference_module
 
 
 def _long_flags(path: tuple[str, ...]) -> list[str]:
@@ -43,7 +30,7 @@ def _long_flags(path: tuple[str, ...]) -> list[str]:
     ]
 
 
-COMMANDS = {path: _long_flags(path) for path in _reference_commands()}
+COMMANDS = {path: _long_flags(path) for path in cli_reference_module().commands()}
 
 
 def _help(path: tuple[str, ...], columns: int | None) -> str:
