@@ -217,7 +217,8 @@ class Batch:
             _throw_into(results, stop)
             raise
         finally:
-            results.close()  # stops the workers now, not when the iterator is collected
+            with contextlib.suppress(ValueError):  # still running on another thread: see below
+                results.close()  # stops the workers now, not when the iterator is collected
 
     def _write(self, result: Result, manifest: Manifest, key: str) -> None:
         """Write a returned transcript's outputs (each atomically), recorded as being written
@@ -290,8 +291,10 @@ def _with_earlier(manifest: Manifest, path: str, outputs: list[str]) -> list[str
 def _throw_into(results, stop: KeyboardInterrupt) -> None:
     """An interrupt heard while a result was written goes to the executor too, which stops
     at once as it does when it hears one itself; closed instead, it would wait for the
-    files in progress."""
-    with contextlib.suppress(KeyboardInterrupt, StopIteration):
+    files in progress. A generator another thread is still advancing refuses the throw
+    ("generator already executing": the likely cause of one fresh clone's failed SIGTERM test):
+    the interrupt then goes on up alone, and the command's exit ends the workers."""
+    with contextlib.suppress(KeyboardInterrupt, StopIteration, ValueError):
         results.throw(stop)
 
 
