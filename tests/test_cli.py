@@ -49,15 +49,16 @@ def test_jfk_transcript_on_stdout_stats_on_stderr(jfk_run):
 
 @pytest.mark.slow
 def test_sampled_text_is_the_same_run_after_run():
-    """At temperature 1.0 every token is drawn at random: three processes write the same
+    """At temperature 1.0 every token is drawn at random: two processes write the same
     text because the engine's generator is seeded (unseeded, three runs of this gave three
-    different texts)."""
+    different texts, so any two differed). Each process seeds its own engine afresh, so a
+    third run repeats the second's case."""
     texts = []
-    for _ in range(3):
+    for _ in range(2):
         result = run_cli(SAMPLE, "--temperature", "1.0", "--beam-size", "1", "-q", "-f", "txt")
         assert result.code == 0, result.stderr
         texts.append(result.stdout)
-    assert texts[0].strip() and texts[0] == texts[1] == texts[2]
+    assert texts[0].strip() and texts[0] == texts[1]
 
 
 def test_all_formats_to_a_folder(tmp_path):
@@ -109,11 +110,13 @@ def test_a_batched_run_says_where_its_time_went(tmp_path, long_form_head):
     assert "time by stage" in result.stderr and "cores busy" in result.stderr
 
 
-def test_stats_json_matches_the_run(tmp_path):
+def test_stats_json_matches_the_run(tmp_path, jfk_run):
     path = tmp_path / "stats.json"
     # The first run on a machine times both encoders while the model loads
-    # (backends/ctranslate2/encoder.py), and their buffers would be in the start figure.
-    assert run_cli(SAMPLE, "--beam-size", "1").code == 0
+    # (backends/ctranslate2/encoder.py), and their buffers would be in the start figure:
+    # jfk_run (the same model, profile and threads; the beam size is not in the timing's key)
+    # is that first run, and this one reads its timing from the cache.
+    assert jfk_run.code == 0, jfk_run.stderr
     result = run_cli(SAMPLE, "--stats-json", path, "--beam-size", "1")
     assert result.code == 0
     stats = json.loads(path.read_text())

@@ -219,22 +219,26 @@ def with_pause(tmp_path_factory) -> Path:
     )
 
 
-def _words(path: Path, backend: str, tmp_path: Path, *flags: str) -> list[dict]:
-    out = tmp_path / backend
+def _words_of_each(paths: list[Path], backend: str, tmp_path: Path) -> list[list[dict]]:
+    """Each file's words, from one run over all of them (--jobs 1: in this one process,
+    each file decoded alone as a run of it alone decodes it, without a second model load).
+    The files are copied into one folder, so their outputs land side by side in `out`."""
+    folder, out = tmp_path / "in", tmp_path / "out"
+    folder.mkdir()
+    inputs = [Path(shutil.copy(path, folder)) for path in paths]
     result = run_cli(
-        path, "-b", backend, "--vad-filter", "--word-timestamps", "-f", "json", "-o", out, "-q",
-        *flags,
+        *inputs, "-b", backend, "--vad-filter", "--word-timestamps", "-f", "json", "-o", out,
+        "-q", "--jobs", "1",
     )  # fmt: skip
     assert result.code == 0, result.stderr
-    document = json.loads((out / f"{path.stem}.json").read_text())
-    return [word for segment in document["segments"] for word in segment["words"]]
+    documents = [json.loads((out / f"{path.stem}.json").read_text()) for path in inputs]
+    return [[word for s in document["segments"] for word in s["words"]] for document in documents]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.slow
 def test_vad_filter_keeps_the_silence_empty_and_the_clock_true(backend, with_pause, tmp_path):
-    paused = _words(with_pause, backend, tmp_path / "paused")
-    plain = _words(SAMPLE, backend, tmp_path / "plain")
+    paused, plain = _words_of_each([with_pause, SAMPLE], backend, tmp_path)
     silence = (PAUSE_AT + 0.5, PAUSE_AT + INSERTED - 0.5)
     inside = [w for w in paused if w["end"] > silence[0] and w["start"] < silence[1]]
     assert not inside, f"text in the inserted silence: {inside}"

@@ -67,11 +67,12 @@ def files(tmp_path_factory, long_form_head) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("ct2_streaming")
     paused = folder / "paused.wav"  # speech between 3 s runs of digital silence (~56 s)
     media.paused_clip([EVAL_DIR / f"{name}.wav" for name in PAUSED_CLIPS], 3.0, paused)
-    minute = load_audio(LONG_FORM)[: 60 * SAMPLE_RATE]
+    # Two windows (or chunks) for the fallback cases, and longer than any read.
+    head = load_audio(LONG_FORM)[: 40 * SAMPLE_RATE]
     return {
         "long form": long_form_head,  # 61.5 s: past a 60 s history
         "paused": paused,
-        "minute": media.write_wav(folder / "minute.wav", minute),
+        "40 s": media.write_wav(folder / "head_40s.wav", head),
     }
 
 
@@ -89,11 +90,11 @@ CASES = {
         DecodeRequest(beam_size=1, batch_size=1, word_timestamps=True),
     ),
     "sequential digital silence": ("paused", DecodeRequest(batch_size=1)),
-    "sequential fallback": ("minute", DecodeRequest(beam_size=1, batch_size=1, fallback=RETRYING)),
+    "sequential fallback": ("40 s", DecodeRequest(beam_size=1, batch_size=1, fallback=RETRYING)),
     "sequential vad": ("paused", DecodeRequest(batch_size=1, vad=VadFilter())),
     "batched words": ("long form", DecodeRequest(batch_size=4, word_timestamps=True)),
     "batched fallback": (
-        "minute",
+        "40 s",
         DecodeRequest(beam_size=1, batch_size=4, fallback=RETRYING),
     ),
     "batched vad": ("paused", DecodeRequest(batch_size=4, vad=VadFilter(), word_timestamps=True)),
@@ -242,8 +243,10 @@ def test_a_shorter_encoder_window_encodes_the_audio_and_2_s_at_least_the_floor(m
     assert encoder_frames(3.0, 10.0) == 1000 and encoder_frames(40.0, 10.0) == 3000
     assert encoder_frames(9.1, 10.0) == 1200 and encoder_frames(27.5, 10.0) == 3000
     spy.shapes.clear()
-    longer = load_audio(LONG_FORM)[: 40 * SAMPLE_RATE]
-    whole = backend.transcribe(longer, DecodeRequest(encoder_window=10.0, batch_size=1))
+    longer = load_audio(LONG_FORM)[: 40 * SAMPLE_RATE]  # greedy: the windows are the question
+    whole = backend.transcribe(
+        longer, DecodeRequest(encoder_window=10.0, batch_size=1, beam_size=1)
+    )
     list(whole.segments)
     assert len(spy.shapes) >= 2 and {shape[-1] for shape in spy.shapes} == {3000}
     assert "encoder window" not in whole.report.settings

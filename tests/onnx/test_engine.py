@@ -30,9 +30,25 @@ pytestmark = [pytest.mark.onnx, pytest.mark.model, pytest.mark.slow]
 PROFILES = ["tiny-vram", "cpu-laptop", "no-loss", "gpu"]
 
 
+@pytest.fixture(scope="module")
+def engine(exported):
+    """The engine on the float32 graphs, its sessions made once for the module's tests: each
+    brings its own cache and cross-attention store, all the state a decode has."""
+    from kvscribe.backends.onnx.engine import OnnxEngine
+
+    return OnnxEngine(exported, threads=int(os.environ.get("OMP_NUM_THREADS") or 1))
+
+
+@pytest.fixture(scope="module")
+def onnx_encoded(engine, window):
+    """The engine's encoding of JFK's window, made once: the encoder graph is a pure function
+    of the window, and nothing writes its output (EncodedChunks)."""
+    return engine.encode(window.numpy())
+
+
 @pytest.mark.parametrize("policy", [*PROFILES, "sink=2,window=8,q8_0|q4_0"])
 def test_the_engine_under_each_policy_decodes_torchs_tokens_holding_what_it_reports(
-    exported, reference, window, policy
+    engine, reference, window, policy
 ):
     """Greedy over JFK with the cache in numpy arrays (kvscribe.kvcache on numpy), each
     built-in profile's self and cross policies (half layers run as full ones: not
@@ -40,7 +56,7 @@ def test_the_engine_under_each_policy_decodes_torchs_tokens_holding_what_it_repo
     tokens of the torch decoder under the same policy, and at every step the bytes the
     cache reports are the bytes an independent walk of it finds."""
     from kvscribe import profile
-    from kvscribe.backends.onnx.engine import OnnxEngine, applicable_specs
+    from kvscribe.backends.onnx.engine import applicable_specs
     from kvscribe.kvcache.spec import parse_cross, parse_policy
 
     backend, plan = reference
@@ -49,7 +65,6 @@ def test_the_engine_under_each_policy_decodes_torchs_tokens_holding_what_it_repo
     specs, notes = applicable_specs(parse_policy(kv_self, 4))
     assert bool(notes) == any(spec.half for spec in parse_policy(kv_self, 4))
     cross_spec = parse_cross(kv_cross)
-    engine = OnnxEngine(exported, threads=int(os.environ.get("OMP_NUM_THREADS") or 1))
     walked = []
     tokens, cache = decoders.engine_greedy(
         engine, window.numpy(), plan, specs, cross_spec, lambda c: walked.append(c)
@@ -104,21 +119,21 @@ def test_the_word_aligners_import_no_torch():
     assert done.stdout.split() == ["False"]
 
 
-def test_the_onnx_word_aligner_times_jfk_as_the_transformers_one(exported, reference, window):
+def test_the_onnx_word_aligner_times_jfk_as_the_transformers_one(
+    engine, onnx_encoded, reference, window
+):
     """The core aligner (kvscribe/stepped/alignment.py) on the ONNX engine's step and on the
     transformers network's PolicyDecoder, given JFK's greedy tokens: the same words, each
     start and end within one encoder frame."""
     from kvscribe.audio.mel import HOP
     from kvscribe.backends.onnx.alignment import onnx_word_aligner
-    from kvscribe.backends.onnx.engine import OnnxEngine
     from kvscribe.backends.transformers.alignment import WordAligner
 
     backend, plan = reference
     tokens = decoders.torch_greedy(backend, plan, window)
     window_frames = load_audio(SAMPLE).size // HOP
-    engine = OnnxEngine(exported, threads=int(os.environ.get("OMP_NUM_THREADS") or 1))
     aligner = onnx_word_aligner(engine, backend.special, backend._text)
-    ours = aligner.chunk_words(engine.encode(window.numpy()), tokens, window_frames)
+    ours = aligner.chunk_words(onnx_encoded, tokens, window_frames)
     with torch.inference_mode():
         encoded = backend.network.model.encoder(window)
     torch_aligner = WordAligner(
@@ -132,22 +147,22 @@ def test_the_onnx_word_aligner_times_jfk_as_the_transformers_one(exported, refer
         assert mine.probability == pytest.approx(other.probability, abs=1e-3)
 
 
-def test_language_detection_reads_the_engine_as_it_reads_torch(exported, reference, window):
+def test_language_detection_reads_the_engine_as_it_reads_torch(
+    engine, onnx_encoded, reference, window
+):
     """kvscribe.stepped.language on the ONNX engine and on the transformers network, JFK's
     window: the same language token wins with the same probability (an English-only model
     still scores every language token, so the arithmetic is compared in full)."""
-    from kvscribe.backends.onnx.engine import OnnxEngine
     from kvscribe.kvcache.spec import CrossSpec, LayerSpec
     from kvscribe.stepped.language import detect_language
 
     backend, plan = reference
-    engine = OnnxEngine(exported, threads=int(os.environ.get("OMP_NUM_THREADS") or 1))
     specs = (tuple(LayerSpec() for _ in range(engine.layers)), CrossSpec(shared=True))
 
     def fill(cross, encoded):
         cross.fill_projected(encoded)
 
-    ours = detect_language(engine, fill, engine.encode(window.numpy()), plan.special, *specs, None)
+    ours = detect_language(engine, fill, onnx_encoded, plan.special, *specs, None)
     with torch.inference_mode():
         encoded = backend.network.model.encoder(window)
     decoder = plan.setup.decoder
@@ -158,12 +173,13 @@ def test_language_detection_reads_the_engine_as_it_reads_torch(exported, referen
 
 
 @pytest.mark.parametrize("beams", [1, 5])
-def test_the_core_search_drives_the_engine_to_torchs_tokens(exported, reference, window, beams):
+def test_the_core_search_drives_the_engine_to_torchs_tokens(
+    engine, onnx_encoded, reference, window, beams
+):
     """kvscribe.stepped.search (greedy and beam search, the transformers backend's own) with
     the ONNX engine as its decoder and numpy masks: the tokens and summed log-probability
     torch's decoder gives, under tiny-vram's policies (4 sinks + 128 newest in Q8_0; one
     shared Q8_0 cross copy for the beams)."""
-    from kvscribe.backends.onnx.engine import OnnxEngine
     from kvscribe.contract import DecodeRequest
     from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
     from kvscribe.kvcache.spec import parse_cross, parse_policy
@@ -172,7 +188,6 @@ def test_the_core_search_drives_the_engine_to_torchs_tokens(exported, reference,
 
     backend, plan = reference
     specs, cross_spec = parse_policy("sink=4,window=128,q8_0", 4), parse_cross("shared,q8_0")
-    engine = OnnxEngine(exported, threads=int(os.environ.get("OMP_NUM_THREADS") or 1))
     suppressed = backend.vocab.suppressed(DecodeRequest().suppress_tokens)
     rules = TokenRules(backend.special, 51864, suppressed, timestamps=False, device=None)
     numpy_setup = SearchSetup(engine, rules, plan.setup.eot, plan.setup.no_speech, None)
@@ -182,7 +197,7 @@ def test_the_core_search_drives_the_engine_to_torchs_tokens(exported, reference,
     for setup in (numpy_setup, plan.setup):
         cross = CrossAttentionStore(cross_spec, beams)
         if setup is numpy_setup:
-            cross.fill_projected(engine.encode(window.numpy()))
+            cross.fill_projected(onnx_encoded)
         else:
             with torch.inference_mode():
                 encoded = backend.network.model.encoder(window)
@@ -194,11 +209,10 @@ def test_the_core_search_drives_the_engine_to_torchs_tokens(exported, reference,
     assert ours.no_speech_prob == pytest.approx(theirs.no_speech_prob, abs=1e-4)
 
 
-def test_temperature_draws_drive_the_engine_with_numpy_generators(exported, reference, window):
+def test_temperature_draws_drive_the_engine_with_numpy_generators(engine, onnx_encoded, reference):
     """The fallback's sampling (kvscribe.stepped.search.sample) on the ONNX engine: numpy
     generators seeded as the fallback seeds them, so the same window draws the same text
     again, and at a low temperature it is still JFK."""
-    from kvscribe.backends.onnx.engine import OnnxEngine
     from kvscribe.contract import DecodeRequest
     from kvscribe.kvcache.cache import CrossAttentionStore, PolicyCache
     from kvscribe.stepped import fallback
@@ -206,16 +220,14 @@ def test_temperature_draws_drive_the_engine_with_numpy_generators(exported, refe
     from kvscribe.stepped.search import SearchSetup, sample
 
     backend, plan = reference
-    engine = OnnxEngine(exported, threads=int(os.environ.get("OMP_NUM_THREADS") or 1))
     suppressed = backend.vocab.suppressed(DecodeRequest().suppress_tokens)
     rules = TokenRules(backend.special, 51864, suppressed, timestamps=False, device=None)
     setup = SearchSetup(engine, rules, plan.setup.eot, plan.setup.no_speech, None)
     prompt = plan.prompt_for([])
-    encoded = engine.encode(window.numpy())
     texts = []
     for _ in range(2):
         cross = CrossAttentionStore(plan.cross_spec, 2)  # best_of 2
-        cross.fill_projected(encoded)
+        cross.fill_projected(onnx_encoded)
         (result,) = sample(
             setup,
             prompt,
