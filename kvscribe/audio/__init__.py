@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kvscribe import interrupts
 from kvscribe.errors import AudioDecodeError, InputNotFoundError
 
 SAMPLE_RATE = 16_000
@@ -181,7 +182,8 @@ def _decode(container, stream, path: Path) -> Iterator[np.ndarray]:
 
     frames = _TimedFrames(container.decode(stream))
     try:
-        yield from _resampled(_grouped(frames, GROUP_SAMPLES))
+        # PyAV's resampler can swallow a Ctrl-C or SIGTERM raised inside it (kvscribe.interrupts)
+        yield from interrupts.unswallowed(_resampled(_grouped(frames, GROUP_SAMPLES)))
     except av.error.FFmpegError as exc:
         raise AudioDecodeError(
             f"corrupt audio data near {frames.seconds:.1f} s",

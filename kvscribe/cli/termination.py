@@ -17,6 +17,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from kvscribe import interrupts
 from kvscribe.errors import ExitCode, Terminated, by_sigterm
 
 
@@ -31,6 +32,11 @@ def sigterm_stops_like_ctrl_c() -> Iterator[None]:
         return
     Terminated.seen = False  # a caller in the same process may have stopped one before
     before = signal.signal(signal.SIGTERM, _terminate)
+    # Ctrl-C's own handler, counted as SIGTERM's is (kvscribe.interrupts); one set before
+    # (ignored in a background job, a caller's own) stays.
+    counted = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    if counted:
+        signal.signal(signal.SIGINT, interrupts.on_sigint)
     try:
         yield
     except (SystemExit, KeyboardInterrupt) as stopped:
@@ -43,6 +49,8 @@ def sigterm_stops_like_ctrl_c() -> Iterator[None]:
         raise SystemExit(ExitCode.TERMINATED if sigterm else ExitCode.INTERRUPTED) from None
     finally:
         signal.signal(signal.SIGTERM, before)
+        if counted:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def stopped_line(sigterm: bool) -> str:
@@ -64,7 +72,7 @@ def _interrupt_behind(error: BaseException | None) -> BaseException | None:
 def _terminate(number, frame) -> None:
     Terminated.seen = True
     _pass_on_to_worker_processes()
-    raise Terminated
+    raise interrupts.raising(Terminated())
 
 
 def _pass_on_to_worker_processes() -> None:
