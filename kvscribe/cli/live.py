@@ -10,6 +10,7 @@ from typing import Any
 
 from rich.table import Table
 
+from kvscribe import interrupts
 from kvscribe import setting_rows as row
 from kvscribe.atomic_file import atomic_write_text
 from kvscribe.cli.live_parameters import PARAMETERS
@@ -181,7 +182,8 @@ class _stop_on_signals:
 
     def _handle(self, number, frame) -> None:
         if self._asked:
-            raise Terminated if number == signal.SIGTERM else KeyboardInterrupt
+            stop = Terminated() if number == signal.SIGTERM else KeyboardInterrupt()
+            raise interrupts.raising(stop)  # counted: a native call that swallows it re-raises
         self._asked = True
         self.session.stop()
         self.notice()
