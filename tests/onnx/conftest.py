@@ -21,16 +21,26 @@ NEEDS |= {"torch": "torch is not installed", "onnxruntime": "onnxruntime is not 
 
 @pytest.fixture(scope="session")
 def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("onnx-cache")
+    """One for the whole run, its xdist workers' too (a worker's base folder is inside the
+    run's): each worker exported again (10-12 CPU s each)."""
+    base = tmp_path_factory.getbasetemp()
+    run = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder = run / "onnx-cache"
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 @pytest.fixture(scope="session")
 def exported(cache):
     """`kvscribe setup onnx` (its default: float32 graphs and int8 copies) run for real into
-    the run's own cache."""
+    the run's own cache: by the first worker to get there, the others waiting on its lock
+    and then finding the export (as a user's second `setup onnx` does)."""
+    import fcntl
+
     from kvscribe.backends.onnx.export import OnnxExport
 
-    with pytest.MonkeyPatch.context() as env:
+    with (cache.parent / "onnx-cache.lock").open("w") as lock, pytest.MonkeyPatch.context() as env:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         env.setenv("KVSCRIBE_CACHE_DIR", str(cache))
         result = run_cli("setup", "onnx")
     assert result.code == 0, result.stderr
