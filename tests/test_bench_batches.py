@@ -104,8 +104,7 @@ def test_worker_asks_for_the_cells_batch_size_and_warms_its_path():
 @pytest.mark.slow
 def test_bad_batch_sizes_are_one_line_usage_errors():
     for args in (["--batch-sizes", "0"], ["--batch-sizes", "65"], ["--batch-sizes", "8,x"]):
-        # A backend named: without one, bench first checks that each can run (its imports).
-        result = run_cli("bench", "--profile", "cpu-laptop", "-b", "ctranslate2", *args)
+        result = run_cli("bench", "--profile", "cpu-laptop", *args)
         assert result.code == 2, result.stderr
         assert "--batch-sizes" in result.stderr and "Traceback" not in result.stderr
     # An unknown backend or profile is a usage error, not a cell skipped (which exited 1).
