@@ -176,11 +176,16 @@ def _isolated_dirs(tmp_path_factory, monkeypatch):
     conversions for the other engines) was written again by each worker, and a test that
     needs an empty cache sets its own. Writers racing for one entry is what kvscribe's own
     --jobs workers do: each writes a copy of its own and one rename wins."""
-    base = tmp_path_factory.getbasetemp()
-    run = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    monkeypatch.setenv("KVSCRIBE_CACHE_DIR", str(run / "cache"))
-    monkeypatch.setenv("KVSCRIBE_CONFIG_DIR", str(base / "config"))
+    monkeypatch.setenv("KVSCRIBE_CACHE_DIR", str(run_folder(tmp_path_factory) / "cache"))
+    monkeypatch.setenv("KVSCRIBE_CONFIG_DIR", str(tmp_path_factory.getbasetemp() / "config"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+def run_folder(tmp_path_factory) -> Path:
+    """The test run's folder, one for all its xdist workers (a worker's base folder is
+    inside the run's)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 def wer(reference: str, hypothesis: str) -> float:

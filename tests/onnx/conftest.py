@@ -12,7 +12,7 @@ import pytest
 
 from kvscribe.audio import load_audio
 from tests import loaded
-from tests.conftest import SAMPLE, run_cli
+from tests.conftest import SAMPLE, run_cli, run_folder
 
 # What the modules here need, skipped together (in each module) when one is missing.
 NEEDS = {"onnx": "the onnx extra is not installed: pip install 'kvscribe[onnx]'"}
@@ -21,11 +21,9 @@ NEEDS |= {"torch": "torch is not installed", "onnxruntime": "onnxruntime is not 
 
 @pytest.fixture(scope="session")
 def cache(tmp_path_factory) -> Path:
-    """One for the whole run, its xdist workers' too (a worker's base folder is inside the
-    run's): each worker exported again (10-12 CPU s each)."""
-    base = tmp_path_factory.getbasetemp()
-    run = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-    folder = run / "onnx-cache"
+    """One for the whole run, its xdist workers' too: each worker exported again (10-12 CPU
+    s each)."""
+    folder = run_folder(tmp_path_factory) / "onnx-cache"
     folder.mkdir(exist_ok=True)
     return folder
 
