@@ -27,6 +27,7 @@ from tests import loaded
 from tests.conftest import EVAL_DIR
 
 JOINED_REAL = EVAL_DIR.parent / "clips_joined" / "joined_real.wav"
+LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"
 
 pytestmark = pytest.mark.model
 
@@ -52,11 +53,18 @@ def test_long_rows_are_dealt_apart():
 
 
 @pytest.fixture(scope="module")
-def group(ct2_backend):
-    """Four speech chunks of the long-form clip (each up to 30 s), their features and a batch
-    plan on the backend's model loaded as two replicas (its every-thread engine on demand)."""
-    audio = load_audio(EVAL_DIR / "espeak_longform_en.wav")[: 100 * SAMPLE_RATE]
-    chunks = speech_chunks(audio, ChunkRules(max_gap=None, cut_pauses=True))[:4]
+def long_form():
+    """The long-form clip's first 100 s."""
+    return load_audio(LONG_FORM)[: 100 * SAMPLE_RATE]
+
+
+@pytest.fixture(scope="module")
+def group(ct2_backend, long_form):
+    """Four speech chunks of the long-form clip (12-15 s each: what is compared is a row on
+    either engine, and the batched 23-27 s rows decoded twice as long), their features and a
+    batch plan on the backend's model loaded as two replicas (its every-thread engine on
+    demand)."""
+    chunks = speech_chunks(long_form, ChunkRules(max_seconds=15, max_gap=None, cut_pauses=True))[:4]
     two = load(
         str(ct2_backend.model.path),
         "cpu",
@@ -66,7 +74,7 @@ def group(ct2_backend):
     )
     engine = two.engine
     plan, _ = ct2_batched.setup(engine, "en", DecodeRequest(), 5, 8, two)
-    features = np.stack([chunk_features(engine, audio, c) for c in chunks])
+    features = np.stack([chunk_features(engine, long_form, c) for c in chunks])
     return plan, chunks, features
 
 
@@ -175,19 +183,19 @@ def test_faster_whispers_transcribe_calls_go_where_they_run_fastest(group):
 
 
 @pytest.fixture(scope="module")
-def uneven(group):
-    """The group's first three chunks (about 30 s of speech each) and 3 s of its second,
-    encoded on a replica: dealt to two replicas as two and two, one share holding more
-    than ten times the other's audio."""
+def uneven(group, long_form):
+    """The clip's first three batched chunks (23-27 s of speech each) and 3 s of its second,
+    encoded on a replica: dealt to two replicas as two and two, a 27 s row beside the 3 s one
+    against two of 27 s and 23 s, so the first share decodes one row for most of its steps."""
     import ctranslate2
 
-    plan, chunks, features = group
-    audio = load_audio(EVAL_DIR / "espeak_longform_en.wav")[: 100 * SAMPLE_RATE]
+    plan, _, _ = group
+    chunks = speech_chunks(long_form, ChunkRules(max_gap=None, cut_pauses=True))[:3]
     short = chunks[1].between(chunks[1].start, chunks[1].start + 3 * SAMPLE_RATE)
-    mels = [*features[:3], chunk_features(plan.engine, audio, short)]
+    mels = [chunk_features(plan.engine, long_form, chunk) for chunk in [*chunks, short]]
     model = plan.replicas.engine.model
     encoded = np.concatenate([np.asarray(model.encode(_window(mel))) for mel in mels])
-    return [*chunks[:3], short], ctranslate2.StorageView.from_array(encoded)
+    return [*chunks, short], ctranslate2.StorageView.from_array(encoded)
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ from kvscribe.bench.wer import pooled_wer
 from kvscribe.contract import DecodeRequest
 from kvscribe.pipeline import transcribe_speech
 from tests import loaded, media
-from tests.conftest import EVAL_DIR, run_cli
+from tests.conftest import EVAL_DIR, longest_deleted_run, run_cli
 
 JOINED_REAL = EVAL_DIR.parent / "clips_joined" / "joined_real.wav"
 LIBRIVOX = EVAL_DIR / "ps_librivox_ss01_0870.wav"
@@ -163,27 +163,29 @@ def test_real_speech_decoded_in_two_halves_keeps_its_words(two_threads):
     assert starts == sorted(starts)
     text = " ".join(s.text for s in segments)
     # The CLI's halves per path: MKL (AVX-512, AVX2) 0.080, oneDNN AVX-512 0.027, AVX2 0.045.
+    assert longest_deleted_run(reference, text) < 5
     assert pooled_wer([(reference, text)]) <= 0.12
     assert "ask not what your country can do for you" in text.lower().replace(",", "")
 
 
 @pytest.mark.slow
 def test_sampled_text_of_both_halves_is_the_same_run_after_run():
-    """At temperature 1.0 every token of both halves is drawn at random: three processes
+    """At temperature 1.0 every token of both halves is drawn at random: two processes
     write the same text, because each half draws from a generator of its own (the second
     half's windows sampled on the first half's engine would take turns with it as the two
-    threads happen to run)."""
+    threads happen to run). Two runs show the sameness; a third proved nothing more. One
+    sample a window (--best-of 1): each token is still a random draw, at half the CPU."""
     texts = []
-    for _ in range(3):
+    for _ in range(2):
         result = run_cli(
             JOINED_REAL,
             *("--threads", "2", "--batch-size", "1", "--temperature", "1.0", "--beam-size", "1"),
-            *("-f", "txt"),
+            *("--best-of", "1", "-f", "txt"),
         )
         assert result.code == 0, result.stderr
         assert "two halves side by side" in " ".join(result.stderr.split())
         texts.append(result.stdout)
-    assert texts[0].strip() and texts[0] == texts[1] == texts[2]
+    assert texts[0].strip() and texts[0] == texts[1]
 
 
 def test_a_long_files_parts_get_a_reader_of_their_own(tmp_path):

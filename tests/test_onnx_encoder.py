@@ -34,25 +34,45 @@ def jfk_features(embedded):
     return adapter.window_features(engine, load_audio(SAMPLE))[None]
 
 
-def _ct2_encoded(model_dir, compute_type: str, features: np.ndarray) -> np.ndarray:
-    import ctranslate2
-
-    model = ctranslate2.models.Whisper(str(model_dir), device="cpu", compute_type=compute_type)
-    storage = ctranslate2.StorageView.from_array(np.ascontiguousarray(features))
-    return np.asarray(model.encode(storage, to_cpu=True))
-
-
-def _graph_encoded(embedded, tmp_path, precision: str, features: np.ndarray) -> np.ndarray:
-    from kvscribe.backends.ctranslate2.encoder import OnnxEncoder
+@pytest.fixture(scope="module")
+def graphs(embedded, tmp_path_factory) -> dict:
+    """The encoder graph at each precision, written once for the tests that run it."""
     from kvscribe.models import onnx_encoder
 
-    graph = onnx_encoder.write(embedded.path, tmp_path / f"{precision}.onnx", precision)
-    return OnnxEncoder(graph, threads=2, precision=precision)(features)
+    folder = tmp_path_factory.mktemp("graphs")
+    precisions = ("int8", "float32")
+    return {p: onnx_encoder.write(embedded.path, folder / f"{p}.onnx", p) for p in precisions}
+
+
+@pytest.fixture(scope="module")
+def ct2_encoded(embedded, jfk_features):
+    """CTranslate2's own encoder output for JFK's first `frames` frames at `compute_type`,
+    computed once for each pair (the int8 test and the float32 one share float32's)."""
+    import functools
+
+    import ctranslate2
+
+    @functools.cache
+    def encoded(compute_type: str, frames: int = 3000) -> np.ndarray:
+        model = ctranslate2.models.Whisper(
+            str(embedded.path), device="cpu", compute_type=compute_type
+        )
+        features = np.ascontiguousarray(jfk_features[..., :frames])
+        storage = ctranslate2.StorageView.from_array(features)
+        return np.asarray(model.encode(storage, to_cpu=True))
+
+    return encoded
+
+
+def _graph_encoded(graphs, precision: str, features: np.ndarray) -> np.ndarray:
+    from kvscribe.backends.ctranslate2.encoder import OnnxEncoder
+
+    return OnnxEncoder(graphs[precision], threads=2, precision=precision)(features)
 
 
 @pytest.mark.parametrize("precision", ["int8", "float32"])
 def test_a_window_encoded_on_one_thread_equals_the_every_thread_session(
-    embedded, jfk_features, tmp_path, precision
+    graphs, jfk_features, precision
 ):
     """A batch's rows are encoded by the replicas that decode them, on one thread each and
     two at once (group_encoding.SpreadRows); a lone window on every thread. The outputs
@@ -60,10 +80,8 @@ def test_a_window_encoded_on_one_thread_equals_the_every_thread_session(
     from concurrent.futures import ThreadPoolExecutor
 
     from kvscribe.backends.ctranslate2.encoder import OnnxEncoder
-    from kvscribe.models import onnx_encoder
 
-    graph = onnx_encoder.write(embedded.path, tmp_path / f"{precision}.onnx", precision)
-    encoder = OnnxEncoder(graph, threads=2, precision=precision)
+    encoder = OnnxEncoder(graphs[precision], threads=2, precision=precision)
     windows = [jfk_features[0], np.ascontiguousarray(jfk_features[0][:, ::-1])]  # two inputs
     together = [encoder(window[None]) for window in windows]
     with ThreadPoolExecutor(2) as pool:
@@ -75,22 +93,22 @@ def test_a_window_encoded_on_one_thread_equals_the_every_thread_session(
 
 
 @pytest.mark.parametrize("frames", [3000, 1000])
-def test_the_float32_graph_computes_ctranslate2s_encoder(embedded, jfk_features, tmp_path, frames):
+def test_the_float32_graph_computes_ctranslate2s_encoder(graphs, ct2_encoded, jfk_features, frames):
     """Any window up to 30 s (live mode encodes shorter ones): the positional embedding is
     sliced to the frames given, as CTranslate2 slices it."""
     features = np.ascontiguousarray(jfk_features[..., :frames])
-    ours = _graph_encoded(embedded, tmp_path, "float32", features)
-    theirs = _ct2_encoded(embedded.path, "float32", features)
+    ours = _graph_encoded(graphs, "float32", features)
+    theirs = ct2_encoded("float32", frames)
     assert ours.shape == theirs.shape == (1, frames // 2, 384)
     assert np.abs(ours - theirs).max() < 1e-3 * np.abs(theirs).max()
 
 
-def test_the_int8_graph_errs_as_little_as_ctranslate2s_int8(embedded, jfk_features, tmp_path):
+def test_the_int8_graph_errs_as_little_as_ctranslate2s_int8(graphs, ct2_encoded, jfk_features):
     """Per-row activation scales, as CTranslate2 quantizes: onnxruntime's own dynamic
     quantization (one scale per matrix) had twice CTranslate2's error on this window."""
-    exact = _ct2_encoded(embedded.path, "float32", jfk_features)
-    ours = np.abs(_graph_encoded(embedded, tmp_path, "int8", jfk_features) - exact).mean()
-    theirs = np.abs(_ct2_encoded(embedded.path, "int8", jfk_features) - exact).mean()
+    exact = ct2_encoded("float32")
+    ours = np.abs(_graph_encoded(graphs, "int8", jfk_features) - exact).mean()
+    theirs = np.abs(ct2_encoded("int8") - exact).mean()
     assert 0 < ours < 1.3 * theirs, (ours, theirs)
 
 

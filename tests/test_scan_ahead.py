@@ -17,15 +17,18 @@ from kvscribe.contract import DecodeRequest
 from kvscribe.decoding import VadFilter
 from kvscribe.voice import regions
 from kvscribe.voice.ahead import OpenedAhead, wanted
-from tests.conftest import LONG_FORM, SAMPLE, run_cli
+from tests.conftest import SAMPLE, run_cli
 
 pytestmark = pytest.mark.model
 
+# Each test reads the long-form clip's 61.5 s head (conftest.long_form_head): past one 30 s
+# window, so a long file that is scanned ahead, at a third of the whole clip's scan and decode.
 
-def test_a_long_file_is_scanned_once_and_its_decode_takes_that_scan(monkeypatch):
-    opened = OpenedAhead.open(LONG_FORM)
+
+def test_a_long_file_is_scanned_once_and_its_decode_takes_that_scan(monkeypatch, long_form_head):
+    opened = OpenedAhead.open(long_form_head)
     assert opened is not None
-    samples = opened.take(LONG_FORM)
+    samples = opened.take(long_form_head)
     assert samples is not None and opened.seconds is not None
     scans = []
     scan = regions._scan
@@ -36,7 +39,7 @@ def test_a_long_file_is_scanned_once_and_its_decode_takes_that_scan(monkeypatch)
     assert scans == []  # taken, not scanned again
     again = regions.speech_probabilities(samples)
     assert scans == [1]  # taken once only
-    fresh = open_streamed(LONG_FORM)
+    fresh = open_streamed(long_form_head)
     own = regions.speech_probabilities(fresh)
     fresh.close()
     assert ahead.shape == again.shape == own.shape
@@ -44,8 +47,10 @@ def test_a_long_file_is_scanned_once_and_its_decode_takes_that_scan(monkeypatch)
     samples.close()
 
 
-def test_another_file_or_one_that_cannot_be_opened_is_left_to_the_usual_path(tmp_path):
-    opened = OpenedAhead.open(LONG_FORM)
+def test_another_file_or_one_that_cannot_be_opened_is_left_to_the_usual_path(
+    tmp_path, long_form_head
+):
+    opened = OpenedAhead.open(long_form_head)
     assert opened is not None
     assert opened.take(SAMPLE) is None  # not the file asked for: closed, nothing kept
     broken = tmp_path / "broken.wav"
@@ -64,12 +69,17 @@ def test_only_a_decode_that_reads_the_scan_asks_for_it():
 
 
 @pytest.mark.slow
-def test_the_cli_says_the_first_long_file_was_scanned_while_the_model_loaded(tmp_path):
+def test_the_cli_says_the_first_long_file_was_scanned_while_the_model_loaded(
+    tmp_path, long_form_head
+):
     stats = tmp_path / "stats.json"
-    result = run_cli(LONG_FORM, "-q", "-f", "txt", "-o", tmp_path / "out", "--stats-json", stats)
+    out = tmp_path / "out"
+    # --beam-size 1: the scan is under test, not the search (batched all the same)
+    options = ("-q", "-f", "txt", "--beam-size", "1", "-o", out, "--stats-json", stats)
+    result = run_cli(long_form_head, *options)
     assert result.code == 0, result.stderr
     figures = json.loads(stats.read_text())
     notes = figures["notes"]
     assert any("scanned while the model loaded" in note for note in notes), notes
     assert figures["stage_seconds"]["speech chunks"] < 0.05  # the scan was already done
-    assert "bridge" in (tmp_path / "out" / "espeak_longform_en.txt").read_text()
+    assert "bridge" in (out / long_form_head.with_suffix(".txt").name).read_text()
