@@ -64,11 +64,24 @@ def _ctrl_c(proc: subprocess.Popen, presses: int) -> bytes:
     return proc.communicate(timeout=60)[1]
 
 
+# In the environment of a run that `_stopped_by` stops: Python's faulthandler, so a run
+# that outlives its stop can be made to say where each of its threads is (SIGABRT).
+WHERE_ON_ABORT = {"PYTHONFAULTHANDLER": "1"}
+
+
 def _stopped_by(proc: subprocess.Popen, send) -> tuple[str, float]:
-    """`send()` the stop, then the run's stderr and the seconds it took to end."""
+    """`send()` the stop, then the run's stderr and the seconds it took to end. A run still
+    going 60 s on fails the test with its threads' stacks (rarely seen: on CI's loaded
+    machines, twice in about 90 runs of the suite, with nothing printed to tell where)."""
     send()
     sent = time.monotonic()
-    _, stderr = proc.communicate(timeout=60)
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+        _, stderr = proc.communicate(timeout=30)
+        where = stderr.decode(errors="replace")[-8000:]
+        pytest.fail(f"still running 60 s after the stop; its stderr and threads:\n{where}")
     return stderr.decode(errors="replace"), time.monotonic() - sent
 
 
@@ -98,7 +111,7 @@ def test_stopped_mid_file_removes_stdin_s_spool_and_says_so(tmp_path, sent, code
     temp.mkdir()
     # One thread, as the suite's workers give each run: every engine call of a batch then
     # runs in turn, long ones among them; the main thread must still hear the signal.
-    env = {**os.environ, "TMPDIR": str(temp), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "TMPDIR": str(temp), "OMP_NUM_THREADS": "1", **WHERE_ON_ABORT}
     with recording.open("rb") as audio:
         proc = subprocess.Popen(
             [KVSCRIBE, "-", "-f", "txt", *into],
@@ -171,7 +184,7 @@ def test_sigterm_that_lands_on_a_worker_thread_stops_the_run_at_once(tmp_path):
             stdin=audio,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            env={**os.environ, "TMPDIR": str(temp)},
+            env={**os.environ, "TMPDIR": str(temp), **WHERE_ON_ABORT},
         )
     size = recording.stat().st_size
     try:
@@ -242,7 +255,10 @@ def test_sigterm_to_a_batch_driver_stops_its_workers_and_keeps_what_finished(tmp
     shutil.copy(SAMPLE, folder / "c_short.wav")
     stats = tmp_path / "stats.json"
     argv = [KVSCRIBE, folder, "-o", out, "--jobs", "2", "-f", "txt", "--stats-json", stats]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    environment = {**os.environ, **WHERE_ON_ABORT}
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=environment
+    )
     try:
         workers = workers_of(proc, 2)
         assert workers, "no worker processes started"
