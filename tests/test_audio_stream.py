@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from kvscribe.audio.stream import READ_AHEAD, Joined, frame_peaks, open_streamed
+from kvscribe.audio.stream import (
+    READ_AHEAD,
+    Joined,
+    StreamedAudio,
+    frame_peaks,
+    open_streamed,
+)
 from kvscribe.errors import AudioDecodeError
 from kvscribe.voice.regions import speech_probabilities
 from tests.conftest import EVAL_DIR, SAMPLE
@@ -62,6 +71,54 @@ def test_two_threads_read_a_streamed_file_at_once(six_minutes):
         streamed.hold_history(360)  # a span's reads, as the batched path asks
         with ThreadPoolExecutor(2) as pool:
             assert all(pool.map(read, (streamed, streamed), (0, 1)))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="a named pipe holds the read")
+def test_a_file_closed_while_another_thread_reads_it_waits_for_the_read(tmp_path):
+    """A run stopped by SIGTERM closes its file on the main thread while a replica's thread
+    may be inside the file's decoder: closing a generator that is running raised
+    "generator already executing", and the stopped run ended as an internal error (CI,
+    stop 90). Here a named pipe whose writer waits holds the read inside the decoder."""
+    clip = write_wav(tmp_path / "a.wav", load_audio(SAMPLE))
+    whole, data = load_audio(clip), clip.read_bytes()
+    pipe = tmp_path / "pipe.wav"
+    os.mkfifo(pipe)
+    go_on, read, closed = threading.Event(), [], []
+
+    def write() -> None:
+        with pipe.open("wb") as out:
+            out.write(data[: len(data) // 2])
+            out.flush()
+            go_on.wait(60)
+            out.write(data[len(data) // 2 :])
+
+    streamed = StreamedAudio(pipe, whole.size, frame_peaks(whole))
+
+    def read_a_quarter() -> None:  # the decoder reads ahead, into the half not yet written
+        read.append(np.array_equal(streamed[0 : whole.size // 4], whole[: whole.size // 4]))
+
+    def close() -> None:
+        try:
+            streamed.close()
+        except Exception as exc:
+            closed.append(exc)
+        closed.append(time.monotonic())
+
+    threads = [threading.Thread(target=t, daemon=True) for t in (write, read_a_quarter, close)]
+    threads[0].start(), threads[1].start()
+    deadline = time.monotonic() + 30
+    while not (streamed._chunks is not None and streamed._chunks.gi_running):
+        assert time.monotonic() < deadline, "the read never reached the decoder"
+        time.sleep(0.01)
+    threads[2].start()
+    time.sleep(0.3)  # the close reaches the decoder's lock while the read still holds it
+    released = time.monotonic()
+    go_on.set()
+    for thread in threads:
+        thread.join(30)
+    assert read == [True]
+    assert len(closed) == 1 and closed[0] > released, closed  # waited for the read, no error
+    assert streamed._chunks is None
 
 
 def test_a_file_of_ten_minutes_or_less_keeps_its_scan_s_samples(six_minutes, tmp_path):

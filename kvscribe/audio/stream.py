@@ -127,13 +127,20 @@ class StreamedAudio(_ReadInSlices):
         return StreamedAudio(self.path, self.size, self.peaks)
 
     def close(self) -> None:
+        """Close the decoder, once no thread is reading: a run stopped by Ctrl-C or SIGTERM
+        closes its file while a replica's thread may still be inside the decoder, and a
+        generator closed while it runs raises "generator already executing" (CI, stop 90)."""
+        with self._reading:
+            self._close_decoder()
+
+    def _close_decoder(self) -> None:
         if self._chunks is not None:
             self._chunks.close()  # type: ignore[attr-defined]  # a generator: closes PyAV
             self._chunks = None
         self._buffer, self._low = np.zeros(0, dtype=np.float32), 0
 
     def _restart(self) -> None:
-        self.close()
+        self._close_decoder()
         self.restarts += 1
 
     def _decode_until(self, stop: int) -> None:

@@ -292,8 +292,8 @@ def _throw_into(results, stop: KeyboardInterrupt) -> None:
     """An interrupt heard while a result was written goes to the executor too, which stops
     at once as it does when it hears one itself; closed instead, it would wait for the
     files in progress. A generator another thread is still advancing refuses the throw
-    ("generator already executing": the likely cause of one fresh clone's failed SIGTERM test):
-    the interrupt then goes on up alone, and the command's exit ends the workers."""
+    ("generator already executing"): the interrupt then goes on up alone, and the command's
+    exit ends the workers."""
     with contextlib.suppress(KeyboardInterrupt, StopIteration, ValueError):
         results.throw(stop)
 
