@@ -9,6 +9,12 @@ decode, 20 signals in 835 vanished on an AMD EPYC
 transcribing an 18-minute recording. So the handlers kvscribe installs count what they
 raise (`raising`), and the code that calls such a library checks, after each call, that
 nothing raised meanwhile went missing (`unswallowed`).
+
+An interrupt can be lost in Python too: a cleanup that fails while it goes up (a
+`finally` closing a file a worker thread still reads) replaces it with its own error, and
+a broad `except Exception` then took the stopped run for a failed file and went on (a
+Ctrl-C into `-o` decoded the rest of an 18-minute recording: tests/test_termination.py's
+rare hangs). `behind` finds the interrupt in the error's chain.
 """
 
 from __future__ import annotations
@@ -62,6 +68,25 @@ def unswallowed(items: Iterator[T]) -> Iterator[T]:
         close = getattr(items, "close", None)
         if close is not None:
             close()
+
+
+def behind(error: BaseException | None) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM (a KeyboardInterrupt) `error` is, or was raised while handling
+    (its cause or context, a few links deep), or None."""
+    seen = 0
+    while error is not None and seen < 10:
+        if isinstance(error, KeyboardInterrupt):
+            return error
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
+
+
+def raise_if_behind(error: BaseException) -> None:
+    """Raise the interrupt `error` was raised while handling, if any: a broad catch calls
+    this first, so a stopped run stops instead of failing one file and going on."""
+    stop = behind(error)
+    if stop is not None:
+        raise stop
 
 
 def _on_main_thread() -> bool:

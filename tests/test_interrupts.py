@@ -114,3 +114,55 @@ def test_an_interrupt_that_came_out_of_a_step_is_not_raised_twice():
     with pytest.raises(KeyboardInterrupt):
         next(items)
     assert list(interrupts.unswallowed(iter([2, 3]))) == [2, 3]
+
+
+def _stopped_then_a_cleanup_failed(stop: type[KeyboardInterrupt]):
+    """A decode stopped by `stop` whose `finally` then fails, as closing a file a worker
+    thread still read did ("generator already executing", CI stop 90): the cleanup's error
+    replaces the stop, which is only in its context. A fault no real run can be made to
+    hit on demand."""
+    try:
+        raise stop()
+    finally:
+        raise ValueError("generator already executing")
+
+
+@pytest.mark.parametrize(
+    ("stop", "code", "line"),
+    [
+        (Terminated, ExitCode.TERMINATED, "kvscribe: stopped by SIGTERM\n"),
+        (KeyboardInterrupt, ExitCode.INTERRUPTED, "kvscribe: interrupted\n"),
+    ],
+)
+def test_an_error_raised_while_a_stop_went_up_still_stops_the_command(capsys, stop, code, line):
+    """It ended the command as an internal error (exit 1) where 143 or 130 was due."""
+    with pytest.raises(SystemExit) as exited, sigterm_stops_like_ctrl_c():
+        _stopped_then_a_cleanup_failed(stop)
+    assert exited.value.code == code
+    assert capsys.readouterr().err == line
+    with pytest.raises(ValueError), sigterm_stops_like_ctrl_c():  # no stop behind: a bug
+        raise ValueError("an engine bug")
+
+
+def test_a_batch_s_file_whose_decode_was_stopped_stops_the_batch():
+    """A batch turns a file's unexpected error into that file's failure and goes on with the
+    next; an error raised while a stop went up is the stop. Taken for a failed file, a
+    Ctrl-C into `-o` decoded the rest of an 18-minute recording: the run ended over 30 s
+    after it (tests/test_termination.py's rare hangs of its `-o` cases)."""
+    from pathlib import Path, PurePosixPath
+
+    from kvscribe.batch.worker import Task, work_guarded
+
+    class Stopped:
+        def work(self, task, *args):
+            _stopped_then_a_cleanup_failed(KeyboardInterrupt)
+
+    class Broken:
+        def work(self, task, *args):
+            raise ValueError("an engine bug")
+
+    task = Task(Path("a.wav"), PurePosixPath("a"), None)
+    with pytest.raises(KeyboardInterrupt):
+        work_guarded(Stopped(), task)
+    failed = work_guarded(Broken(), task)
+    assert "internal error: ValueError: an engine bug" in failed.error.one_line()

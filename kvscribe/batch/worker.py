@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from kvscribe import interrupts
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio.stream import Samples, open_streamed
 from kvscribe.chunking import MAX_SECONDS
@@ -155,7 +156,8 @@ class Worker:
             sources, opened = [one.source for one in short], [one.samples for one in short]
             relays = _Relays({one.source: one.result.task for one in short}, report)
             done = self.runner.transcribe_together(sources, opened, relays)
-        except Exception:  # by contract (work_guarded): each file retried alone
+        except Exception as exc:  # by contract (work_guarded): each file retried alone
+            interrupts.raise_if_behind(exc)
             _log.debug("shared decode failed; decoding its files one at a time", exc_info=True)
             return [self._alone(_Opened(one.result, one.source), report) for one in short]
         finally:
@@ -172,6 +174,7 @@ class Worker:
         try:
             return self._transcribed(one.result, one.source, report, one.samples)
         except Exception as exc:  # by contract, as in work_guarded
+            interrupts.raise_if_behind(exc)
             _log.debug("engine failure on %s", one.result.task.path, exc_info=True)
             one.result.error = internal_error(one.result.task, exc)
             return self._finished(one.result)
@@ -238,6 +241,7 @@ def _opened(
     except KvscribeError as exc:
         result.error = _renamed(exc, source, result.task.path)
     except Exception as exc:  # by contract, as in work_guarded
+        interrupts.raise_if_behind(exc)
         _log.debug("failure opening %s", result.task.path, exc_info=True)
         result.error = internal_error(result.task, exc)
     if samples is not None:
@@ -304,6 +308,7 @@ def work_guarded(
     try:
         return worker.work(task, read_from, shipped, report)
     except Exception as exc:
+        interrupts.raise_if_behind(exc)  # a cleanup's error while Ctrl-C went up: still Ctrl-C
         _log.debug("engine failure on %s", task.path, exc_info=True)  # --debug: the traceback
         return Result(task, error=internal_error(task, exc))
 

@@ -39,10 +39,12 @@ def sigterm_stops_like_ctrl_c() -> Iterator[None]:
         signal.signal(signal.SIGINT, interrupts.on_sigint)
     try:
         yield
-    except (SystemExit, KeyboardInterrupt) as stopped:
+    except BaseException as stopped:
         typer_130 = isinstance(stopped, SystemExit) and stopped.code == ExitCode.INTERRUPTED
-        cause = _interrupt_behind(stopped)
-        if cause is None or not (typer_130 or stopped is cause):  # a command's own exit
+        # typer's exit 130 is raised from it; an error is one a cleanup raised while it went
+        # up (kvscribe.interrupts.behind); a command's own exit (a batch's summary) stays
+        cause = interrupts.behind(stopped)
+        if cause is None or not (typer_130 or stopped is cause or isinstance(stopped, Exception)):
             raise
         sigterm = by_sigterm(cause)
         sys.stderr.write(stopped_line(sigterm))  # typer's exit 130 says nothing
@@ -56,17 +58,6 @@ def sigterm_stops_like_ctrl_c() -> Iterator[None]:
 def stopped_line(sigterm: bool) -> str:
     """What a command stopped by Ctrl-C or SIGTERM says last, on stderr."""
     return "kvscribe: stopped by SIGTERM\n" if sigterm else "kvscribe: interrupted\n"
-
-
-def _interrupt_behind(error: BaseException | None) -> BaseException | None:
-    """The Ctrl-C or SIGTERM an exit comes from (typer's Exit(130) is raised from it), or
-    None: a command that handled it (a batch's summary says so) exits with its own code."""
-    seen = 0
-    while error is not None and seen < 10:
-        if isinstance(error, KeyboardInterrupt):
-            return error
-        error, seen = error.__cause__ or error.__context__, seen + 1
-    return None
 
 
 def _terminate(number, frame) -> None:
