@@ -18,7 +18,6 @@ from kvscribe.options import LiveOptions
 from kvscribe.runner import decode_request
 from kvscribe.voice.silero import WINDOW, SileroVad, VadSettings, VoiceDetector
 from tests.conftest import EVAL_DIR, SAMPLE, wer
-from tests.loaded import backend as shared_backend
 
 # slow: each replay decodes its 7.5 s of audio several times over (3 s a test)
 pytestmark = [pytest.mark.model, pytest.mark.slow]
@@ -72,13 +71,19 @@ def _written(tmp_path, samples: np.ndarray):
     return path
 
 
-def _replay(tmp_path, samples: np.ndarray, settings: StreamSettings, **options) -> Recorder:
+def _replay(
+    backend, tmp_path, samples: np.ndarray, settings: StreamSettings, **options
+) -> Recorder:
+    """`samples` replayed live through `backend`: the suite's ct2_backend (tests/conftest.py),
+    whose encoder remembers the windows it has encoded (tests/loaded.py). Replays encode the
+    same buffers again (a parametrized test's other setting, the same stream in another
+    test, a file run of it): about half of this module's encodes."""
     path = _written(tmp_path, samples)
     live_options = LiveOptions(source=str(path), paced=False, **options)
     stats = LiveStats("ctranslate2", "cpu-laptop", "tiny.en", str(path), paced=False)
     recorder = Recorder(stats)
     session = LiveSession(
-        shared_backend("ctranslate2", "cpu-laptop"),
+        backend,
         decode_request(live_options),
         Capture(FileReplay(path, paced=False)),
         VoiceDetector(SileroVad(), settings.vad),
@@ -90,13 +95,13 @@ def _replay(tmp_path, samples: np.ndarray, settings: StreamSettings, **options) 
     return recorder
 
 
-def _offline(tmp_path) -> str:
+def _offline(backend, tmp_path) -> str:
     """The stream the session replayed, transcribed as a file run would, by the same backend:
     its 16-bit samples, not the float ones it was made of (whose reading differs on some
     kernels: "so my fellow" from the float samples, "so am I fellow" from the file's on
     MKL with AVX-512 on an AMD EPYC with AVX-512 VNNI)."""
     samples = audio.load_audio(tmp_path / STREAM)
-    run = shared_backend("ctranslate2", "cpu-laptop").transcribe(samples, DecodeRequest())
+    run = backend.transcribe(samples, DecodeRequest())
     return "".join(segment.text for segment in run.segments)
 
 
@@ -109,7 +114,7 @@ def jfk_phrases() -> list[np.ndarray]:
 
 @pytest.mark.parametrize("commit_silence", [0.3, 0.7])
 def test_a_pause_commits_what_was_heard_before_the_utterance_ends(
-    tmp_path, jfk_phrases, commit_silence
+    ct2_backend, tmp_path, jfk_phrases, commit_silence
 ):
     """JFK's last phrase, 0.45 s of silence, his first one: the pause is longer than the
     commit silence (0.3 s) and shorter than the silence that ends an utterance (0.7 s). The
@@ -121,7 +126,7 @@ def test_a_pause_commits_what_was_heard_before_the_utterance_ends(
     stream = np.concatenate([closing, np.zeros(int(gap * SR), dtype=np.float32), opening])
     vad = VadSettings(min_silence=0.7)  # re-decodes every 2 s: fewer decodes, the same commits
     settings = StreamSettings(step=2.0, commit_silence=commit_silence, vad=vad)
-    events = _replay(tmp_path, stream, settings).events
+    events = _replay(ct2_backend, tmp_path, stream, settings).events
 
     said = "What your country can do for you, ask what you can do for your country."
     commits = [(text, at) for kind, text, at in events if kind == "committed"]
@@ -138,10 +143,13 @@ def test_a_pause_commits_what_was_heard_before_the_utterance_ends(
     # different CPUs' kernels ("so am I fellow America" on oneDNN's int8, in a file run too):
     # live mode may not read it worse than a file run of the same stream does.
     truth = f"{said} And so my fellow Americans"
-    assert wer(truth, committed) <= wer(truth, _offline(tmp_path)) + MAX_WER_GAP, committed
+    offline = _offline(ct2_backend, tmp_path)
+    assert wer(truth, committed) <= wer(truth, offline) + MAX_WER_GAP, committed
 
 
-def test_the_decode_at_a_pause_is_the_last_until_speech_resumes(tmp_path, jfk_phrases, monkeypatch):
+def test_the_decode_at_a_pause_is_the_last_until_speech_resumes(
+    ct2_backend, tmp_path, jfk_phrases, monkeypatch
+):
     """JFK's first phrase (1.9 s, short enough to wait 1.2 s of quiet for its end) and 2 s of
     silence: the decode when speech pauses is the utterance's last one, and its end commits
     it. Re-decoding every second of the silence would add a decode that the end waits for."""
@@ -149,7 +157,7 @@ def test_the_decode_at_a_pause_is_the_last_until_speech_resumes(tmp_path, jfk_ph
     phrase = jfk_phrases[0]
     silence = np.zeros(2 * SR, dtype=np.float32)
     stream = np.concatenate([silence[: int(lead * SR)], phrase, silence])
-    engine = shared_backend("ctranslate2", "cpu-laptop")
+    engine = ct2_backend
     decode = engine.transcribe
     buffers: list[float] = []  # the seconds of audio each decode was given
 
@@ -158,7 +166,7 @@ def test_the_decode_at_a_pause_is_the_last_until_speech_resumes(tmp_path, jfk_ph
         return decode(samples, request)
 
     monkeypatch.setattr(engine, "transcribe", counted)
-    recorder = _replay(tmp_path, stream, StreamSettings(step=1.0))
+    recorder = _replay(ct2_backend, tmp_path, stream, StreamSettings(step=1.0))
     assert [kind for kind, _, _ in recorder.events] == ["committed", "done"], recorder.events
     assert "fellow" in recorder.events[0][1]  # alone, the phrase reads "And so am I fellow ..."
     # The last decode is the one at the pause: its buffer holds the 0.2 s pad before the
@@ -169,7 +177,7 @@ def test_the_decode_at_a_pause_is_the_last_until_speech_resumes(tmp_path, jfk_ph
 
 @pytest.mark.parametrize("heard", [0.05, 0.25])
 def test_the_decode_at_a_pause_holds_the_quiet_the_settings_ask_for(
-    tmp_path, jfk_phrases, monkeypatch, heard
+    ct2_backend, tmp_path, jfk_phrases, monkeypatch, heard
 ):
     """JFK's first phrase and 2 s of silence: the decode at the pause starts once `pause_heard`
     of the pause has arrived, so its buffer ends that far past the voice detector's pause,
@@ -186,7 +194,7 @@ def test_the_decode_at_a_pause_holds_the_quiet_the_settings_ask_for(
         return decode(session, start, stop, *speech_end)
 
     monkeypatch.setattr(LiveSession, "_decode", recorded)
-    recorder = _replay(tmp_path, stream, StreamSettings(step=1.0, pause_heard=heard))
+    recorder = _replay(ct2_backend, tmp_path, stream, StreamSettings(step=1.0, pause_heard=heard))
     assert "fellow" in " ".join(text for _, text, _ in recorder.events)
     assert past_the_pause, "no decode at the pause"
     assert all(heard <= seconds < heard + 0.1 for seconds in past_the_pause), past_the_pause
@@ -194,13 +202,13 @@ def test_the_decode_at_a_pause_holds_the_quiet_the_settings_ask_for(
 
 @pytest.mark.parametrize(("phrase", "at_pause"), [(0, 0), (-1, 1)])
 def test_stats_tell_commits_at_a_pause_from_commits_at_the_end(
-    tmp_path, jfk_phrases, phrase, at_pause
+    ct2_backend, tmp_path, jfk_phrases, phrase, at_pause
 ):
     """An utterance long enough to read alone (JFK's last phrase, 5 s) is committed at the
     pause and counts there; a short one (his first, 1.9 s) waits for its end."""
     silence = np.zeros(2 * SR, dtype=np.float32)
     stream = np.concatenate([silence[: SR // 2], jfk_phrases[phrase], silence])
-    stats = _replay(tmp_path, stream, StreamSettings(step=2.0)).stats
+    stats = _replay(ct2_backend, tmp_path, stream, StreamSettings(step=2.0)).stats
     assert stats.utterances == 1
     assert len(stats.at_pause) == at_pause
     assert stats.to_dict()["utterances_at_pause"] == at_pause
@@ -208,12 +216,12 @@ def test_stats_tell_commits_at_a_pause_from_commits_at_the_end(
 
 @pytest.mark.parametrize("given", [None, 5])
 def test_a_decode_may_not_run_on_far_past_what_its_buffer_can_hold(
-    tmp_path, jfk_phrases, monkeypatch, given
+    ct2_backend, tmp_path, jfk_phrases, monkeypatch, given
 ):
     """Each decode's tokens are bounded by its buffer's length (12 a second, and 16), so a
     decoder caught repeating itself stops long before Whisper's 224 tokens; JFK's words
     are all there under the bound. A smaller --max-new-tokens still wins."""
-    engine = shared_backend("ctranslate2", "cpu-laptop")
+    engine = ct2_backend
     decode = engine.transcribe
     asked: list[tuple[float, int | None]] = []  # (buffer seconds, max_new_tokens) per decode
 
@@ -224,7 +232,9 @@ def test_a_decode_may_not_run_on_far_past_what_its_buffer_can_hold(
     monkeypatch.setattr(engine, "transcribe", spied)
     silence = np.zeros(SR, dtype=np.float32)
     stream = np.concatenate([silence[: SR // 2], jfk_phrases[-1], silence])
-    recorder = _replay(tmp_path, stream, StreamSettings(step=2.0), max_new_tokens=given)
+    recorder = _replay(
+        ct2_backend, tmp_path, stream, StreamSettings(step=2.0), max_new_tokens=given
+    )
     expected = [given or int(seconds * 12) + 16 for seconds, _ in asked]
     assert asked and [bound for _, bound in asked] == expected, asked
     committed = " ".join(text for kind, text, _ in recorder.events if kind == "committed")
@@ -234,14 +244,14 @@ def test_a_decode_may_not_run_on_far_past_what_its_buffer_can_hold(
 
 @pytest.mark.parametrize("context", [0.0, 8.0])
 def test_a_new_utterance_is_decoded_with_the_one_before_it(
-    tmp_path, jfk_phrases, monkeypatch, context
+    ct2_backend, tmp_path, jfk_phrases, monkeypatch, context
 ):
     """JFK's last phrase (5 s), 1 s of silence (it ends), his first phrase (1.9 s). With
     context, the second utterance's decodes hear the first one in front of it, read it
     right, and commit only its own words: nothing of the first is committed twice; being
     long enough to read, it is committed at its pause. With none, they hear the phrase
     alone, and it waits for its end as a short utterance does."""
-    engine = shared_backend("ctranslate2", "cpu-laptop")
+    engine = ct2_backend
     decode = engine.transcribe
     buffers: list[float] = []  # seconds of audio per decode
 
@@ -254,7 +264,7 @@ def test_a_new_utterance_is_decoded_with_the_one_before_it(
     silence = np.zeros(SR, dtype=np.float32)
     stream = np.concatenate([silence[: SR // 2], first, silence, second, silence])
     settings = StreamSettings(step=2.0, context=context)
-    recorder = _replay(tmp_path, stream, settings)
+    recorder = _replay(ct2_backend, tmp_path, stream, settings)
 
     done = [text for kind, text, _ in recorder.events if kind == "done"]
     assert len(done) == 2, recorder.events
@@ -272,13 +282,13 @@ def test_a_new_utterance_is_decoded_with_the_one_before_it(
 
 @pytest.mark.parametrize(("trim_after", "alone_after"), [(8.0, 30.0), (18.0, 1.5)])
 def test_the_context_is_cut_off_first_when_the_buffer_grows_long(
-    tmp_path, jfk_phrases, monkeypatch, trim_after, alone_after
+    ct2_backend, tmp_path, jfk_phrases, monkeypatch, trim_after, alone_after
 ):
     """JFK's last phrase twice, 1 s of silence between: the second utterance starts with the
     first as context. The context is what is cut off once the buffer passes `trim_after`,
     or once the utterance's own audio passes `alone_after` (it reads well alone by then),
     whichever comes first. The second phrase's words are all committed, once."""
-    engine = shared_backend("ctranslate2", "cpu-laptop")
+    engine = ct2_backend
     decode = engine.transcribe
     buffers: list[float] = []
 
@@ -290,7 +300,7 @@ def test_the_context_is_cut_off_first_when_the_buffer_grows_long(
     phrase, silence = jfk_phrases[-1], np.zeros(SR, dtype=np.float32)
     stream = np.concatenate([silence[: SR // 2], phrase, silence, phrase, silence])
     settings = StreamSettings(step=2.0, trim_after=trim_after, alone_after=alone_after)
-    recorder = _replay(tmp_path, stream, settings)
+    recorder = _replay(ct2_backend, tmp_path, stream, settings)
     done = [text for kind, text, _ in recorder.events if kind == "done"]
     said = "What your country can do for you, ask what you can do for your country."
     assert len(done) == 2 and all(wer(said, text) <= 0.1 for text in done), done
@@ -298,7 +308,9 @@ def test_the_context_is_cut_off_first_when_the_buffer_grows_long(
     assert buffers[-1] < phrase.size / SR + 1.0, buffers  # the last decode: the phrase alone
 
 
-def test_a_long_utterance_cut_just_before_a_pause_is_still_committed_at_it(tmp_path, jfk_phrases):
+def test_a_long_utterance_cut_just_before_a_pause_is_still_committed_at_it(
+    ct2_backend, tmp_path, jfk_phrases
+):
     """JFK's last phrase, a 0.45 s pause (not an end), his first phrase: the buffer passes
     `trim_after` (7 s) during the second phrase and is cut after "country.", leaving 2 s
     before the pause. The utterance is 7.5 s long, so that pause commits it, as it would
@@ -306,20 +318,20 @@ def test_a_long_utterance_cut_just_before_a_pause_is_still_committed_at_it(tmp_p
     gap = np.zeros(int(0.45 * SR), dtype=np.float32)
     silence = np.zeros(2 * SR, dtype=np.float32)
     stream = np.concatenate([silence[: SR // 2], jfk_phrases[-1], gap, jfk_phrases[0], silence])
-    stats = _replay(tmp_path, stream, StreamSettings(step=1.0, trim_after=7.0)).stats
+    stats = _replay(ct2_backend, tmp_path, stream, StreamSettings(step=1.0, trim_after=7.0)).stats
     assert stats.utterances == 1
     assert len(stats.at_pause) == 1
 
 
 @pytest.mark.eval
-def test_speech_after_the_words_a_decode_stops_at_is_read_on(tmp_path):
+def test_speech_after_the_words_a_decode_stops_at_is_read_on(ct2_backend, tmp_path):
     """The realform English recording's 108-125 s: "Simultaneous call limit reached.", then,
     after a 1.2 s pause, "To increase the audio volume from other participants." Read with
     the utterance before it as context, Whisper (tiny.en, CTranslate2's oneDNN path) ends the
     decode at the pause with a lone timestamp after "other" and never reads "participants",
     which the voice detector heard and a file run reads. Live mode reads the rest again."""
     samples = audio.load_audio(REALFORM_EN)[108 * SR : 125 * SR]
-    recorder = _replay(tmp_path, samples, StreamSettings())
+    recorder = _replay(ct2_backend, tmp_path, samples, StreamSettings())
     commits = [text for kind, text, _ in recorder.events if kind == "committed"]
     words = [w.strip(".,").lower() for w in " ".join(commits).split()]
     phrase = ["to", "increase", "the", "audio", "volume", "from", "other", "participants"]

@@ -177,7 +177,7 @@ def _aligned(clip: Path):
 
     backend = _backend()
     audio = load_audio(clip)
-    segments = list(backend.transcribe(audio, DecodeRequest(beam_size=BEAMS)).segments)
+    segments = _transcribed(clip, word_timestamps=False)  # the decode, shared with its tests
     assert segments and {s.window for s in segments} == {0}
     mel = log_mel(torch.from_numpy(audio), backend.network.config.num_mel_bins)
     window_frames = mel.shape[-1] - FRAMES_PER_WINDOW
@@ -188,12 +188,18 @@ def _aligned(clip: Path):
 
 
 @functools.cache
-def _faster_whisper_words(clip: Path):
+def _faster_whisper():
+    """faster-whisper's own model on the same tiny.en, loaded once for every clip, on one
+    thread as each of the suite's workers decodes."""
     from faster_whisper import WhisperModel
 
     source = models.resolve(None, ("ctranslate2",))
-    model = WhisperModel(str(source.path), device="cpu", compute_type="float32", cpu_threads=2)
-    segments, _ = model.transcribe(str(clip), beam_size=BEAMS, word_timestamps=True)
+    return WhisperModel(str(source.path), device="cpu", compute_type="float32", cpu_threads=1)
+
+
+@functools.cache
+def _faster_whisper_words(clip: Path, beams: int):
+    segments, _ = _faster_whisper().transcribe(str(clip), beam_size=beams, word_timestamps=True)
     return [w for s in segments for w in s.words]
 
 
@@ -236,7 +242,7 @@ def test_words_are_in_order_inside_their_segments_and_spell_the_text(clip):
 def test_word_starts_agree_with_faster_whisper_within_a_fifth_of_a_second(clip):
     _, words, _ = _aligned(clip)
     ours = [w for per_segment in words for w in per_segment]
-    theirs = _faster_whisper_words(clip)
+    theirs = _faster_whisper_words(clip, BEAMS)
     differences = _start_differences(ours, theirs)
     assert len(differences) >= 0.8 * max(len(ours), len(theirs))  # the same words, mostly
     assert np.median(differences) <= MEDIAN_START_TOLERANCE
@@ -277,24 +283,34 @@ def test_the_converted_tiny_en_carries_alignment_heads():
 # ---------------------------------------------------------------- through backend.transcribe
 
 LONG_FORM = "long_form_head"  # a fixture's file: 61.5 s, three windows, offsets from seek
+# Greedy there, by us and faster-whisper alike: its windows' and chunks' offsets are the
+# question, and the short clips at beam 5 time the words of a beam search.
+LONG_FORM_BEAMS = 1
 TRANSCRIBED = [*CLIPS, LONG_FORM]
 
 
-def _clip(clip: Path | str, request: pytest.FixtureRequest) -> Path:
-    return request.getfixturevalue(clip) if isinstance(clip, str) else clip
+def _clip(clip: Path | str, request: pytest.FixtureRequest) -> tuple[Path, int]:
+    """The clip's file and the beams it is decoded with."""
+    if isinstance(clip, str):
+        return request.getfixturevalue(clip), LONG_FORM_BEAMS
+    return clip, BEAMS
+
+
+def _transcribed(clip: Path, word_timestamps: bool = True, batch_size: int = 1, beams: int = BEAMS):
+    return _decoded(clip, word_timestamps, batch_size, beams)  # one cache key however called
 
 
 @functools.cache
-def _transcribed(clip: Path, word_timestamps: bool = True, batch_size: int = 1):
-    request = DecodeRequest(beam_size=BEAMS, word_timestamps=word_timestamps, batch_size=batch_size)
+def _decoded(clip: Path, word_timestamps: bool, batch_size: int, beams: int):
+    request = DecodeRequest(beam_size=beams, word_timestamps=word_timestamps, batch_size=batch_size)
     return list(_backend().transcribe(load_audio(clip), request).segments)
 
 
 @pytest.mark.parametrize("clip", TRANSCRIBED, ids=lambda c: getattr(c, "stem", c))
 @pytest.mark.slow
 def test_transcribe_gives_each_segment_its_words_in_order(clip, request):
-    clip = _clip(clip, request)
-    segments = _transcribed(clip)
+    clip, beams = _clip(clip, request)
+    segments = _transcribed(clip, beams=beams)
     flat = [w for s in segments for w in s.words]
     assert flat and all(s.words for s in segments)
     for segment in segments:
@@ -311,9 +327,9 @@ def test_transcribe_gives_each_segment_its_words_in_order(clip, request):
 @pytest.mark.parametrize("clip", TRANSCRIBED, ids=lambda c: getattr(c, "stem", c))
 @pytest.mark.slow
 def test_transcribed_word_starts_agree_with_faster_whisper(clip, request):
-    clip = _clip(clip, request)
-    ours = [w for s in _transcribed(clip) for w in s.words]
-    theirs = _faster_whisper_words(clip)
+    clip, beams = _clip(clip, request)
+    ours = [w for s in _transcribed(clip, beams=beams) for w in s.words]
+    theirs = _faster_whisper_words(clip, beams)
     differences = _start_differences(ours, theirs)
     assert len(differences) >= 0.8 * max(len(ours), len(theirs))
     assert np.median(differences) <= MEDIAN_START_TOLERANCE
@@ -329,11 +345,11 @@ def test_words_only_when_asked_and_the_text_does_not_change():
 
 @pytest.mark.slow
 def test_batched_chunks_time_their_words_on_the_input_s_clock(long_form_head):
-    segments = _transcribed(long_form_head, batch_size=4)
+    segments = _transcribed(long_form_head, batch_size=4, beams=LONG_FORM_BEAMS)
     assert len({s.window for s in segments}) > 1  # several chunks, each with its own offset
     assert all(s.words and s.start == s.words[0].start for s in segments)
     ours = [w for s in segments for w in s.words]
     assert [w.start for w in ours] == sorted(w.start for w in ours)
-    differences = _start_differences(ours, _faster_whisper_words(long_form_head))
+    differences = _start_differences(ours, _faster_whisper_words(long_form_head, LONG_FORM_BEAMS))
     assert len(differences) >= 0.8 * len(ours)
     assert np.median(differences) <= MEDIAN_START_TOLERANCE

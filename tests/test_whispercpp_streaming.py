@@ -141,15 +141,14 @@ def _fields(segments):
 def test_a_short_input_runs_once_as_whisper_cli_would(whisper_cli, tmp_path, caplog):
     caplog.set_level(logging.DEBUG, logger=SESSION_LOG)
     backend = _backend()
-    segments, run = _transcribed(
-        backend, open_streamed(SAMPLE, hold_seconds=0), DecodeRequest(beam_size=5)
-    )
+    request = DecodeRequest(beam_size=1)  # greedy: the one run is the claim, not the search
+    segments, run = _transcribed(backend, open_streamed(SAMPLE, hold_seconds=0), request)
     assert len(_argvs(caplog)) == 1 and "pieces" not in run.report.settings
     wav = tmp_path / "jfk.wav"
     write_wav_f32(wav, load_audio(SAMPLE))
     from kvscribe.backends.whispercpp.process import execute
 
-    argv = backend.argv_for(wav, tmp_path / "direct", DecodeRequest(beam_size=5), 5)
+    argv = backend.argv_for(wav, tmp_path / "direct", request, request.beam_size)
     _, printed = execute(argv, tmp_path / "stderr.txt", None)
     direct = [parsed for line in printed if (parsed := parse_segment_line(line))]
     assert [(s.start, s.end, s.text) for s in segments] == direct
