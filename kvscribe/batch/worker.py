@@ -174,9 +174,7 @@ class Worker:
         try:
             return self._transcribed(one.result, one.source, report, one.samples)
         except Exception as exc:  # by contract, as in work_guarded
-            interrupts.raise_if_behind(exc)
-            _log.debug("engine failure on %s", one.result.task.path, exc_info=True)
-            one.result.error = internal_error(one.result.task, exc)
+            one.result.error = _unexpected(one.result.task, exc, "engine failure on")
             return self._finished(one.result)
 
     def _transcribed(
@@ -241,9 +239,7 @@ def _opened(
     except KvscribeError as exc:
         result.error = _renamed(exc, source, result.task.path)
     except Exception as exc:  # by contract, as in work_guarded
-        interrupts.raise_if_behind(exc)
-        _log.debug("failure opening %s", result.task.path, exc_info=True)
-        result.error = internal_error(result.task, exc)
+        result.error = _unexpected(result.task, exc, "failure opening")
     if samples is not None:
         samples.close()
     return None
@@ -308,9 +304,16 @@ def work_guarded(
     try:
         return worker.work(task, read_from, shipped, report)
     except Exception as exc:
-        interrupts.raise_if_behind(exc)  # a cleanup's error while Ctrl-C went up: still Ctrl-C
-        _log.debug("engine failure on %s", task.path, exc_info=True)  # --debug: the traceback
-        return Result(task, error=internal_error(task, exc))
+        return Result(task, error=_unexpected(task, exc, "engine failure on"))
+
+
+def _unexpected(task: Task, exc: Exception, doing: str) -> EngineError:
+    """An unexpected exception as `task`'s failure, its traceback kept for --debug. An error
+    a cleanup raised while Ctrl-C or SIGTERM went up is that stop, raised instead
+    (kvscribe.interrupts.behind): taken for a failed file, the run went on decoding."""
+    interrupts.raise_if_behind(exc)
+    _log.debug("%s %s", doing, task.path, exc_info=True)
+    return internal_error(task, exc)
 
 
 def internal_error(task: Task, exc: Exception) -> EngineError:
