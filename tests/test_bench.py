@@ -130,6 +130,9 @@ def test_bench_writes_every_output(bench_run):
     assert markdown.startswith("# kvscribe bench (MB = 10^6 bytes)")
     assert data["meta"]["device"].startswith("--device auto: ran on ")
     assert [r["device"] for r in rows] == [c["device"] for c in data["cells"]]
+    # By default every cell decoded the clip once, untimed, before its timed run.
+    assert data["meta"]["warm-up"] == "one untimed run per cell"
+    assert all(c["warmed_up"] == [FOX.name] for c in data["cells"]), data["cells"]
     for name in ("kv_vs_tokens.png", "wer_vs_kv.png"):
         assert (folder / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -122,8 +122,9 @@ LONG_CLIP_HEAD = (35.34, "more respectable than he was")
 
 @pytest.fixture(scope="module")
 def batch_bench(tmp_path_factory):
-    """The shipped long clip's head (35 s: two speech chunks) at batch 1 and 4; the only
-    clip, so each cell's warm-up is that clip alone (the suite's time)."""
+    """The shipped long clip's head (35 s: two speech chunks) at batch 1 and 4, without the
+    warm-ups (each would decode the clip once more): the figures are checked against each
+    other, not timed."""
     folder = tmp_path_factory.mktemp("batch-bench")
     long_clip = max(shipped(), key=lambda clip: clip.seconds)
     seconds, last_words = LONG_CLIP_HEAD
@@ -134,7 +135,15 @@ def batch_bench(tmp_path_factory):
     manifest.write_text(f"{audio}\t{reference}", encoding="utf-8")
     args = ["bench", "--manifest", manifest, "--profile", "cpu-laptop"]
     args += ["-b", "transformers", "-b", "ctranslate2"]
-    args += ["--policy", "full", "--batch-sizes", "1,4", "--json", folder / "b.json"]
+    args += [
+        "--policy",
+        "full",
+        "--batch-sizes",
+        "1,4",
+        "--no-warm-up",
+        "--json",
+        folder / "b.json",
+    ]
     args += ["--markdown", folder / "b.md", "--csv", folder / "b.csv", "--plot", folder / "plots"]
     result = run_cli(*args, timeout=900)
     assert result.code == 0, result.stderr
@@ -195,6 +204,10 @@ def test_batch_bench_figures_agree_with_each_other(batch_bench):
         "cross": "estimated",
     }
     assert all(c["verdict"] == "not measured" for c in data["claims"])  # no policy cells
+    # --no-warm-up: no cell decoded anything before its timed run, and the report says so.
+    assert all(cell["warmed_up"] == [] for cell in cells.values())
+    assert data["meta"]["warm-up"].startswith("none (--no-warm-up)")
+    assert "- warm-up: none (--no-warm-up)" in (folder / "b.md").read_text()
 
 
 def _kv_total(cell: dict) -> int:

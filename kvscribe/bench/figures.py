@@ -47,6 +47,7 @@ class CellFigures:
     batch_size_run: int = 1  # the largest the backend reported: audio <= 30 s is not batched
     audio_seconds_per_second: float = 0.0  # throughput: audio length / wall time (1 / RTF)
     speedup_vs_batch_1: float | None = None  # the same setting's batch-1 wall time / this one's
+    warmed_up: list[str] = field(default_factory=list)  # clips its process decoded untimed first
 
     @property
     def kv_total_bytes(self) -> int | None:
@@ -103,6 +104,7 @@ def summarise(
         batch_size=cell.batch_size,
         batch_size_run=max((c.batch_size for c in last), default=1),
         audio_seconds_per_second=round(audio / seconds, 3) if seconds else 0.0,
+        warmed_up=runs[0].warmed_up,
     )
 
 

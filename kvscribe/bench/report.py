@@ -138,7 +138,7 @@ def _csv_row(figure: CellFigures) -> dict[str, Any]:
 def as_csv(figures: list[CellFigures]) -> str:
     out = io.StringIO()
     rows = [_csv_row(f) for f in figures]
-    keys = [k for k in rows[0] if k not in ("settings", "kv_trace")] if rows else []
+    keys = [k for k in rows[0] if k not in ("settings", "kv_trace", "warmed_up")] if rows else []
     writer = csv.DictWriter(out, fieldnames=keys, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)

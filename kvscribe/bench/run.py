@@ -40,6 +40,7 @@ class BenchOptions:
     csv_out: Path | None = None
     markdown_out: Path | None = None
     device: str = "auto"  # every cell's: auto (CUDA when present), cpu or cuda
+    warm_up: bool = True  # one untimed run per cell before the timed ones
 
 
 def _check_outputs(options: BenchOptions) -> None:
@@ -80,7 +81,7 @@ def main(options: BenchOptions, console: Console) -> int:
         style="dim",
     )
     started = time.perf_counter()
-    ran, figures = _run_cells(placement, clips, options.repeat, console)
+    ran, figures = _run_cells(placement, clips, options, console)
     compare(ran, figures)
     found = claims(figures)
     meta = _meta(options, clips, time.perf_counter() - started)
@@ -111,9 +112,10 @@ def _available_backends(console: Console) -> list[str]:
     return found
 
 
-def _run_cells(placement: Placement, clips: list[Clip], repeat: int, console: Console):
-    """Start every cell that can run, then run them round-robin `repeat` times (drift hits
-    all alike). Cells that cannot run are added to placement.skipped, with the reason."""
+def _run_cells(placement: Placement, clips: list[Clip], options: BenchOptions, console: Console):
+    """Start every cell that can run, then run them round-robin `options.repeat` times (drift
+    hits all alike). Cells that cannot run are added to placement.skipped, with the reason."""
+    repeat = options.repeat
     for label, reason in placement.skipped.items():
         console.print(f"[yellow]skipping {escape(label)}[/]: {escape(reason)}")
     devices = placement.devices
@@ -123,7 +125,7 @@ def _run_cells(placement: Placement, clips: list[Clip], repeat: int, console: Co
         for cell, choice in devices.items():
             # One cell loads and warms up at a time: 20 warm-ups at once on 2 cores thrashed
             # (a 9.5 min bench took over 30), and nothing is timed before all are ready.
-            process = CellProcess(cell, clips, choice.device)
+            process = CellProcess(cell, clips, choice.device, options.warm_up)
             processes.append(process)
             error = process.ready()
             if error is None:
@@ -169,6 +171,9 @@ def _meta(options: BenchOptions, clips: list[Clip], seconds: float) -> dict:
         "clips": f"{len(clips)} ({sum(c.seconds for c in clips):.1f} s): "
         + ", ".join(c.name for c in clips),
         "repeats": options.repeat,
+        "warm-up": "one untimed run per cell"
+        if options.warm_up
+        else "none (--no-warm-up): each cell's first timed run pays its first-call costs",
         "bench wall": f"{seconds:.0f} s",
         "date": time.strftime("%Y-%m-%d"),
     }

@@ -1,6 +1,6 @@
-"""One process per bench cell: it loads its engine once, warms up on the first clip, then
-runs every clip each time the parent asks, so cells can be interleaved and each
-cell's peak RSS is its own."""
+"""One process per bench cell: it loads its engine once, warms up on the first clip (unless
+told not to), then runs every clip each time the parent asks, so cells can be interleaved
+and each cell's peak RSS is its own."""
 
 from __future__ import annotations
 
@@ -48,16 +48,19 @@ class CellRun:
     peak_rss_bytes: int | None
     settings: dict[str, str] = field(default_factory=dict)
     device: str = "cpu"  # where the engine actually ran
+    warmed_up: list[str] = field(default_factory=list)  # clips decoded untimed before any run
 
 
 class CellProcess:
     """The parent's handle on one cell's worker process."""
 
-    def __init__(self, cell: Cell, clips: list[Clip], device: str):
+    def __init__(self, cell: Cell, clips: list[Clip], device: str, warm_up: bool = True):
         context = multiprocessing.get_context("spawn")
         self.cell = cell
         self._conn, child = context.Pipe()
-        self._proc = context.Process(target=_serve, args=(child, cell, clips, device), daemon=True)
+        self._proc = context.Process(
+            target=_serve, args=(child, cell, clips, device, warm_up), daemon=True
+        )
         self._proc.start()
         child.close()
 
@@ -90,12 +93,13 @@ class CellProcess:
         return message
 
 
-def _serve(conn, cell: Cell, clips: list[Clip], device: str) -> None:
+def _serve(conn, cell: Cell, clips: list[Clip], device: str, warm_up: bool) -> None:
     runner = None
     try:
         try:
             runner = _make_runner(cell, device)
-            for clip in warm_up_clips(cell, clips):  # caches, allocator, page cache; not counted
+            warmed = warm_up_clips(cell, clips) if warm_up else []
+            for clip in warmed:  # caches, allocator, page cache; not counted
                 runner(clip)
         except KvscribeError as exc:
             conn.send(exc)
@@ -104,10 +108,19 @@ def _serve(conn, cell: Cell, clips: list[Clip], device: str) -> None:
             conn.send(RuntimeError(f"{cell.label}: {type(exc).__name__}: {exc}"))
             return
         conn.send(None)
-        settings = getattr(runner, "settings", {})
         while conn.recv() == "run":
             results = [runner(clip) for clip in clips]
-            conn.send(CellRun(results, peak_rss_bytes(), dict(settings), runner.device))
+            # Read after the run: a runner fills in what it ran (a batch size) as it decodes.
+            settings = dict(getattr(runner, "settings", {}))
+            conn.send(
+                CellRun(
+                    results,
+                    peak_rss_bytes(),
+                    settings,
+                    runner.device,
+                    [clip.name for clip in warmed],
+                )
+            )
     except KeyboardInterrupt:  # a Ctrl-C reaches every cell: the parent says it stopped
         return
     finally:

@@ -74,6 +74,16 @@ PARAMETERS: ParameterTable = {
         int,
         typer.Option(1, "--repeat", min=1, help="Timed runs per cell (medians)."),
     ),
+    "warm_up": (
+        bool,
+        typer.Option(
+            True,
+            "--warm-up/--no-warm-up",
+            help="One untimed run per cell before the timed ones (the first clip, and one over "
+            "30 s where the cell may batch). Without it each cell's first timed run pays for "
+            "its caches and first calls: quicker, for the text, WER and memory, not the speed.",
+        ),
+    ),
     "baseline": (
         bool,
         typer.Option(
@@ -110,8 +120,8 @@ PARAMETERS: ParameterTable = {
 def bench(**given: Any) -> None:
     """Measure backends x profiles x cache policies (x batch sizes): WER, KV bytes, speed.
 
-    Each cell runs in its own process (model loaded once, one untimed warm-up),
-    cells are interleaved each repeat, and --baseline adds the engines called
+    Each cell runs in its own process (model loaded once, one untimed warm-up
+    unless --no-warm-up), cells are interleaved each repeat, and --baseline adds the engines called
     directly with the same options, in the same run.
     """
     from kvscribe.bench import run as bench_run
