@@ -98,15 +98,22 @@ def test_a_batched_run_says_where_its_time_went(tmp_path, long_form_head):
     result = run_cli(long_form_head, "--stats-json", path, "-f", "txt")
     assert result.code == 0, result.stderr
     stats = json.loads(path.read_text())
-    stages = stats["stage_seconds"]
-    assert list(stages) == ["speech chunks", "features", "encoder", "decoder", "alignment"]
+    stages, settings = stats["stage_seconds"], stats["settings"]
+    # Replicas that encode their own rows on onnxruntime compute each row's log-mel there,
+    # inside `encoder` (docs/stats.md): a run given 2 threads, as `-n 0` on 2 cores is.
+    spread = "replicas" in settings.get("engine threads", "")
+    spread = spread and settings["encoder"].startswith("onnxruntime")
+    features = [] if spread else ["features"]
+    assert list(stages) == ["speech chunks", *features, "encoder", "decoder", "alignment"]
     # The file's speech was scanned while the model loaded (kvscribe/voice/ahead.py): its
     # stage is left only the cuts, and a note gives the scan's own time.
     assert all(seconds > 0 for stage, seconds in stages.items() if stage != "speech chunks")
     assert any("scanned while the model loaded" in note for note in stats["notes"])
     assert sum(stages.values()) <= stats["transcribe_seconds"] * 1.01
     busy = stats["cpu_seconds"] / (stats["wall_seconds"] * stats["cores"])
-    assert 0 < stats["cores_busy"] == pytest.approx(busy, abs=0.002) and busy <= 1.05
+    # At most all the cores (docs/stats.md): a run told one core may use a second briefly
+    # (the scan ahead of the model's load runs on every core).
+    assert 0 < stats["cores_busy"] == pytest.approx(min(busy, 1.0), abs=0.002) and busy <= 1.05
     assert "time by stage" in result.stderr and "cores busy" in result.stderr
 
 

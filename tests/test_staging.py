@@ -61,4 +61,64 @@ def test_a_conversion_into_the_cache_sweeps_a_killed_conversions_copy(tmp_path, 
     converted = resolve("tiny.en", ("transformers",))
     assert converted.path == target and (target / "model.safetensors").is_file()
     assert not stale.exists()
-    assert [p.name for p in target.parent.iterdir() if p.name.startswith(".")] == [".digests"]
+    hidden = sorted(p.name for p in target.parent.iterdir() if p.name.startswith("."))
+    assert hidden == [".digests", ".locks"]  # no staging copy: the memos and the entries' locks
+
+
+# A process that needs a cache entry: it waits until all its siblings are ready to ask (so
+# that they ask together), then makes the entry if it is missing. Its make takes 0.5 s,
+# during which the others ask too.
+_MAKER = """
+import os, sys, time
+from pathlib import Path
+from kvscribe.staging import made_once
+
+target, log, ready = (Path(argument) for argument in sys.argv[1:4])
+siblings = int(sys.argv[4])
+(ready / str(os.getpid())).touch()
+deadline = time.monotonic() + 30
+while len(list(ready.iterdir())) < siblings and time.monotonic() < deadline:
+    time.sleep(0.01)
+
+def make():
+    with log.open("a") as lines:
+        lines.write(f"{os.getpid()}\\n")
+    time.sleep(0.5)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("made by " + str(os.getpid()))
+
+made_once(target, target.is_file, make)
+print(target.read_text())
+"""
+
+
+def test_processes_that_need_one_entry_at_once_make_it_once(tmp_path):
+    """Three processes ask for the same missing entry together: one makes it, the others
+    wait for it and find it made (each made its own before)."""
+    import subprocess
+    import sys
+
+    target, log, ready = tmp_path / "models" / "entry", tmp_path / "makers.log", tmp_path / "ready"
+    ready.mkdir()
+    arguments = [str(target), str(log), str(ready), "3"]
+    makers = [
+        subprocess.Popen(
+            [sys.executable, "-c", _MAKER, *arguments], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(3)
+    ]
+    said = [maker.communicate(timeout=60)[0] for maker in makers]
+    assert [maker.returncode for maker in makers] == [0, 0, 0]
+    made = log.read_text().split()
+    assert len(made) == 1, made
+    assert said == [f"made by {made[0]}\n"] * 3
+
+
+def test_an_entry_the_cache_cannot_lock_is_still_made(tmp_path):
+    """Where no lock file can be made (here the cache's folder is a file), nothing is held
+    and the entry's maker runs as it did before there was a lock: its own error says why."""
+    blocker = tmp_path / "cache"
+    blocker.write_text("a file where the cache's folder should be")
+    target, made = blocker / "models" / "entry", []
+    staging.made_once(target, lambda: False, lambda: made.append(target))
+    assert made == [target]

@@ -34,6 +34,7 @@ from kvscribe.machine.hardware import cpu_name
 from kvscribe.machine.memtrace import release_freed_memory
 from kvscribe.models import onnx_encoder
 from kvscribe.paths import cache_dir
+from kvscribe.staging import made_once, one_maker
 
 CHOICES = ENCODERS
 _TIMED_WINDOWS = 2  # timed after one warm-up call each; the faster of two rounds counts
@@ -200,18 +201,32 @@ def cached_graph(model_dir: Path, model_name: str, precision: str) -> Path:
     safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in model_name).strip("_.")
     name = f"{safe or 'model'}-encoder-{precision}-v{onnx_encoder.WRITER_VERSION}-{key}.onnx"
     target = cache_dir() / "models" / name
-    if not target.is_file():
-        onnx_encoder.write(model_dir, target, precision)
+    made_once(target, target.is_file, lambda: onnx_encoder.write(model_dir, target, precision))
     return target
 
 
 def _timed(graph: Path, candidate: Candidate, encoder: OnnxEncoder) -> dict[str, float]:
-    """Seconds a window for each encoder, from the cache or timed now and kept."""
+    """Seconds a window for each encoder, from the cache or timed now and kept. One process
+    times at a time: another kvscribe starting beside it waits and reads its record (two
+    timings at once would each share the cores with the other's)."""
     record = cache_dir() / "encoders" / f"{_machine_key(graph, candidate)}.json"
+    timed = _recorded(record)
+    if timed is None:
+        with one_maker(record):
+            timed = _recorded(record) or _time_and_record(record, graph, candidate, encoder)
+    return timed
+
+
+def _recorded(record: Path) -> dict[str, float] | None:
     try:
         return json.loads(record.read_text(encoding="utf-8"))["seconds_per_window"]
     except (OSError, ValueError, KeyError):
-        pass
+        return None
+
+
+def _time_and_record(
+    record: Path, graph: Path, candidate: Candidate, encoder: OnnxEncoder
+) -> dict[str, float]:
     frames = 3000  # one 30 s window
     windows = np.random.default_rng(0).standard_normal(
         (_TIMED_WINDOWS, _mels(encoder), frames), dtype=np.float32

@@ -16,7 +16,7 @@ from pathlib import Path
 from kvscribe.errors import ModelNotFoundError
 from kvscribe.models.ct2_file import whisper_dims
 from kvscribe.paths import cache_dir, cache_unwritable
-from kvscribe.staging import staging_dir
+from kvscribe.staging import made_once, staging_dir
 
 _SIDE_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
 
@@ -62,8 +62,7 @@ class EmbeddedModel:
         if len(dirs) == 1:
             return dirs[0]
         target = cache_dir() / "models" / f"{self.name}-ct2-{self.version_key()}"
-        if not (target / "model.bin").is_file():
-            _join_parts(dirs, target)
+        made_once(target, (target / "model.bin").is_file, lambda: _join_parts(dirs, target))
         return target
 
 

@@ -21,6 +21,7 @@ from kvscribe.models import hub
 from kvscribe.models.embedded import DEFAULT_MODEL, EMBEDDED
 from kvscribe.models.formats import FORMATS, detect_format, missing_file, needed_files
 from kvscribe.paths import cache_dir, cache_unwritable
+from kvscribe.staging import made_once
 
 
 @dataclass(frozen=True)
@@ -109,11 +110,10 @@ def _converted(ref: ModelRef, fmt: str) -> ModelRef:
     """The cached conversion of `ref`, keyed by the content of its weights and the converter."""
     converter = _CONVERTERS[(ref.format, fmt)]
     target = _cached_path(ref, f"{fmt}-v{converter.version}", converter.suffix)
-    if not converter.done(target):
-        try:
-            converter.run(ref.path, target)
-        except OSError as exc:  # a read-only or full cache: say where, and the way out
-            raise cache_unwritable(exc, f"{ref.name} converted to {fmt}") from None
+    try:
+        made_once(target, lambda: converter.done(target), lambda: converter.run(ref.path, target))
+    except OSError as exc:  # a read-only or full cache: say where, and the way out
+        raise cache_unwritable(exc, f"{ref.name} converted to {fmt}") from None
     return ModelRef(ref.name, target, fmt, f"{ref.origin}; converted to {fmt}: {target}")
 
 
@@ -132,8 +132,8 @@ def int8_weights(ref: ModelRef) -> ModelRef:
         return ref
     try:
         target = _cached_path(ref, f"ctranslate2-int8-v{_INT8_VERSION}", "")
-        if not (target / ct2_int8.MODEL_FILE).is_file():
-            ct2_int8.write(ref.path, target)
+        made = (target / ct2_int8.MODEL_FILE).is_file
+        made_once(target, made, lambda: ct2_int8.write(ref.path, target))
     except OSError:
         return ref
     return ModelRef(ref.name, target, ref.format, f"{ref.origin}; its weights in int8: {target}")
