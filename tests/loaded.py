@@ -59,6 +59,15 @@ _ENCODED_CAP = 256 * 2**20
 _ENCODED_LOCK = threading.Lock()
 
 
+def remember_encodings(backend) -> None:
+    """A backend of a test's own (a batch worker's, say) given the suite's encoder memory
+    (`_remember`): the transformers or the ctranslate2 one."""
+    if hasattr(backend, "network"):  # transformers
+        _remember_encodings(backend.network.model.encoder, backend.model.path)
+    else:
+        remember_ct2_encodings(backend)
+
+
 def _remember_encodings(encoder, model_path) -> None:
     """The transformers encoder (see `_remember`)."""
     import torch

@@ -16,9 +16,14 @@ from filelock import FileLock
 
 from kvscribe.errors import ExitCode
 from kvscribe.inputs import Input, Selection, expand, looks_like_media, output_bases
-from tests.conftest import KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
+from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, run_cli, wer
 
 pytestmark = [pytest.mark.model]
+
+# The batch's good files: a real 1.1 s clip (one 30 s window, as the 11 s sample took, and a
+# tenth of its decoding): the tests check plumbing, not accuracy.
+CLIP = EVAL_DIR / "ps_cards_001.wav"
+CLIP_TEXT = CLIP.with_suffix(".txt").read_text(encoding="utf-8")
 
 FAST = ("--beam-size", "1", "-f", "txt,json")  # greedy: the tests check plumbing, not accuracy
 GOOD = [
@@ -41,15 +46,31 @@ BAD = {
 
 
 @pytest.fixture(scope="module")
-def tree(derived, tmp_path_factory) -> Path:
+def clip_as(tmp_path_factory) -> dict[str, Path]:
+    """CLIP in each container the tree holds, by suffix (encoded as tests/media.py does)."""
+    from kvscribe.audio import load_audio
+    from tests import media
+
+    folder, mono = tmp_path_factory.mktemp("clip"), load_audio(CLIP)
+    at44 = media.resample_linear(mono, 44100)
+    return {
+        ".wav": CLIP,
+        ".flac": media.encode(mono, 16000, folder / "clip.flac", "flac"),
+        ".mp3": media.encode(at44, 44100, folder / "clip.mp3", "libmp3lame"),
+        ".ogg": media.encode(
+            media.resample_linear(mono, 48000), 48000, folder / "clip.ogg", "libopus"
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def tree(derived, clip_as, tmp_path_factory) -> Path:
     """A folder of real clips and bad files; also an ignored text file and a hidden file."""
     root = tmp_path_factory.mktemp("batch") / "recordings"
-    sources = {".wav": SAMPLE, ".flac": derived["flac"], ".mp3": derived["mp3"]}
-    sources[".ogg"] = derived["ogg"]
     for name in GOOD:
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(sources.get(Path(name).suffix, SAMPLE), target)
+        shutil.copy(clip_as.get(Path(name).suffix, CLIP), target)
     bad = {"empty": "empty", "notes": "not_audio", "truncated": "truncated_wav"}
     bad |= {"corrupt": "corrupt_flac", "header_only": "header_only"}
     for name in BAD:
@@ -109,7 +130,7 @@ def test_batch_mirrors_the_tree_and_reports_each_bad_file_once(tree, first_run):
     }
     assert set(_outputs(out)) == {f"{b}.{fmt}" for b in expected for fmt in ("txt", "json")}
     transcript = json.loads((out / "talks/day 2/ünïcode talk.json").read_text())
-    assert wer(SAMPLE_TEXT, transcript["text"]) <= 0.15
+    assert wer(CLIP_TEXT, transcript["text"]) <= 0.15
     assert not list(out.rglob("*.part"))
 
 
@@ -128,12 +149,12 @@ def test_rerun_does_no_work_and_lists_the_same_failures(tree, first_run):
 
 
 @pytest.mark.slow
-def test_changed_input_and_forced_rerun_are_redone(tree, derived, tmp_path):
+def test_changed_input_and_forced_rerun_are_redone(tree, clip_as, tmp_path):
     folder = tmp_path / "in"
     shutil.copytree(tree / "same", folder)
     out = tmp_path / "out"
     assert run_cli(folder, "-o", out, *FAST).code == 0
-    shutil.copy(derived["mp3"], folder / "x.wav")  # new bytes under the old name
+    shutil.copy(clip_as[".mp3"], folder / "x.wav")  # new bytes under the old name
     os.utime(folder / "x.flac")  # touched only: same bytes
     events = _events(run_cli(folder, "-o", out, "--json", *FAST).stdout)
     assert [(e["event"], Path(e["path"]).name) for e in events if e["event"] != "started"] == [
@@ -150,14 +171,14 @@ def test_changed_input_and_forced_rerun_are_redone(tree, derived, tmp_path):
 @pytest.mark.slow
 def test_changed_options_redo_and_new_formats_are_written(tmp_path):
     out = tmp_path / "out"
-    assert run_cli(SAMPLE, "-o", out, "-f", "txt", "--beam-size", "1").code == 0
-    again = run_cli(SAMPLE, "-o", out, "-f", "txt", "--beam-size", "1", "--json")
+    assert run_cli(CLIP, "-o", out, "-f", "txt", "--beam-size", "1").code == 0
+    again = run_cli(CLIP, "-o", out, "-f", "txt", "--beam-size", "1", "--json")
     assert [e["event"] for e in _events(again.stdout)] == ["skipped"]
-    more = run_cli(SAMPLE, "-o", out, "-f", "txt,srt", "--beam-size", "1", "--json")
+    more = run_cli(CLIP, "-o", out, "-f", "txt,srt", "--beam-size", "1", "--json")
     assert [e["event"] for e in _events(more.stdout)] == ["started", "done"]
-    beam = run_cli(SAMPLE, "-o", out, "-f", "txt,srt", "--beam-size", "2", "--json")
+    beam = run_cli(CLIP, "-o", out, "-f", "txt,srt", "--beam-size", "2", "--json")
     assert [e["event"] for e in _events(beam.stdout)] == ["started", "done"]
-    assert (out / "jfk.srt").is_file()
+    assert (out / f"{CLIP.stem}.srt").is_file()
 
 
 def _finished_records(manifest: Path) -> int:
@@ -322,13 +343,13 @@ class _Collect:
 
 
 def _two_files(tmp_path: Path):
-    """A folder of two copies of the sample, and the options of a greedy -f txt run of it."""
+    """A folder of two copies of CLIP, and the options of a greedy -f txt run of it."""
     from kvscribe.options import TranscribeOptions
 
     folder, out = tmp_path / "in", tmp_path / "out"
     folder.mkdir()
     for name in ("a.wav", "b.wav"):
-        shutil.copy(SAMPLE, folder / name)
+        shutil.copy(CLIP, folder / name)
     return folder, TranscribeOptions(
         inputs=(folder,), output_dir=out, formats=("txt",), beam_size=1
     )

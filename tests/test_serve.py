@@ -86,15 +86,13 @@ def test_streamed_deltas_join_to_the_done_text_and_the_plain_text(
 ):
     # A delta per segment as it is decoded: how many segments the sample reads as depends on
     # the int8 kernels' roundings (one 10.8 s segment on some CPUs), the 40 s clip's always
-    # more than one.
+    # more than one. The long clip's unstreamed text is its verbose answer's: that json and
+    # verbose_json carry the same text is the response formats test's claim.
     client = served.client()
-    long_answers = (
-        transcribe(client, long_clip),
-        transcribe(client, long_clip, response_format="verbose_json"),
-    )
+    long_verbose = transcribe(client, long_clip, response_format="verbose_json")
     for path, fewest, (plain, verbose) in (
         (SAMPLE, 1, sample_answers),
-        (long_clip, 2, long_answers),
+        (long_clip, 2, (long_verbose, long_verbose)),
     ):
         events = list(transcribe(client, path, stream=True))
         deltas = [e.delta for e in events if e.type == "transcript.text.delta"]
@@ -199,30 +197,33 @@ def _shared_with_others(notes: list[str | None]) -> bool:
     return any(note is not None and int(note.split()[0]) >= 1 for note in notes)
 
 
-def test_sharing_a_batch_changes_no_requests_tokens(tmp_path, long_clip):
+@pytest.fixture(scope="module")
+def one_shared_engine(tmp_path_factory):
+    """One two-threaded ctranslate2 engine (--lanes 1 --threads 2), no KV budget."""
+    served = Served(tmp_path_factory.mktemp("one_engine"), "--lanes", "1", "--threads", "2")
+    yield served
+    assert served.stop() == 0
+
+
+def test_sharing_a_batch_changes_no_requests_tokens(one_shared_engine, long_clip):
     """One two-threaded ctranslate2 engine (--lanes 1 --threads 2) shares batches between short
     requests (single-threaded lanes decode them one by one: faster there); requests that
     arrive together are decoded in one batch, and each gets the tokens it gets alone."""
-    served = Served(tmp_path, "--lanes", "1", "--threads", "2")
-    try:
-        alone = _alone(served, SHORT_CLIPS)
-        together, shared = _together(served, long_clip, SHORT_CLIPS)
-    finally:
-        assert served.stop() == 0
+    served = one_shared_engine
+    alone = _alone(served, SHORT_CLIPS)
+    together, shared = _together(served, long_clip, SHORT_CLIPS)
     assert _shared_with_others(shared), shared
     _same_tokens(alone, together)
 
 
-def test_the_kv_budget_bounds_how_many_requests_share_a_batch(tmp_path, long_clip):
+def test_the_kv_budget_bounds_how_many_requests_share_a_batch(
+    tmp_path, long_clip, one_shared_engine
+):
     """A budget of 2.5 rows: the short requests that queued behind a long one are decoded two
     at a time (never three together; the long one, over the budget, was admitted alone, as
-    one request always is), and the reservation is back at zero once all are done."""
-    (tmp_path / "probe").mkdir()
-    probe = Served(tmp_path / "probe", "--lanes", "1", "--threads", "2", "--kv-budget-mb", "1")
-    try:
-        row = probe.metrics()['kvscribe_kv_row_bytes{provenance="estimated"}']
-    finally:
-        assert probe.stop() == 0
+    one request always is), and the reservation is back at zero once all are done. A row's
+    bytes are read from the same engine's server without a budget (a budget changes no row)."""
+    row = one_shared_engine.metrics()['kvscribe_kv_row_bytes{provenance="estimated"}']
     budget_mb = 2.5 * row / 1e6
     served = Served(tmp_path, "--lanes", "1", "--threads", "2", "--kv-budget-mb", f"{budget_mb}")
     try:
