@@ -310,3 +310,26 @@ def test_int8_compute_type_quantises_every_linear_layer_and_transcribes():
     assert backend.describe_settings()["compute type"] == "int8"
     run = backend.transcribe(load_audio(SAMPLE), DecodeRequest(beam_size=1))
     assert wer(SAMPLE_TEXT, "".join(s.text for s in run.segments)) <= 0.1
+
+
+@pytest.mark.skipif("base" not in MODELS, reason="pip install 'kvscribe[base]'")
+def test_the_window_the_language_is_detected_on_is_encoded_once():
+    """A multilingual model without a language: the file's first window is encoded for the
+    detection, and its decode takes that output (backends/transformers/engine.py) instead of
+    encoding the window again; the text is the one decoded with the language given."""
+    backend = loaded.fresh("transformers", model="base")
+    encoder = backend.network.model.encoder
+    passes, forward = [], encoder.forward
+
+    def counted(*args, **kwargs):
+        passes.append(args[0].shape)
+        return forward(*args, **kwargs)
+
+    encoder.forward = counted
+    audio = load_audio(SAMPLE)  # 11 s: one window
+    detected = backend.transcribe(audio, DecodeRequest(beam_size=1))
+    text = "".join(segment.text for segment in detected.segments)
+    assert detected.language == "en" and len(passes) == 1, passes
+    given = backend.transcribe(audio, DecodeRequest(beam_size=1, language="en"))
+    assert "".join(segment.text for segment in given.segments) == text
+    assert wer(SAMPLE_TEXT, text) <= 0.1

@@ -20,6 +20,9 @@ class TorchWhisper:
         self.dtype = dtype
         self.self_specs = self_specs
         self.cross_spec = cross_spec
+        # The last window encoded on the CPU and its output: language detection encodes a
+        # file's first window, which its decode then encodes again (a whole encoder pass).
+        self._last_window: tuple[object, object] | None = None
 
     def plan(
         self,
@@ -91,7 +94,20 @@ class TorchWhisper:
             encoder = self.network.model.encoder
             if self.device != "cpu":
                 return encoder(features)
-            return torch.cat([encoder(one[None]) for one in features])
+            return torch.cat([self._encoded_window(encoder, one[None]) for one in features])
+
+    def _encoded_window(self, encoder, window):
+        """`encoder(window)`, or the last window's output where `window` is that window again,
+        equal value for value: the encoder is a pure function of its input, so it is the
+        output it would give (one entry, compared exactly: nothing else is kept)."""
+        import torch
+
+        last = self._last_window
+        if last is not None and last[0].shape == window.shape and torch.equal(last[0], window):
+            return last[1]
+        encoded = encoder(window)
+        self._last_window = (window.clone(), encoded)  # not a view holding the whole batch
+        return encoded
 
     def fill_cross(self, cross, encoded) -> None:
         """The encoder output's cross-attention K/V through the decoder's projections."""
