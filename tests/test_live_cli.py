@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -15,7 +16,7 @@ import pytest
 
 from kvscribe import audio
 from kvscribe.errors import ExitCode
-from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, pooled_wer, run_cli, wer
+from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, pooled_wer, run_cli, wer
 from tests.ct2_paths import available
 
 pytestmark = [pytest.mark.model, pytest.mark.eval]
@@ -345,7 +346,12 @@ def test_on_a_terminal_tentative_text_is_dim_and_a_status_line_shows(tmp_path):
     os.close(master)
     assert proc.wait(timeout=120) == 0, proc.stderr.read().decode()
     text = screen.decode(errors="replace")
-    assert "\x1b[2m" in text  # the tentative tail, dimmed
+    # The tentative tail, dimmed: a dim span of the sample's words (the status line is dim
+    # too, so a dim escape alone would not show it).
+    spoken = set(re.findall(r"[a-z]+", SAMPLE_TEXT.lower()))
+    dim = re.findall(r"\x1b\[2m(.*?)\x1b\[", text, flags=re.S)
+    tentative = [span for span in dim if "latency" not in span]
+    assert any(spoken & set(re.findall(r"[a-z]+", span.lower())) for span in tentative), dim[:4]
     assert "latency" in text and "KV" in text and "Ctrl-C to stop" in text  # the status line
     assert "your country" in text  # committed text stays on screen
 
