@@ -2,10 +2,6 @@
 planner, manifest and resume as `--jobs`, the work spread over Ray actors.
 
 Ray is imported only when a cluster run starts; without it, `--cluster` is a one-line
-error naming the extra to install.
+error naming the extra to install. Nothing is imported here: every run reads its flags
+(kvscribe.cluster.flags), and a run on one machine needs none of the executor's modules.
 """
-
-from kvscribe.cluster.connect import INSTALL, check_address, import_ray
-from kvscribe.cluster.executor import RayExecutor
-
-__all__ = ["INSTALL", "RayExecutor", "check_address", "import_ray"]
