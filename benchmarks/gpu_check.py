@@ -148,7 +148,7 @@ def recordings(quick: bool) -> dict[Path, tuple[np.ndarray, str]]:
 
 
 def transformers_cell(
-    cell: Cell, model, device: str, audio: np.ndarray, ref: str, beams: int | None
+    cell: Cell, model, device: str, audio: np.ndarray, ref: str, beams: int | None, warm_up: bool
 ) -> dict:
     chosen = profile.load(cell.profile)
     section = {**chosen.settings_for("transformers"), "compute_type": cell.dtype}
@@ -162,8 +162,10 @@ def transformers_cell(
     backend.load()
     request = DecodeRequest(batch_size=cell.batch, beam_size=beams)
     # Warm-up on the whole recording: on the H200 a 5 s warm-up left the first long-file
-    # cells of a process 2-8x slower than the same cell later (gpu_check_h200*.md).
-    list(backend.transcribe(audio, request).segments)
+    # cells of a process 2-8x slower than the same cell later (gpu_check_h200*.md). The
+    # dry run times nothing worth reading, and the warm-up is the timed call again.
+    if warm_up:
+        list(backend.transcribe(audio, request).segments)
     torch = _torch()
     if device == "cuda":
         torch.cuda.synchronize()
@@ -275,7 +277,8 @@ def _transformers_rows(args, deadline: float, model, audio, cells_: list, skippe
             skipped.append(cell.label())
             continue
         beams = 1 if args.quick else None  # the dry run: greedy, the same search code
-        rows.append(transformers_cell(cell, model, args.device, *audio[cell.recording], beams))
+        recording = audio[cell.recording]
+        rows.append(transformers_cell(cell, model, args.device, *recording, beams, not args.quick))
         print(rows[-1], flush=True)
     return rows
 
