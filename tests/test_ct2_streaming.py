@@ -83,21 +83,19 @@ def _key(segments) -> list[tuple]:
     ]
 
 
-# Greedy where the case is about the stream, not the search (beam 5 triples the decoding).
+# Greedy: each case is about the stream, not the search (beam 5 triples the decoding).
+GREEDY = {"beam_size": 1}
 CASES = {
-    "sequential words": (
-        "long form",
-        DecodeRequest(beam_size=1, batch_size=1, word_timestamps=True),
+    "sequential words": ("long form", DecodeRequest(batch_size=1, word_timestamps=True, **GREEDY)),
+    "sequential digital silence": ("paused", DecodeRequest(batch_size=1, **GREEDY)),
+    "sequential fallback": ("40 s", DecodeRequest(batch_size=1, fallback=RETRYING, **GREEDY)),
+    "sequential vad": ("paused", DecodeRequest(batch_size=1, vad=VadFilter(), **GREEDY)),
+    "batched words": ("long form", DecodeRequest(batch_size=4, word_timestamps=True, **GREEDY)),
+    "batched fallback": ("40 s", DecodeRequest(batch_size=4, fallback=RETRYING, **GREEDY)),
+    "batched vad": (
+        "paused",
+        DecodeRequest(batch_size=4, vad=VadFilter(), word_timestamps=True, **GREEDY),
     ),
-    "sequential digital silence": ("paused", DecodeRequest(batch_size=1)),
-    "sequential fallback": ("40 s", DecodeRequest(beam_size=1, batch_size=1, fallback=RETRYING)),
-    "sequential vad": ("paused", DecodeRequest(batch_size=1, vad=VadFilter())),
-    "batched words": ("long form", DecodeRequest(batch_size=4, word_timestamps=True)),
-    "batched fallback": (
-        "40 s",
-        DecodeRequest(beam_size=1, batch_size=4, fallback=RETRYING),
-    ),
-    "batched vad": ("paused", DecodeRequest(batch_size=4, vad=VadFilter(), word_timestamps=True)),
 }
 
 

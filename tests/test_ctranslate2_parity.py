@@ -94,8 +94,9 @@ def test_words_on_jfk_are_faster_whispers_own(ct2_backend):
 @pytest.mark.slow
 def test_batched_words_agree_with_sequential_words(ct2_backend):
     audio = load_audio(LONG_FORM)[:LONG_HEAD]
-    batched_run, batched = _decode(ct2_backend, audio, word_timestamps=True, batch_size=4)
-    _, sequential = _decode(ct2_backend, audio, word_timestamps=True, batch_size=1)
+    words = {"word_timestamps": True, "beam_size": 1}  # greedy: the words, not the search
+    batched_run, batched = _decode(ct2_backend, audio, batch_size=4, **words)
+    _, sequential = _decode(ct2_backend, audio, batch_size=1, **words)
 
     assert batched_run.report.batch_size == 4
     _check_words_fit_segments(batched)
@@ -279,18 +280,20 @@ def test_batched_chunks_sample_at_the_requested_temperature(ct2_backend):
 def test_batched_fallback_keeps_the_likeliest_when_every_decode_fails(ct2_backend):
     """A compression threshold every decode fails makes the batched path try each
     temperature per chunk and keep the likeliest decode (faster-whisper's rule): never less
-    likely than the beam search at 0.0 alone, which is among those tried."""
+    likely than the decode at 0.0 alone, which is among those tried (greedy in both: the
+    rule keeps the likeliest whatever the search at 0.0)."""
     audio = load_audio(LONG_FORM)[:LONG_HEAD]
     failing = Fallback(temperatures=(0.0, 0.5, 1.0), compression_ratio_threshold=0.1, best_of=2)
-    _, retried = _decode(ct2_backend, audio, batch_size=4, fallback=failing)
-    _, plain = _decode(ct2_backend, audio, batch_size=4, fallback=Fallback(temperatures=(0.0,)))
+    batched = {"batch_size": 4, "beam_size": 1}
+    _, retried = _decode(ct2_backend, audio, fallback=failing, **batched)
+    _, plain = _decode(ct2_backend, audio, fallback=Fallback(temperatures=(0.0,)), **batched)
 
     assert retried and {s.temperature for s in retried} <= {0.0, 0.5, 1.0}
-    beam_logprob = {s.seek: s.avg_logprob for s in plain}
-    common = [s for s in retried if s.seek in beam_logprob]
+    at_zero_logprob = {s.seek: s.avg_logprob for s in plain}
+    common = [s for s in retried if s.seek in at_zero_logprob]
     assert common
     for segment in common:
-        assert segment.avg_logprob >= beam_logprob[segment.seek] - 1e-6
+        assert segment.avg_logprob >= at_zero_logprob[segment.seek] - 1e-6
 
 
 def test_language_of_an_english_only_model(ct2_backend):

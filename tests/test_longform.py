@@ -4,6 +4,7 @@ subtitle-sized segments. Real model (embedded tiny.en), real audio (eval/)."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -40,18 +41,32 @@ BOTH = pytest.mark.parametrize(
 )
 
 
+# The batched paths align every chunk's words whether or not segments carry them, so one
+# decode with words serves the tests of the text and of the segments' words.
+JOINED_BATCHED = {"batch_size": 8, "word_timestamps": True}
+
+
+@pytest.fixture(scope="module")
+def joined_batched():
+    """(segments, report) of the joined real clips batched with words, by backend name:
+    decoded once per backend for the module."""
+    return functools.cache(lambda name: _decode(load_audio(JOINED), name, **JOINED_BATCHED))
+
+
 @pytest.mark.slow
 @pytest.mark.model
 @pytest.mark.eval
 @BOTH
-def test_batched_chunk_the_model_leaves_early_is_decoded_to_its_end(monkeypatch, backend_name):
+def test_batched_chunk_the_model_leaves_early_is_decoded_to_its_end(
+    monkeypatch, backend_name, joined_batched
+):
     """The joined real clips' second chunk holds LibriVox and then JFK; decoded without
     timestamps, tiny.en stops after the LibriVox text (with CTranslate2's AVX2 kernels and
     in float32 with transformers; CTranslate2's AVX512 kernels read on). The words after
     the last aligned one are decoded again, so JFK is there, and the clip's WER stays
     low."""
     audio = load_audio(JOINED)
-    segments, report = _decode(audio, backend_name, batch_size=8)
+    segments, report = joined_batched(backend_name)  # before the rereads are turned off
     assert JFK_CLOSE in _normalised(segments)
     assert (
         pooled_wer([(JOINED.with_suffix(".txt").read_text(), "".join(s.text for s in segments))])
@@ -61,7 +76,7 @@ def test_batched_chunk_the_model_leaves_early_is_decoded_to_its_end(monkeypatch,
     # Where the fault shows (AVX2 here), the close of JFK is lost without the second
     # decode, and the repaired run decoded more windows to get it back.
     monkeypatch.setattr(rereads, "MAX_TAIL_ROUNDS", 0)
-    unrepaired, unrepaired_report = _decode(audio, backend_name, batch_size=8)
+    unrepaired, unrepaired_report = _decode(audio, backend_name, **JOINED_BATCHED)
     if JFK_CLOSE not in _normalised(unrepaired):
         assert report.windows > unrepaired_report.windows
 
@@ -70,8 +85,8 @@ def test_batched_chunk_the_model_leaves_early_is_decoded_to_its_end(monkeypatch,
 @pytest.mark.model
 @pytest.mark.eval
 @BOTH
-def test_batched_segments_are_cut_short_and_times_rise(backend_name):
-    segments, _ = _decode(load_audio(JOINED), backend_name, batch_size=8, word_timestamps=True)
+def test_batched_segments_are_cut_short_and_times_rise(backend_name, joined_batched):
+    segments, _ = joined_batched(backend_name)
     lengths = [s.end - s.start for s in segments]
     assert max(lengths) <= SegmentRules().max_seconds + 0.01
     starts = [s.start for s in segments]

@@ -30,6 +30,8 @@ pytestmark = [
 ]
 
 TELEPHONE = ROOT / "eval" / "realform" / "asterisk_en_ivr_dev.wav"  # 6 minutes
+# 1.1 s, "Hello world.": a worker done with it soon, so the stop comes sooner too.
+SHORT = EVAL_DIR / "audioeval_kokoro_en_hello_world.wav"
 
 
 def _long_recording(path: Path, times: int = 3) -> Path:
@@ -288,7 +290,7 @@ def test_ctrl_c_while_a_worker_waits_for_work_is_one_summary_and_no_traceback(tm
     folder, out = tmp_path / "in", tmp_path / "out"
     folder.mkdir()
     _long_recording(folder / "a_long.wav", times=1)
-    shutil.copy(SAMPLE, folder / "b_short.wav")
+    shutil.copy(SHORT, folder / "b_short.wav")
     argv = [KVSCRIBE, folder, "-o", out, "--jobs", "2", "-f", "txt"]
     with _in_a_group_of_its_own(argv) as proc:
         workers = workers_of(proc, 2)
@@ -369,7 +371,7 @@ def test_an_interrupt_thrown_into_the_worker_pool_waits_for_no_file_in_progress(
     from kvscribe.batch.worker import Task
     from kvscribe.options import TranscribeOptions
 
-    short = shutil.copy(SAMPLE, tmp_path / "a_short.wav")
+    short = shutil.copy(SHORT, tmp_path / "a_short.wav")
     paths = [Path(short), _long_recording(tmp_path / "b_long.wav")]
     options = TranscribeOptions(inputs=tuple(paths), output_dir=tmp_path / "out")
     tasks = [Task(path, PurePosixPath(path.stem), None) for path in paths]

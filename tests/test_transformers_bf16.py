@@ -31,11 +31,21 @@ def _load(monkeypatch, amx: bool, compute_type: str | None = None):
     return backend
 
 
-def test_the_default_follows_the_cpu_and_a_named_type_is_kept(monkeypatch):
+@pytest.fixture(scope="module")
+def default_with_amx():
+    """The backend of the default compute type loaded as on a CPU with AMX, once for the
+    module (its compute type is settled at load)."""
+    with pytest.MonkeyPatch.context() as patch:
+        return _load(patch, True)
+
+
+def test_the_default_follows_the_cpu_and_a_named_type_is_kept(monkeypatch, default_with_amx):
     import torch
 
-    for amx, dtype in ((True, torch.bfloat16), (False, torch.float32)):
-        backend = _load(monkeypatch, amx)
+    for backend, dtype in (
+        (default_with_amx, torch.bfloat16),
+        (_load(monkeypatch, False), torch.float32),
+    ):
         assert backend.dtype == dtype
         assert backend.network.proj_out.weight.dtype == dtype
         assert backend.describe_settings()["compute type"] == str(dtype).removeprefix("torch.")
@@ -50,12 +60,12 @@ def test_a_compute_type_it_does_not_know_is_a_one_line_usage_error(monkeypatch):
     assert caught.value.subject.endswith("[transformers]")  # the profile's, not a flag
 
 
-def test_bfloat16_decodes_with_float32_logits(monkeypatch):
+def test_bfloat16_decodes_with_float32_logits(monkeypatch, default_with_amx):
     import torch
 
     from kvscribe.backends.transformers.decoder import PolicyDecoder
 
-    backend = _load(monkeypatch, True)
+    backend = default_with_amx
     network_out, logits_out = [], []
     real_projection, real_logits = backend.network.proj_out.forward, PolicyDecoder.logits
 
@@ -70,7 +80,8 @@ def test_bfloat16_decodes_with_float32_logits(monkeypatch):
 
     monkeypatch.setattr(backend.network.proj_out, "forward", projected)
     monkeypatch.setattr(PolicyDecoder, "logits", logits)
-    run = backend.transcribe(load_audio(SAMPLE), DecodeRequest())
+    # Greedy: the dtypes are the claim, not the beam (bfloat16 matmuls are slow without AMX).
+    run = backend.transcribe(load_audio(SAMPLE), DecodeRequest(beam_size=1))
     text = "".join(segment.text for segment in run.segments)
     assert wer(SAMPLE_TEXT, text) <= 0.1, text
     assert set(network_out) == {torch.bfloat16}  # the network ran in bfloat16

@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.onnx, pytest.mark.model, pytest.mark.slow]
 # -- the engine: kvscribe's own cache between steps (backends/onnx/engine.py) --------------
 
 PROFILES = ["tiny-vram", "cpu-laptop", "no-loss", "gpu"]
+POLICIES = [*PROFILES, "sink=2,window=8,q8_0|q4_0"]  # the last trims JFK's short decode
 
 
 @pytest.fixture(scope="module")
@@ -46,32 +47,65 @@ def onnx_encoded(engine, window):
     return engine.encode(window.numpy())
 
 
-@pytest.mark.parametrize("policy", [*PROFILES, "sink=2,window=8,q8_0|q4_0"])
+def _self_and_cross(policy: str) -> tuple[str, str]:
+    """A built-in profile's self and cross policies, or those written `self|cross`."""
+    from kvscribe import profile
+
+    if policy in PROFILES:
+        chosen = profile.load(policy)
+        return chosen.kv_self, chosen.kv_cross
+    kv_self, kv_cross = policy.split("|")
+    return kv_self, kv_cross
+
+
+def _engine_runs(policy: str) -> tuple:
+    """What the engine decodes under `policy`: its self specs (half layers run as full
+    ones), the notes saying so, and its cross spec."""
+    from kvscribe.backends.onnx.engine import applicable_specs
+    from kvscribe.kvcache.spec import parse_cross, parse_policy
+
+    kv_self, kv_cross = _self_and_cross(policy)
+    specs, notes = applicable_specs(parse_policy(kv_self, 4))
+    return specs, notes, parse_cross(kv_cross)
+
+
+def _alike(policies: list[str]) -> list[tuple[str, ...]]:
+    """The policies grouped by what the engine decodes under (cpu-laptop's and gpu's are the
+    same, and no-loss's once its half layers run whole): one decode holds for a group."""
+    groups: dict[tuple, list[str]] = {}
+    for policy in policies:
+        specs, _, cross_spec = _engine_runs(policy)
+        groups.setdefault((specs, cross_spec), []).append(policy)
+    return [tuple(group) for group in groups.values()]
+
+
+@pytest.mark.parametrize("policies", _alike(POLICIES), ids="+".join)
 def test_the_engine_under_each_policy_decodes_torchs_tokens_holding_what_it_reports(
-    engine, reference, window, policy
+    engine, reference, window, policies
 ):
     """Greedy over JFK with the cache in numpy arrays (kvscribe.kvcache on numpy), each
     built-in profile's self and cross policies (half layers run as full ones: not
     applicable to a graph that takes K/V), and one that trims JFK's short decode: the
     tokens of the torch decoder under the same policy, and at every step the bytes the
-    cache reports are the bytes an independent walk of it finds."""
-    from kvscribe import profile
-    from kvscribe.backends.onnx.engine import applicable_specs
-    from kvscribe.kvcache.spec import parse_cross, parse_policy
+    cache reports are the bytes an independent walk of it finds. Policies the engine runs
+    alike are decoded once."""
+    from kvscribe.kvcache.spec import parse_policy
 
     backend, plan = reference
-    chosen = profile.load(policy) if policy in PROFILES else None
-    kv_self, kv_cross = (chosen.kv_self, chosen.kv_cross) if chosen else policy.split("|")
-    specs, notes = applicable_specs(parse_policy(kv_self, 4))
-    assert bool(notes) == any(spec.half for spec in parse_policy(kv_self, 4))
-    cross_spec = parse_cross(kv_cross)
+    runs = set()
+    for policy in policies:
+        specs, notes, cross_spec = _engine_runs(policy)
+        kv_self, _ = _self_and_cross(policy)
+        assert bool(notes) == any(spec.half for spec in parse_policy(kv_self, 4))
+        runs.add((specs, cross_spec))
+    ((specs, cross_spec),) = runs  # the group's one decode is each policy's
     walked = []
     tokens, cache = decoders.engine_greedy(
         engine, window.numpy(), plan, specs, cross_spec, lambda c: walked.append(c)
     )
     assert tokens == decoders.torch_greedy(backend, plan, window, specs, cross_spec)
     assert walked and all(reported == held for reported, held in walked)
-    if policy.startswith("sink=2"):  # trimmed: 2 sinks + 8 newest of every token seen
+    if policies[0].startswith("sink=2"):  # trimmed: 2 sinks + 8 newest of every token seen
         assert cache.policy_layers[0].stored == 10 < cache.get_seq_length()
 
 
@@ -276,24 +310,33 @@ def test_the_onnx_backend_transcribes_under_a_profile_with_measured_kv(exported,
     assert any("'per-beam': the ONNX step graph" in note for note in notes), notes
 
 
+# The long-form head's first 41.2 s end in a pause after "...distant planets.": two 30 s
+# windows, the second sought to from the first's last timestamp and prompted with its text,
+# at two thirds of the head's decoding.
+TWO_WINDOWS = (41.2, "distant planets.")
+
+
 def test_the_onnx_backend_decodes_long_form_windows_in_sequence(
     exported, reference, long_form_head
 ):
-    """61.5 s: three 30 s windows with previous-text prompts and seeking, the stepped core's
+    """41.2 s: two 30 s windows with previous-text prompts and seeking, the stepped core's
     long-form path on the ONNX engine; the transformers backend's words, within a few."""
+    from kvscribe.audio import SAMPLE_RATE
     from kvscribe.contract import DecodeRequest
 
+    seconds, last_words = TWO_WINDOWS
     backend = onnx_backend(exported, "cpu-laptop")
-    audio = load_audio(long_form_head)
+    audio = load_audio(long_form_head)[: int(seconds * SAMPLE_RATE)]
     request = DecodeRequest(beam_size=1, batch_size=1)
     run = backend.transcribe(audio, request)
     segments = list(run.segments)
     theirs = list(reference[0].transcribe(audio, request).segments)
     text = " ".join(s.text for s in segments)
-    assert run.report.windows >= 3 and [s.start for s in segments] == sorted(
+    assert run.report.windows >= 2 and [s.start for s in segments] == sorted(
         s.start for s in segments
     )
-    reference_text = long_form_head.with_suffix(".txt").read_text(encoding="utf-8")
+    head_text = long_form_head.with_suffix(".txt").read_text(encoding="utf-8")
+    reference_text = head_text[: head_text.index(last_words) + len(last_words)]
     assert wer(reference_text, text) <= 0.15
     assert wer(" ".join(s.text for s in theirs), text) <= 0.03
 

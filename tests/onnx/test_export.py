@@ -104,24 +104,39 @@ def test_encoder_cross_kv_equal_the_torch_modules(sessions, reference, window):
     assert worst < 5e-4, worst
 
 
-def test_greedy_tokens_and_every_steps_logits_equal_the_transformers_backend(
-    sessions, reference, window
-):
+@pytest.fixture(scope="module")
+def torch_tokens(reference, window) -> list[int]:
+    """The transformers backend's greedy tokens on JFK's window, decoded once for the tests
+    that hold the graphs to them (the same backend, plan and window each time)."""
     backend, plan = reference
+    return decoders.torch_greedy(backend, plan, window)
+
+
+@pytest.fixture(scope="module")
+def torch_full_logits(reference, window, torch_tokens) -> list[np.ndarray]:
+    """Each step's logits from the backend's decoder with its full cache, fed those tokens."""
+    backend, plan = reference
+    return decoders.torch_logits(backend, window, plan.prompt_for([]), torch_tokens, "full")
+
+
+def test_greedy_tokens_and_every_steps_logits_equal_the_transformers_backend(
+    sessions, reference, window, torch_tokens, torch_full_logits
+):
+    _, plan = reference
     prompt = plan.prompt_for([])
-    expected = decoders.torch_greedy(backend, plan, window)
     tokens, logits = decoders.onnx_decode(sessions["float32"], window.numpy(), plan, prompt)
-    assert tokens == expected and len(tokens) > 20
-    theirs = decoders.torch_logits(backend, window, prompt, tokens, "full")
+    assert tokens == torch_tokens and len(tokens) > 20
+    theirs = torch_full_logits  # fed torch's tokens, which are ours (asserted above)
     worst = max(float(np.abs(a - b).max()) for a, b in zip(logits, theirs, strict=True))
     assert worst < LOGIT_TOLERANCE, worst
 
 
-def test_a_sliding_window_cache_with_counting_positions_equals_torchs(sessions, reference, window):
+def test_a_sliding_window_cache_with_counting_positions_equals_torchs(
+    sessions, reference, window, torch_tokens, torch_full_logits
+):
     backend, plan = reference
     prompt = plan.prompt_for([])
-    tokens = decoders.torch_greedy(backend, plan, window)
-    full = decoders.torch_logits(backend, window, prompt, tokens, "full")
+    tokens, full = torch_tokens, torch_full_logits
     theirs = decoders.torch_logits(backend, window, prompt, tokens, "window=4")
     _, ours = decoders.onnx_decode(
         sessions["float32"], window.numpy(), plan, prompt, tokens, keep=4
