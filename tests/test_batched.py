@@ -300,23 +300,45 @@ def test_the_budget_picks_the_largest_batch_whose_kv_fits(long_form_head):
 # -- command line -----------------------------------------------------------------------
 
 
-def test_batch_size_flag_reaches_the_stats_and_short_audio_stays_sequential(tmp_path):
-    stats = tmp_path / "stats.json"
-    result = run_cli(SAMPLE, "--batch-size", "8", "-q", "--stats-json", stats)
-    assert result.code == 0, result.stderr
-    assert json.loads(stats.read_text())["files"][0]["batch_size"] == 1  # 11 s: one window
+@pytest.fixture(scope="module")
+def _cli_runs() -> dict:
+    return {}
+
+
+@pytest.fixture
+def sample_on_one_thread(_cli_runs, tmp_path_factory):
+    """The sample on one thread with --batch-size 8 (the profile's own batch size): one CLI
+    run for the module, which the flag's test and the beam-search test's one-thread case
+    both read. Run inside a test, under its isolated cache and config dirs."""
+    if not _cli_runs:
+        stats = tmp_path_factory.mktemp("one_thread") / "stats.json"
+        flags = ("--threads", "1", "--batch-size", "8", "-q", "--stats-json", stats)
+        result = run_cli(SAMPLE, *flags)
+        assert result.code == 0, result.stderr
+        _cli_runs["one thread"] = result, json.loads(stats.read_text())
+    return _cli_runs["one thread"]
+
+
+def test_batch_size_flag_reaches_the_stats_and_short_audio_stays_sequential(sample_on_one_thread):
+    _, figures = sample_on_one_thread
+    assert figures["files"][0]["batch_size"] == 1  # 11 s: one window
 
 
 @pytest.mark.parametrize(
     ("threads", "expected"),
     [("1", None), ("2", "2 (beam search: 1 of 2 single-thread replicas)")],
 )
-def test_a_short_files_beam_search_runs_on_a_replica_unless_one_thread(tmp_path, threads, expected):
+def test_a_short_files_beam_search_runs_on_a_replica_unless_one_thread(
+    request, tmp_path, threads, expected
+):
     """One thread loads no replicas (the least memory); two put the search on one."""
-    stats = tmp_path / "stats.json"
-    result = run_cli(SAMPLE, "--threads", threads, "-q", "--stats-json", stats)
-    assert result.code == 0, result.stderr
-    figures = json.loads(stats.read_text())
+    if threads == "1":
+        result, figures = request.getfixturevalue("sample_on_one_thread")
+    else:
+        stats = tmp_path / "stats.json"
+        result = run_cli(SAMPLE, "--threads", threads, "-q", "--stats-json", stats)
+        assert result.code == 0, result.stderr
+        figures = json.loads(stats.read_text())
     assert figures["settings"].get("engine threads") == expected
     assert "fellow Americans" in result.stdout
 

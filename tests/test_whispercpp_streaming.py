@@ -19,7 +19,7 @@ from kvscribe.backends.whispercpp.pieces import PIECE_ENV, quiet_point, write_pi
 from kvscribe.backends.whispercpp.process import write_wav_f32
 from kvscribe.backends.whispercpp.report import parse_segment_line
 from kvscribe.contract import DecodeRequest
-from kvscribe.decoding import VadFilter
+from kvscribe.decoding import Fallback, VadFilter
 from kvscribe.errors import UsageError
 from kvscribe.models import resolve
 from kvscribe.models.embedded import EMBEDDED
@@ -163,7 +163,10 @@ def test_streamed_pieces_give_the_arrays_transcript_with_words(
     from one piece to the next (61.5 s in pieces of at most 60 s: two runs)."""
     monkeypatch.setenv(PIECE_ENV, "60")
     caplog.set_level(logging.DEBUG, logger=SESSION_LOG)
-    request = DecodeRequest(beam_size=1, batch_size=1, word_timestamps=True)
+    # Two samples per fallback temperature, not five: the prompted piece falls back (the
+    # stream against the array is the question), and the samples were most of its time.
+    fallback = Fallback(best_of=2)
+    request = DecodeRequest(beam_size=1, batch_size=1, word_timestamps=True, fallback=fallback)
     array, run = _transcribed(_backend(), load_audio(long_form_head), request)
     runs = _argvs(caplog)
     stream = open_streamed(long_form_head, hold_seconds=0)
