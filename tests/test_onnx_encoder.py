@@ -217,3 +217,29 @@ def test_two_halves_side_by_side_encode_each_on_its_own_thread(jfk_features, mon
     every = np.asarray(backend.engine.model.encode(jfk_features))
     assert len(calls) == 1  # the batched engine's lone window: every thread
     assert np.array_equal(ours, every)
+
+
+@pytest.mark.parametrize(("ratio", "calls"), [(3.0, 2), (1.1, 3)])
+def test_a_second_round_is_timed_only_where_the_first_is_close(ratio, calls):
+    """Encoders that sleep for their time (the rule, not the engines, is what is checked):
+    each is warmed up, then timed once where one takes `ratio` times the other; a second
+    round only where the first leaves them within 1.5x."""
+    import time
+
+    from kvscribe.backends.ctranslate2.encoder import _seconds_per_window
+
+    called = {"fast": 0, "slow": 0}
+
+    def sleeper(name: str, seconds: float):
+        def encode(windows):
+            called[name] += 1
+            time.sleep(seconds)
+
+        return encode
+
+    windows = np.zeros((1, 80, 3000), np.float32)
+    timed = _seconds_per_window(
+        {"slow": sleeper("slow", 0.02 * ratio), "fast": sleeper("fast", 0.02)}, windows
+    )
+    assert called == {"fast": calls, "slow": calls}
+    assert timed["fast"] < timed["slow"]

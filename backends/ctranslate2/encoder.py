@@ -39,9 +39,9 @@ from kvscribe.staging import made_once, one_maker
 CHOICES = ENCODERS
 # A round times as many windows as CTranslate2 runs at once (one on each single-thread
 # replica, two at most as before); a second round only where the first leaves the two
-# within CLEAR of each other, the faster of the two rounds counting.
+# within _CLEAR of each other, the faster of the two rounds counting.
 _MOST_WINDOWS = 2
-CLEAR = 1.5
+_CLEAR = 1.5
 _CHOICE_VERSION = 2  # bump when what is timed changes: cached choices are keyed by it
 
 
@@ -249,7 +249,7 @@ def _seconds_per_window(
     encoders: dict[str, Callable[[np.ndarray], object]], windows: np.ndarray
 ) -> dict[str, float]:
     """Each encoder's seconds a window over `windows`: one round, or the best of two where
-    the first leaves them within CLEAR of each other (the rounds alternate between the
+    the first leaves them within _CLEAR of each other (the rounds alternate between the
     encoders, so a passing load falls on both). Each is warmed up first on the same windows
     (every replica's first call), CTranslate2 first: its warm-up waits for the replicas
     still loading on a thread of their own, which would otherwise share the cores with the
@@ -262,7 +262,7 @@ def _seconds_per_window(
             start = time.perf_counter()
             encode(windows)
             best[name] = min(best[name], (time.perf_counter() - start) / len(windows))
-        if max(best.values()) >= CLEAR * min(best.values()):
+        if max(best.values()) >= _CLEAR * min(best.values()):
             break
     return best
 
