@@ -12,11 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EVAL_DIR, SAMPLE, run_cli
+from tests.conftest import EVAL_DIR, run_cli
 
 pytestmark = [pytest.mark.model]
 
 FAST = ("--beam-size", "1", "-f", "txt,json")
+# A real 1.1 s recording, one segment: its bar and its line show as the 11 s sample's did,
+# at a tenth of the decoding.
+FIRST = EVAL_DIR / "ps_cards_001.wav"
 SECOND = EVAL_DIR / "ps_librivox_ss01_0870.wav"  # 7.1 s of speech, several segments
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -38,7 +41,7 @@ def pipe(monkeypatch):
 def folder(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("progress") / "in"
     root.mkdir()
-    shutil.copy(SAMPLE, root / "jfk.wav")
+    shutil.copy(FIRST, root / "cards.wav")
     shutil.copy(SECOND, root / "second.wav")
     return root
 
@@ -67,16 +70,17 @@ def _outputs(folder: Path) -> dict[str, bytes]:
 
 @pytest.mark.slow
 def test_one_file_shows_its_audio_and_segments_on_stderr_and_q_shows_neither(terminal, tmp_path):
-    shown = run_cli(SAMPLE, "-o", tmp_path / "shown", *FAST)
+    shown = run_cli(FIRST, "-o", tmp_path / "shown", *FAST)
     assert shown.code == 0, shown.stderr
     assert shown.stdout == ""
     lines = _lines(shown.stderr)
     # The file's own bar: audio seconds, then a time left from the first segment on.
-    assert any(line.startswith("jfk.wav") and "0/11 s audio" in line for line in lines)
-    assert any(re.search(r"jfk\.wav .* 11/11 s audio +\d+:\d\d:\d\d$", line) for line in lines)
-    for segment in _segments(tmp_path / "shown" / "jfk.json"):
+    assert any(line.startswith(FIRST.name) and "0/1 s audio" in line for line in lines)
+    done = re.compile(rf"{re.escape(FIRST.name)} .* 1/1 s audio +\d+:\d\d:\d\d$")
+    assert any(done.search(line) for line in lines)
+    for segment in _segments(tmp_path / "shown" / f"{FIRST.stem}.json"):
         assert segment in lines  # a line of its own, as `kvscribe FILE` prints it on stdout
-    quiet = run_cli(SAMPLE, "-o", tmp_path / "quiet", *FAST, "-q")
+    quiet = run_cli(FIRST, "-o", tmp_path / "quiet", *FAST, "-q")
     assert (quiet.code, quiet.stdout, quiet.stderr) == (0, "", "")
     assert _outputs(tmp_path / "shown") == _outputs(tmp_path / "quiet")
 
@@ -92,7 +96,7 @@ def test_a_pipe_gets_each_segment_once_named_before_its_file_is_done(pipe, folde
     assert "\r" not in shown.stderr and "\x1b" not in shown.stderr
     assert "s audio" not in shown.stderr
     lines = shown.stderr.splitlines()
-    for name in ("jfk", "second"):
+    for name in ("cards", "second"):
         path = folder / f"{name}.wav"
         done_line = next(i for i, line in enumerate(lines) if line.endswith(f"] {path}"))
         for segment in _segments(tmp_path / "shown" / f"{name}.json"):
@@ -110,7 +114,7 @@ def test_jobs_2_on_a_terminal_shows_a_bar_and_the_segments_of_each_file(terminal
     assert shown.stdout == ""
     lines = _lines(shown.stderr)
     assert any(re.search(r"transcribing .* 1/2 files", line) for line in lines)
-    for name, seconds in (("jfk", 11), ("second", 7)):
+    for name, seconds in (("cards", 1), ("second", 7)):
         bar = re.compile(rf"^  {name}\.wav .* {seconds}/{seconds} s audio +\d+:\d\d:\d\d$")
         assert any(bar.search(line) for line in lines), name
         for segment in _segments(tmp_path / "out" / f"{name}.json"):
