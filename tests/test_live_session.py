@@ -325,13 +325,16 @@ def test_a_long_utterance_cut_just_before_a_pause_is_still_committed_at_it(
 
 @pytest.mark.eval
 def test_speech_after_the_words_a_decode_stops_at_is_read_on(ct2_backend, tmp_path):
-    """The realform English recording's 108-125 s: "Simultaneous call limit reached.", then,
-    after a 1.2 s pause, "To increase the audio volume from other participants." Read with
-    the utterance before it as context, Whisper (tiny.en, CTranslate2's oneDNN path) ends the
-    decode at the pause with a lone timestamp after "other" and never reads "participants",
-    which the voice detector heard and a file run reads. Live mode reads the rest again."""
-    samples = audio.load_audio(REALFORM_EN)[108 * SR : 125 * SR]
-    recorder = _replay(ct2_backend, tmp_path, samples, StreamSettings())
+    """The realform English recording's 108-118.4 s: "Simultaneous call limit reached.", then,
+    after a 1.2 s pause, "To increase the audio volume from other participants." and 1.3 s of
+    quiet (it ends). Read with the utterance before it as context, Whisper (tiny.en,
+    CTranslate2's oneDNN path) ends the decode at the pause with a lone timestamp after
+    "other" and never reads "participants", which the voice detector heard and a file run
+    reads. Live mode reads the rest again."""
+    samples = audio.load_audio(REALFORM_EN)[108 * SR : int(118.4 * SR)]
+    # Re-decoding every 2 s: the decode at the pause, the one that stops at "other", holds
+    # the same buffer as at the default 1 s (the speech after 118.4 s adds only decodes).
+    recorder = _replay(ct2_backend, tmp_path, samples, StreamSettings(step=2.0))
     commits = [text for kind, text, _ in recorder.events if kind == "committed"]
     words = [w.strip(".,").lower() for w in " ".join(commits).split()]
     phrase = ["to", "increase", "the", "audio", "volume", "from", "other", "participants"]
