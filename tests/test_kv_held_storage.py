@@ -143,7 +143,9 @@ def _profile_variants():
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("name", "beams", "batch"), _profile_variants())
-def test_real_decoding_reports_the_storage_held_on_long_form(monkeypatch, name, beams, batch):
+def test_real_decoding_reports_the_storage_held_on_long_form(
+    monkeypatch, long_form_head, name, beams, batch
+):
     """The issue's case: tiny-vram greedy reported 12 % while views kept 100 % alive; and
     the batched path, whose cache also drops the rows of chunks that finished."""
     from kvscribe.stepped import batched, longform
@@ -152,12 +154,14 @@ def test_real_decoding_reports_the_storage_held_on_long_form(monkeypatch, name, 
     monkeypatch.setattr(batched, "PolicyCache", _CheckedCache)
     _CheckedCache.mismatches = []
     backend = loaded.backend("transformers", name)
-    # Three windows, previous-text prompts included; tiny-vram greedy and sequential (the
-    # issue's case) over 92 s, four windows, where its window has trimmed as much as over
-    # the whole clip (peak 12.8 % of the full cache at 92 s, 12.4 % at 182 s, 17.5 % at 62 s).
-    audio = load_audio(LONG_FORM)
-    tail = 92 if (name, beams, batch) == ("tiny-vram", 1, 1) else 62
-    audio = audio[: tail * 16000]  # windows start at most 30 s apart: three or more
+    # The long-form head (61.5 s, ending in a pause): three windows or three speech chunks,
+    # previous-text prompts included; tiny-vram greedy and sequential (the issue's case)
+    # over 92 s, four windows, where its window has trimmed as much as over the whole clip
+    # (peak 12.8 % of the full cache at 92 s, 12.4 % at 182 s, 17.5 % at 62 s).
+    if (name, beams, batch) == ("tiny-vram", 1, 1):
+        audio = load_audio(LONG_FORM)[: 92 * 16000]  # windows start at most 30 s apart
+    else:
+        audio = load_audio(long_form_head)
     run = backend.transcribe(audio, DecodeRequest(beam_size=beams, batch_size=batch))
     list(run.segments)
     report = run.report

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvscribe.audio import load_audio
+from kvscribe.audio import SAMPLE_RATE, load_audio
 from tests.conftest import wer
 from tests.onnx.conftest import NEEDS, onnx_backend
 
@@ -14,6 +14,10 @@ for module, why in NEEDS.items():
     pytest.importorskip(module, reason=why)
 
 pytestmark = [pytest.mark.onnx, pytest.mark.model, pytest.mark.slow]
+
+# The long-form head's first 41.2 s end in its pause after "...and distant planets.": two
+# speech chunks, at two thirds of the head's decoding.
+TWO_CHUNKS_SECONDS = 41.2
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +27,9 @@ def laptop(exported):
     return onnx_backend(exported, "cpu-laptop")
 
 
-def test_batched_chunks_on_the_engine_decode_torchs_tokens_holding_as_much(laptop, long_form_head):
+def test_batched_chunks_on_the_engine_decode_torchs_tokens_holding_as_much(
+    laptop, reference, long_form_head
+):
     """The first three speech chunks of 61.5 s, beam 5, side by side: the ONNX engine and
     the transformers backend's torch decoder, each with its own front end, give the same
     tokens (float rounding may tip one near-tie of a beam search: at most one chunk differs,
@@ -33,14 +39,13 @@ def test_batched_chunks_on_the_engine_decode_torchs_tokens_holding_as_much(lapto
     from kvscribe.chunking import BATCHED, speech_chunks
     from kvscribe.stepped.batched import decode_batch, full_prompt
     from kvscribe.stepped.longform import WindowStats
-    from tests import loaded
 
     audio = load_audio(long_form_head)
     chunks = speech_chunks(audio, BATCHED)[:3]
     assert len(chunks) == 3
     # cpu-laptop's policies; each built-in profile's are held to torch step by step in
     # test_engine.py, and tiny-vram's batch in the KV-budget test below.
-    ours, theirs = laptop, loaded.backend("transformers", "cpu-laptop")
+    ours, theirs = laptop, reference[0]  # the transformers backend under cpu-laptop
     decoded, stats = {}, {}
     for name, backend in (("onnx", ours), ("torch", theirs)):
         plan = backend._plan("en", "transcribe", 5, timestamps=False)
@@ -100,10 +105,14 @@ def test_a_kv_budget_picks_the_largest_batch_whose_measured_kv_fits(
     self_bytes = 5 * full_plan.text_ctx * full_plan.kv_bytes_per_position
     assert bytes_per_chunk(full_plan, laptop._silent_chunk()) == cross_floats * 4 + self_bytes
     budget = backend.settings["kv_budget_mb"] * 1_000_000
-    run = backend.transcribe(load_audio(long_form_head), DecodeRequest())
+    # Two chunks, decoded side by side: the budgeted batch is wider than three, so the
+    # long-form head's third chunk only made the batch's decode longer, not fuller.
+    audio = load_audio(long_form_head)[: int(TWO_CHUNKS_SECONDS * SAMPLE_RATE)]
+    run = backend.transcribe(audio, DecodeRequest())
     assert list(run.segments)
+    assert run.report.windows == 2  # both chunks side by side
     expected = min(backend.settings["batch_size"], budget // per_chunk)
-    assert run.report.batch_size == expected > 1
+    assert run.report.batch_size == expected > 2
     assert "KV budget" in run.report.settings["batch size"]
     held = run.report.kv_self_peak_bytes + run.report.kv_cross_bytes
     assert 0 < held <= budget
