@@ -16,11 +16,16 @@ import hashlib
 import threading
 
 
-@functools.cache
 def backend(name: str, profile_name: str = "cpu-laptop", model: str | None = None, **changes):
     """The backend `name` on the CPU with `profile_name` (fields in `changes` replaced),
-    loaded on first use and shared from then on."""
-    return fresh(name, profile_name, model, **changes)
+    loaded on first use and shared from then on, however the arguments are spelled
+    (`("transformers",)` and `("transformers", "cpu-laptop")` are one backend)."""
+    return _shared(name, profile_name, model, tuple(sorted(changes.items())))
+
+
+@functools.cache
+def _shared(name: str, profile_name: str, model: str | None, changes: tuple):
+    return fresh(name, profile_name, model, **dict(changes))
 
 
 def fresh(name: str, profile_name: str = "cpu-laptop", model: str | None = None, **changes):

@@ -42,10 +42,6 @@ def two_chunk_head(long_form_head, tmp_path_factory):
 
 
 def _backend(profile_name: str = "tiny-vram", model: str | None = None):
-    """The run's shared backend. loaded.backend caches by the arguments as given: without a
-    model, the spelling other modules load the profile by, so a worker loads it once."""
-    if model is None:
-        return loaded.backend("transformers", profile_name)
     return loaded.backend("transformers", profile_name, model)
 
 
