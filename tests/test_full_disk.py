@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvscribe.errors import ExitCode
-from tests.conftest import KVSCRIBE, SAMPLE
+from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE
 
 pytestmark = [
     pytest.mark.model,
@@ -33,14 +33,16 @@ def _run(*args: str, stdout) -> tuple[int, str]:
 
 
 def test_a_transcript_on_a_full_stdout_is_one_line():
+    clip = EVAL_DIR / "ps_cards_001.wav"  # 1.1 s: one line of text is a write that fails
     with open("/dev/full", "wb") as full:
-        code, err = _run(str(SAMPLE), "-q", "--beam-size", "1", stdout=full)
+        code, err = _run(str(clip), "-q", "--beam-size", "1", stdout=full)
     assert code == ExitCode.SOME_FAILED and err.startswith("kvscribe: error: "), err
     assert LINE in err and err.count("\n") == 1 and "internal error" not in err
 
 
 @pytest.mark.slow
 def test_a_live_transcript_file_on_a_full_disk_is_one_line_naming_it():
+    # JFK's first words are committed with speech still to come: the write fails mid-stream
     args = ("mic", "--live", "--input", str(SAMPLE), "--as-fast-as-possible", "-q")
     code, err = _run(*args, "--beam-size", "1", "-o", "/dev/full", stdout=subprocess.DEVNULL)
     assert code == ExitCode.SOME_FAILED, err
