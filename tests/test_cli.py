@@ -23,6 +23,8 @@ HAS_CUDA = hardware.detect().has_cuda
 # one 30 s window as the 11 s sample, about 0.3 CPU s less decoding a run (of about 1.5).
 CLIP = EVAL_DIR / "ps_cards_001.wav"
 CLIP_TEXT = CLIP.with_suffix(".txt").read_text(encoding="utf-8")
+# A second real short clip ("seven of clubs"), re-encoded where a test wants other formats.
+OTHER_CLIP = EVAL_DIR / "ps_cards_003.wav"
 
 BAD_INPUTS = [
     ("missing", ExitCode.INPUT_NOT_FOUND, "no such file"),
@@ -33,6 +35,20 @@ BAD_INPUTS = [
     ("empty", ExitCode.AUDIO_UNDECODABLE, "empty file"),
     ("zero_samples", ExitCode.AUDIO_UNDECODABLE, "no audio samples"),
 ]
+
+
+@pytest.fixture(scope="module")
+def other_clip_encoded(tmp_path_factory) -> dict[str, Path]:
+    """OTHER_CLIP as FLAC (16 kHz) and MP3 (44.1 kHz), as the sample's derived files are."""
+    from kvscribe.audio import load_audio
+    from tests import media
+
+    folder, samples = tmp_path_factory.mktemp("other_clip"), load_audio(OTHER_CLIP)
+    at44 = media.resample_linear(samples, 44100)
+    return {
+        "flac": media.encode(samples, 16000, folder / "other.flac", "flac"),
+        "mp3": media.encode(at44, 44100, folder / "other.mp3", "libmp3lame"),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -100,11 +116,22 @@ def test_one_format_without_a_folder_goes_to_stdout(clip_srt_run):
     assert wer(CLIP_TEXT, " ".join(c.content for c in srt.parse(clip_srt_run.stdout))) <= 0.1
 
 
-def test_a_batched_run_says_where_its_time_went(tmp_path, long_form_head):
+@pytest.fixture(scope="module")
+def two_chunk_head(long_form_head, tmp_path_factory) -> Path:
+    """The long-form head's first 40 s: over one window, so batched, in two speech chunks
+    (a third less decoding than the whole head's three)."""
+    from kvscribe.audio import SAMPLE_RATE, load_audio
+    from tests import media
+
+    path = tmp_path_factory.mktemp("two_chunks") / "head_40s.wav"
+    return media.write_wav(path, load_audio(long_form_head)[: 40 * SAMPLE_RATE])
+
+
+def test_a_batched_run_says_where_its_time_went(tmp_path, two_chunk_head):
     """Time by stage and cores busy (docs/stats.md): the stages are parts of the transcribe
     time, each took some, and the CPU seconds fit the cores the run had."""
     path = tmp_path / "stats.json"
-    result = run_cli(long_form_head, "--stats-json", path, "-f", "txt")
+    result = run_cli(two_chunk_head, "--stats-json", path, "-f", "txt")
     assert result.code == 0, result.stderr
     stats = json.loads(path.read_text())
     stages, settings = stats["stage_seconds"], stats["settings"]
@@ -180,9 +207,9 @@ def test_bad_input_one_line_error_exit_code_no_output(bad_inputs, tmp_path, kind
 
 
 @pytest.mark.slow
-def test_a_bad_file_does_not_stop_the_others(bad_inputs, derived, tmp_path):
+def test_a_bad_file_does_not_stop_the_others(bad_inputs, other_clip_encoded, tmp_path):
     out = tmp_path / "out"
-    speech = shutil.copy(derived["flac"], tmp_path / "speech.flac")
+    speech = shutil.copy(other_clip_encoded["flac"], tmp_path / "speech.flac")
     result = run_cli(
         bad_inputs["not_audio"], CLIP, bad_inputs["missing"], speech, "-o", out, "-f", "txt"
     )
@@ -208,11 +235,11 @@ def test_same_name_in_two_folders_mirrors_both(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_folder_is_expanded_to_its_audio_files(derived, tmp_path):
+def test_a_folder_is_expanded_to_its_audio_files(other_clip_encoded, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
     shutil.copy(CLIP, folder / "a.wav")
-    shutil.copy(derived["mp3"], folder / "b.mp3")
+    shutil.copy(other_clip_encoded["mp3"], folder / "b.mp3")
     (folder / "notes.txt").write_text("not audio, and not picked up")
     result = run_cli(folder, "-o", tmp_path / "out", "-f", "txt", "-q")
     assert result.code == 0, result.stderr

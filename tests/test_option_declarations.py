@@ -117,12 +117,13 @@ def _text(run) -> str:
 @pytest.mark.model
 def test_the_repetition_penalty_reaches_both_ctranslate2_paths(ct2_backend):
     """Sequential (one window) and batched (speech chunks of a long file): a strong penalty
-    changes the words, so the engine was given it on each path."""
+    changes the words, so the engine was given it on each path. Greedy: the penalty acts on
+    each step's scores whatever the search."""
     short = load_audio(SAMPLE)
     long = load_audio(LONG_FORM)[: 40 * 16000]  # over one window: two speech chunks
     for audio, batch in ((short, 1), (long, 4)):
-        plain = _text(ct2_backend.transcribe(audio, DecodeRequest(batch_size=batch)))
-        penalised = DecodeRequest(batch_size=batch, repetition_penalty=2.5)
+        plain = _text(ct2_backend.transcribe(audio, DecodeRequest(batch_size=batch, beam_size=1)))
+        penalised = DecodeRequest(batch_size=batch, beam_size=1, repetition_penalty=2.5)
         assert _text(ct2_backend.transcribe(audio, penalised)) != plain, f"batch {batch}"
 
 
