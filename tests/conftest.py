@@ -60,6 +60,13 @@ SAMPLE = ROOT / "samples" / "jfk.wav"
 SAMPLE_TEXT = (ROOT / "samples" / "jfk.txt").read_text(encoding="utf-8")
 # The project's eval corpus (sources and licences: eval/MANIFEST.tsv).
 EVAL_DIR = ROOT / "eval" / "clips"
+# Real short clips for runs whose words are not the claim (or are checked against the
+# clip's own reference): each still encodes one whole 30 s window, as the 11 s sample
+# does, and decodes a tenth or a quarter of its tokens.
+CARDS = EVAL_DIR / "ps_cards_001.wav"  # 1.1 s, three words
+CARDS_TEXT = CARDS.with_suffix(".txt").read_text(encoding="utf-8")
+FOX = EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav"  # 2.9 s, a whole sentence
+FOX_TEXT = FOX.with_suffix(".txt").read_text(encoding="utf-8")
 KVSCRIBE = Path(sys.executable).parent / "kvscribe"
 # The user's own cache and config, before tests point them at temporary folders.
 USER_DIRS = {name: os.environ.get(name) for name in ("KVSCRIBE_CACHE_DIR", "KVSCRIBE_CONFIG_DIR")}
@@ -253,20 +260,33 @@ def run_cli(*args: str | Path, cwd: Path | None = None, timeout: float = 300) ->
 # decoding.
 LONG_FORM = EVAL_DIR / "espeak_longform_en.wav"
 LONG_FORM_HEAD = (61.5, "around the hills.")
+# Its first 41.2 s end in the pause after "...and distant planets.": two 30 s windows (or
+# two speech chunks, batched), at two thirds of the head's decoding.
+LONG_FORM_TWO_CHUNKS = (41.2, "distant planets.")
 
 
 @pytest.fixture(scope="session")
 def long_form_head(tmp_path_factory) -> Path:
     """The long-form clip's head as a 16-bit WAV, its reference text beside it (.txt)."""
+    return _long_form_start(tmp_path_factory, "espeak_longform_en_head", *LONG_FORM_HEAD)
+
+
+@pytest.fixture(scope="session")
+def long_form_two_chunks(tmp_path_factory) -> Path:
+    """The long-form clip's first two windows as a 16-bit WAV, its reference text beside it."""
+    return _long_form_start(tmp_path_factory, "espeak_longform_en_two", *LONG_FORM_TWO_CHUNKS)
+
+
+def _long_form_start(tmp_path_factory, name: str, seconds: float, last_words: str) -> Path:
     from kvscribe.audio import SAMPLE_RATE, load_audio
     from tests import media
 
-    seconds, last_words = LONG_FORM_HEAD
     text = LONG_FORM.with_suffix(".txt").read_text(encoding="utf-8")
-    path = tmp_path_factory.mktemp("long_form_head") / "espeak_longform_en_head.wav"
+    path = tmp_path_factory.mktemp(name) / f"{name}.wav"
     media.write_wav(path, load_audio(LONG_FORM)[: int(seconds * SAMPLE_RATE)])
-    head_text = text[: text.index(last_words) + len(last_words)]
-    path.with_suffix(".txt").write_text(head_text, encoding="utf-8")
+    path.with_suffix(".txt").write_text(
+        text[: text.index(last_words) + len(last_words)], encoding="utf-8"
+    )
     return path
 
 

@@ -16,14 +16,12 @@ from filelock import FileLock
 
 from kvscribe.errors import ExitCode
 from kvscribe.inputs import Input, Selection, expand, looks_like_media, output_bases
-from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, run_cli, wer
+from tests.conftest import CARDS, CARDS_TEXT, KVSCRIBE, SAMPLE, run_cli, wer
 
 pytestmark = [pytest.mark.model]
 
 # The batch's good files: a real 1.1 s clip (one 30 s window, as the 11 s sample took, and a
 # tenth of its decoding): the tests check plumbing, not accuracy.
-CLIP = EVAL_DIR / "ps_cards_001.wav"
-CLIP_TEXT = CLIP.with_suffix(".txt").read_text(encoding="utf-8")
 
 FAST = ("--beam-size", "1", "-f", "txt,json")  # greedy: the tests check plumbing, not accuracy
 GOOD = [
@@ -47,14 +45,14 @@ BAD = {
 
 @pytest.fixture(scope="module")
 def clip_as(tmp_path_factory) -> dict[str, Path]:
-    """CLIP in each container the tree holds, by suffix (encoded as tests/media.py does)."""
+    """CARDS in each container the tree holds, by suffix (encoded as tests/media.py does)."""
     from kvscribe.audio import load_audio
     from tests import media
 
-    folder, mono = tmp_path_factory.mktemp("clip"), load_audio(CLIP)
+    folder, mono = tmp_path_factory.mktemp("clip"), load_audio(CARDS)
     at44 = media.resample_linear(mono, 44100)
     return {
-        ".wav": CLIP,
+        ".wav": CARDS,
         ".flac": media.encode(mono, 16000, folder / "clip.flac", "flac"),
         ".mp3": media.encode(at44, 44100, folder / "clip.mp3", "libmp3lame"),
         ".ogg": media.encode(
@@ -70,7 +68,7 @@ def tree(derived, clip_as, tmp_path_factory) -> Path:
     for name in GOOD:
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(clip_as.get(Path(name).suffix, CLIP), target)
+        shutil.copy(clip_as.get(Path(name).suffix, CARDS), target)
     bad = {"empty": "empty", "notes": "not_audio", "truncated": "truncated_wav"}
     bad |= {"corrupt": "corrupt_flac", "header_only": "header_only"}
     for name in BAD:
@@ -130,7 +128,7 @@ def test_batch_mirrors_the_tree_and_reports_each_bad_file_once(tree, first_run):
     }
     assert set(_outputs(out)) == {f"{b}.{fmt}" for b in expected for fmt in ("txt", "json")}
     transcript = json.loads((out / "talks/day 2/ünïcode talk.json").read_text())
-    assert wer(CLIP_TEXT, transcript["text"]) <= 0.15
+    assert wer(CARDS_TEXT, transcript["text"]) <= 0.15
     assert not list(out.rglob("*.part"))
 
 
@@ -171,14 +169,14 @@ def test_changed_input_and_forced_rerun_are_redone(tree, clip_as, tmp_path):
 @pytest.mark.slow
 def test_changed_options_redo_and_new_formats_are_written(tmp_path):
     out = tmp_path / "out"
-    assert run_cli(CLIP, "-o", out, "-f", "txt", "--beam-size", "1").code == 0
-    again = run_cli(CLIP, "-o", out, "-f", "txt", "--beam-size", "1", "--json")
+    assert run_cli(CARDS, "-o", out, "-f", "txt", "--beam-size", "1").code == 0
+    again = run_cli(CARDS, "-o", out, "-f", "txt", "--beam-size", "1", "--json")
     assert [e["event"] for e in _events(again.stdout)] == ["skipped"]
-    more = run_cli(CLIP, "-o", out, "-f", "txt,srt", "--beam-size", "1", "--json")
+    more = run_cli(CARDS, "-o", out, "-f", "txt,srt", "--beam-size", "1", "--json")
     assert [e["event"] for e in _events(more.stdout)] == ["started", "done"]
-    beam = run_cli(CLIP, "-o", out, "-f", "txt,srt", "--beam-size", "2", "--json")
+    beam = run_cli(CARDS, "-o", out, "-f", "txt,srt", "--beam-size", "2", "--json")
     assert [e["event"] for e in _events(beam.stdout)] == ["started", "done"]
-    assert (out / f"{CLIP.stem}.srt").is_file()
+    assert (out / f"{CARDS.stem}.srt").is_file()
 
 
 def _finished_records(manifest: Path) -> int:
@@ -300,13 +298,13 @@ class _Collect:
 
 
 def _two_files(tmp_path: Path):
-    """A folder of two copies of CLIP, and the options of a greedy -f txt run of it."""
+    """A folder of two copies of CARDS, and the options of a greedy -f txt run of it."""
     from kvscribe.options import TranscribeOptions
 
     folder, out = tmp_path / "in", tmp_path / "out"
     folder.mkdir()
     for name in ("a.wav", "b.wav"):
-        shutil.copy(CLIP, folder / name)
+        shutil.copy(CARDS, folder / name)
     return folder, TranscribeOptions(
         inputs=(folder,), output_dir=out, formats=("txt",), beam_size=1
     )

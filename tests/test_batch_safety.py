@@ -17,15 +17,12 @@ from pathlib import Path
 import pytest
 
 from kvscribe.errors import ExitCode
-from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, run_cli, wer
+from tests.conftest import CARDS, CARDS_TEXT, EVAL_DIR, KVSCRIBE, SAMPLE, run_cli, wer
 from tests.processes import alive, workers_of
 
 pytestmark = [pytest.mark.model]
 
-# A real 1.1 s recording: one 30 s window, as the 11 s sample took, and a tenth of its
-# decoding (these tests check what is written where, not accuracy).
-CLIP = EVAL_DIR / "ps_cards_001.wav"
-CLIP_TEXT = CLIP.with_suffix(".txt").read_text(encoding="utf-8")
+# These tests check what is written where, not accuracy: they read CARDS (tests/conftest.py).
 OTHER = EVAL_DIR / "ps_librivox_ss01_0870.wav"  # a second short recording, other words
 FAST = ("--beam-size", "1", "-f", "txt", "-q")
 
@@ -34,11 +31,11 @@ def test_an_output_never_replaces_another_input_s_transcript_or_an_input(tmp_pat
     a, b, out = tmp_path / "in" / "a", tmp_path / "in" / "b", tmp_path / "out"
     a.mkdir(parents=True)
     b.mkdir()
-    shutil.copy(CLIP, a / "cards.wav")
+    shutil.copy(CARDS, a / "cards.wav")
     shutil.copy(OTHER, b / "cards.wav")
     assert run_cli(a, "-o", out, *FAST).code == 0
     first = (out / "cards.txt").read_text()
-    assert wer(CLIP_TEXT, first) <= 0.1
+    assert wer(CARDS_TEXT, first) <= 0.1
     refused = run_cli(b, "-o", out, *FAST)  # each run given one folder: both are cards.txt
     assert refused.code == ExitCode.SOME_FAILED
     assert f"holds the transcript of {a / 'cards.wav'}" in refused.stderr
@@ -53,10 +50,10 @@ def test_an_output_never_replaces_another_input_s_transcript_or_an_input(tmp_pat
     # A recording named like an output, into its own folder: refused, the audio kept.
     named = tmp_path / "named"
     named.mkdir()
-    shutil.copy(CLIP, named / "talk.txt")
+    shutil.copy(CARDS, named / "talk.txt")
     refused = run_cli(named / "talk.txt", "-o", named, *FAST)
     assert refused.code == ExitCode.SOME_FAILED and "would replace the input" in refused.stderr
-    assert (named / "talk.txt").read_bytes() == CLIP.read_bytes()
+    assert (named / "talk.txt").read_bytes() == CARDS.read_bytes()
 
 
 def test_a_file_no_run_wrote_is_never_replaced_and_what_kvscribe_wrote_is(tmp_path):
@@ -64,7 +61,7 @@ def test_a_file_no_run_wrote_is_never_replaced_and_what_kvscribe_wrote_is(tmp_pa
     the notes were replaced by the transcript, silently."""
     folder = tmp_path / "talks"
     folder.mkdir()
-    shutil.copy(CLIP, folder / "talk.wav")
+    shutil.copy(CARDS, folder / "talk.wav")
     (folder / "talk.txt").write_text("my notes")
     refused = run_cli(folder, "-o", folder, *FAST)
     assert refused.code == ExitCode.SOME_FAILED
@@ -72,7 +69,7 @@ def test_a_file_no_run_wrote_is_never_replaced_and_what_kvscribe_wrote_is(tmp_pa
     assert "--force to replace it" in refused.stderr and refused.stderr.count("\n") == 1
     assert (folder / "talk.txt").read_text() == "my notes"
     assert run_cli(folder, "-o", folder, *FAST, "--force").code == 0
-    assert wer(CLIP_TEXT, (folder / "talk.txt").read_text()) <= 0.1
+    assert wer(CARDS_TEXT, (folder / "talk.txt").read_text()) <= 0.1
     # Its own outputs stay its own: another format, then other options, then the first
     # format again.
     assert run_cli(folder, "-o", folder, "--beam-size", "1", "-f", "srt", "-q").code == 0
@@ -99,7 +96,7 @@ def test_audio_piped_in_again_under_its_name_is_refused_and_replaced_with_force(
         with audio.open("rb") as stdin:
             return subprocess.run(argv, stdin=stdin, capture_output=True, text=True, timeout=300)
 
-    assert piped(CLIP).returncode == 0
+    assert piped(CARDS).returncode == 0
     first = (out / "talk.txt").read_text()
     refused = piped(OTHER)
     assert refused.returncode != 0 and (out / "talk.txt").read_text() == first
@@ -107,7 +104,7 @@ def test_audio_piped_in_again_under_its_name_is_refused_and_replaced_with_force(
     assert "or --force to replace it" in refused.stderr
     replaced = piped(OTHER, "--force")
     assert replaced.returncode == 0, replaced.stderr
-    assert wer(CLIP_TEXT, (out / "talk.txt").read_text()) > 0.5  # the other recording's
+    assert wer(CARDS_TEXT, (out / "talk.txt").read_text()) > 0.5  # the other recording's
 
 
 def test_a_file_name_that_is_not_utf_8_is_transcribed_and_resumed(tmp_path):
@@ -116,12 +113,12 @@ def test_a_file_name_that_is_not_utf_8_is_transcribed_and_resumed(tmp_path):
     folder, out = tmp_path / "in", tmp_path / "out"
     folder.mkdir()
     name = os.fsdecode(b"caf\xe9")
-    shutil.copy(CLIP, folder / f"{name}.wav")
+    shutil.copy(CARDS, folder / f"{name}.wav")
     done = run_cli(folder, "-o", out, "--beam-size", "1", "-f", "json", "-q")
     assert done.code == 0, done.stderr
     document = json.loads((out / f"{name}.json").read_text(encoding="utf-8"))
     assert document["kvscribe"]["source"] == str(folder / f"{name}.wav")
-    assert wer(CLIP_TEXT, document["text"]) <= 0.1
+    assert wer(CARDS_TEXT, document["text"]) <= 0.1
     rerun = run_cli(folder, "-o", out, "--beam-size", "1", "-f", "json", "--json", "-q")
     assert [json.loads(line)["event"] for line in rerun.stdout.splitlines()] == ["skipped"]
 
@@ -131,10 +128,10 @@ def test_a_recording_replaced_with_the_same_size_and_mtime_is_done_again(tmp_pat
     differ, so its bytes are hashed again."""
     folder, out = tmp_path / "in", tmp_path / "out"
     folder.mkdir()
-    shutil.copy(CLIP, folder / "x.wav")
+    shutil.copy(CARDS, folder / "x.wav")
     assert run_cli(folder, "-o", out, *FAST).code == 0
     stat = (folder / "x.wav").stat()
-    other = bytearray(CLIP.read_bytes())
+    other = bytearray(CARDS.read_bytes())
     samples = other.index(b"data") + 8
     other[samples:] = bytes(len(other) - samples)  # the same header and size, 1.1 s of silence
     replacement = tmp_path / "replacement.wav"
@@ -144,13 +141,13 @@ def test_a_recording_replaced_with_the_same_size_and_mtime_is_done_again(tmp_pat
     rerun = run_cli(folder, "-o", out, "--json", *FAST)
     events = [json.loads(line) for line in rerun.stdout.splitlines()]
     assert [e["event"] for e in events] == ["started", "done"], events
-    assert wer(CLIP_TEXT, (out / "x.txt").read_text() or "-") == 1.0  # silence, not the cards
+    assert wer(CARDS_TEXT, (out / "x.txt").read_text() or "-") == 1.0  # silence, not the cards
 
 
 def test_only_kvscribe_s_own_leftovers_are_removed(tmp_path):
     folder, out = tmp_path / "in", tmp_path / "out"
     folder.mkdir()
-    shutil.copy(CLIP, folder / "x.wav")
+    shutil.copy(CARDS, folder / "x.wav")
     (out / "photos").mkdir(parents=True)
     theirs = out / "photos" / ".holiday.backup_2024.part"
     theirs.write_text("precious")
@@ -245,7 +242,7 @@ def test_stats_json_is_written_by_every_run_and_counts_every_failure(tmp_path):
     (missing, empty) were left out of it with -o, though not without."""
     folder, out, stats = tmp_path / "in", tmp_path / "out", tmp_path / "stats.json"
     folder.mkdir()
-    shutil.copy(CLIP, folder / "a.wav")
+    shutil.copy(CARDS, folder / "a.wav")
     (folder / "empty.wav").write_bytes(b"")
     first = run_cli(folder, "-o", out, *FAST, "--stats-json", stats)
     assert first.code == ExitCode.SOME_FAILED

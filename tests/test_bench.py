@@ -21,9 +21,8 @@ from kvscribe.bench.clips import read_manifest, shipped
 from kvscribe.bench.wer import pooled_wer
 from kvscribe.errors import UsageError
 from kvscribe.machine import hardware
-from tests.conftest import EVAL_DIR, SAMPLE, SAMPLE_TEXT, run_cli
+from tests.conftest import FOX, SAMPLE, SAMPLE_TEXT, run_cli
 
-FOX = EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav"
 HAS_CUDA = hardware.detect().has_cuda  # the bench's default --device auto picks CUDA if present
 WORDS = ["ask", "not", "what", "your", "country", "can", "do", "for", "you"]
 

@@ -14,15 +14,13 @@ import webvtt
 
 from kvscribe.errors import ExitCode
 from kvscribe.machine import hardware
-from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
+from tests.conftest import CARDS, CARDS_TEXT, EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
 
 pytestmark = [pytest.mark.model]
 
 HAS_CUDA = hardware.detect().has_cuda
 # A real 1.1 s clip ("ten of clubs") for runs whose claim is plumbing, not the transcript:
 # one 30 s window as the 11 s sample, about 0.3 CPU s less decoding a run (of about 1.5).
-CLIP = EVAL_DIR / "ps_cards_001.wav"
-CLIP_TEXT = CLIP.with_suffix(".txt").read_text(encoding="utf-8")
 # A second real short clip ("seven of clubs"), re-encoded where a test wants other formats.
 OTHER_CLIP = EVAL_DIR / "ps_cards_003.wav"
 
@@ -100,38 +98,27 @@ def test_all_formats_to_a_folder(tmp_path):
 def test_repeated_and_comma_separated_formats_add_up(tmp_path):
     """`-f json -f srt,vtt` writes all three (a repeated flag once kept only the last)."""
     out = tmp_path / "out"
-    result = run_cli(CLIP, "-f", "json", "-f", "srt,vtt", "-o", out, "--quiet")
+    result = run_cli(CARDS, "-f", "json", "-f", "srt,vtt", "-o", out, "--quiet")
     assert result.code == 0, result.stderr
-    assert visible(out) == [f"{CLIP.stem}.{f}" for f in ("json", "srt", "vtt")]
+    assert visible(out) == [f"{CARDS.stem}.{f}" for f in ("json", "srt", "vtt")]
 
 
 @pytest.fixture(scope="module")
 def clip_srt_run():
     """The short clip as SubRip on stdout: the run the two tests below read."""
-    return run_cli(CLIP, "-f", "srt", "-q")
+    return run_cli(CARDS, "-f", "srt", "-q")
 
 
 def test_one_format_without_a_folder_goes_to_stdout(clip_srt_run):
     assert clip_srt_run.code == 0
-    assert wer(CLIP_TEXT, " ".join(c.content for c in srt.parse(clip_srt_run.stdout))) <= 0.1
+    assert wer(CARDS_TEXT, " ".join(c.content for c in srt.parse(clip_srt_run.stdout))) <= 0.1
 
 
-@pytest.fixture(scope="module")
-def two_chunk_head(long_form_head, tmp_path_factory) -> Path:
-    """The long-form head's first 40 s: over one window, so batched, in two speech chunks
-    (a third less decoding than the whole head's three)."""
-    from kvscribe.audio import SAMPLE_RATE, load_audio
-    from tests import media
-
-    path = tmp_path_factory.mktemp("two_chunks") / "head_40s.wav"
-    return media.write_wav(path, load_audio(long_form_head)[: 40 * SAMPLE_RATE])
-
-
-def test_a_batched_run_says_where_its_time_went(tmp_path, two_chunk_head):
+def test_a_batched_run_says_where_its_time_went(tmp_path, long_form_two_chunks):
     """Time by stage and cores busy (docs/stats.md): the stages are parts of the transcribe
     time, each took some, and the CPU seconds fit the cores the run had."""
     path = tmp_path / "stats.json"
-    result = run_cli(two_chunk_head, "--stats-json", path, "-f", "txt")
+    result = run_cli(long_form_two_chunks, "--stats-json", path, "-f", "txt")
     assert result.code == 0, result.stderr
     stats = json.loads(path.read_text())
     stages, settings = stats["stage_seconds"], stats["settings"]
@@ -211,10 +198,10 @@ def test_a_bad_file_does_not_stop_the_others(bad_inputs, other_clip_encoded, tmp
     out = tmp_path / "out"
     speech = shutil.copy(other_clip_encoded["flac"], tmp_path / "speech.flac")
     result = run_cli(
-        bad_inputs["not_audio"], CLIP, bad_inputs["missing"], speech, "-o", out, "-f", "txt"
+        bad_inputs["not_audio"], CARDS, bad_inputs["missing"], speech, "-o", out, "-f", "txt"
     )
     assert result.code == ExitCode.SOME_FAILED
-    assert sorted(p.name for p in out.rglob("*.txt")) == [f"{CLIP.stem}.txt", "speech.txt"]
+    assert sorted(p.name for p in out.rglob("*.txt")) == [f"{CARDS.stem}.txt", "speech.txt"]
     errors = [line for line in result.stderr.splitlines() if "error:" in line]
     assert len(errors) == 2
     assert (
@@ -226,19 +213,19 @@ def test_a_bad_file_does_not_stop_the_others(bad_inputs, other_clip_encoded, tmp
 def test_same_name_in_two_folders_mirrors_both(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
-    twin = shutil.copy(CLIP, other / CLIP.name)
-    result = run_cli(CLIP, twin, "-o", tmp_path / "out", "-f", "txt", "-q")
+    twin = shutil.copy(CARDS, other / CARDS.name)
+    result = run_cli(CARDS, twin, "-o", tmp_path / "out", "-f", "txt", "-q")
     assert result.code == 0, result.stderr
     written = sorted(p.relative_to(tmp_path / "out") for p in (tmp_path / "out").rglob("*.txt"))
     assert len(written) == 2 and written[0] != written[1]
-    assert all(p.name == f"{CLIP.stem}.txt" for p in written)
+    assert all(p.name == f"{CARDS.stem}.txt" for p in written)
 
 
 @pytest.mark.slow
 def test_a_folder_is_expanded_to_its_audio_files(other_clip_encoded, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
-    shutil.copy(CLIP, folder / "a.wav")
+    shutil.copy(CARDS, folder / "a.wav")
     shutil.copy(other_clip_encoded["mp3"], folder / "b.mp3")
     (folder / "notes.txt").write_text("not audio, and not picked up")
     result = run_cli(folder, "-o", tmp_path / "out", "-f", "txt", "-q")
@@ -287,9 +274,9 @@ def test_an_output_folder_named_like_a_file_is_refused_unless_it_is_there(tmp_pa
     assert "--output-dir" in refused.stderr and f"-f txt > {talk}" in refused.stderr
     assert not talk.exists()
     talk.mkdir()  # a folder of that name that is already there is a folder
-    written = run_cli(CLIP, "-o", talk, "-f", "txt", "-q")
+    written = run_cli(CARDS, "-o", talk, "-f", "txt", "-q")
     assert written.code == 0, written.stderr
-    assert visible(talk) == [f"{CLIP.stem}.txt"]
+    assert visible(talk) == [f"{CARDS.stem}.txt"]
 
 
 def test_outputs_that_cannot_be_written_are_one_line_errors(tmp_path):
@@ -304,7 +291,7 @@ def test_outputs_that_cannot_be_written_are_one_line_errors(tmp_path):
         assert f"cannot write under {blocker}: it is a file" in result.stderr
         assert result.stderr.count("\n") == 1 and not result.stdout
     if Path("/proc/self").is_dir():
-        result = run_cli(CLIP, "-o", "/proc/kvscribe-test", "-q")
+        result = run_cli(CARDS, "-o", "/proc/kvscribe-test", "-q")
         assert result.code == ExitCode.SOME_FAILED, result.stderr
         assert "/proc/kvscribe-test: cannot write here" in result.stderr
         assert "internal error" not in result.stderr and result.stderr.count("\n") == 1
@@ -314,15 +301,15 @@ def test_several_files_as_json_on_stdout_are_json_lines(tmp_path):
     """Pretty documents run together are not JSON; one compact document a line is."""
     import json
 
-    for clip in (CLIP, EVAL_DIR / "ps_cards_003.wav"):
+    for clip in (CARDS, EVAL_DIR / "ps_cards_003.wav"):
         (tmp_path / clip.name).write_bytes(clip.read_bytes())
     result = run_cli(tmp_path, "-f", "json", "-q")
     assert result.code == 0, result.stderr
     documents = [json.loads(line) for line in result.stdout.splitlines()]
     sources = sorted(Path(d["kvscribe"]["source"]).name for d in documents)
-    assert sources == [CLIP.name, "ps_cards_003.wav"]
-    ours = next(d["text"] for d in documents if CLIP.stem in d["kvscribe"]["source"])
-    assert wer(CLIP_TEXT, ours) < 0.1
+    assert sources == [CARDS.name, "ps_cards_003.wav"]
+    ours = next(d["text"] for d in documents if CARDS.stem in d["kvscribe"]["source"])
+    assert wer(CARDS_TEXT, ours) < 0.1
 
 
 def test_subtitles_end_by_the_end_of_the_audio(clip_srt_run):
@@ -330,7 +317,7 @@ def test_subtitles_end_by_the_end_of_the_audio(clip_srt_run):
     ended at 2.0 s): every cue ends by the audio's end."""
     from kvscribe.audio import SAMPLE_RATE, load_audio
 
-    seconds = load_audio(CLIP).size / SAMPLE_RATE
+    seconds = load_audio(CARDS).size / SAMPLE_RATE
     assert clip_srt_run.code == 0, clip_srt_run.stderr
     cues = list(srt.parse(clip_srt_run.stdout))
     assert cues and all(c.end.total_seconds() <= seconds + 0.0005 for c in cues), cues

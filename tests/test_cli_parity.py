@@ -19,15 +19,13 @@ import srt
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.errors import ExitCode
 from kvscribe.timing.timemap import TimeMap
-from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, run_cli, wer
+from tests.conftest import CARDS, CARDS_TEXT, EVAL_DIR, FOX, KVSCRIBE, SAMPLE, run_cli, wer
 
 pytestmark = [pytest.mark.model]
 
 BACKENDS = ("ctranslate2", "transformers", "whispercpp")
 # A real 1.1 s clip ("ten of clubs") where the claim is how audio comes in or out, not the
 # transcript: one 30 s window as the 11 s sample, a tenth of its decoding.
-CLIP = EVAL_DIR / "ps_cards_001.wav"
-CLIP_TEXT = CLIP.with_suffix(".txt").read_text(encoding="utf-8")
 INSERTED = 30.0  # seconds of digital silence put into JFK's pause after "Americans"
 PAUSE_AT = 2.7  # mid-pause (2.2-3.2 s is at the recording's noise floor)
 
@@ -61,7 +59,7 @@ def clip_mp3(tmp_path_factory) -> Path:
     """The short clip as an MP3 at 44.1 kHz, as the sample's derived MP3 is."""
     from tests import media
 
-    at44 = media.resample_linear(load_audio(CLIP), 44100)
+    at44 = media.resample_linear(load_audio(CARDS), 44100)
     return media.encode(at44, 44100, tmp_path_factory.mktemp("mp3") / "clip.mp3", "libmp3lame")
 
 
@@ -70,26 +68,26 @@ def test_openai_whisper_spellings_write_srt_into_the_output_dir(tmp_path):
     are taken and left out: kvscribe makes those choices itself."""
     out = tmp_path / "out"
     result = run_cli(
-        CLIP, "--output_dir", out, "--output_format", "srt", "-q", "--fp16", "False",
+        CARDS, "--output_dir", out, "--output_format", "srt", "-q", "--fp16", "False",
         "--verbose", "False",
     )  # fmt: skip
     assert result.code == 0, result.stderr
-    srt_file = out / f"{CLIP.stem}.srt"
+    srt_file = out / f"{CARDS.stem}.srt"
     assert [p.name for p in out.iterdir() if not p.name.startswith(".")] == [srt_file.name]
-    assert wer(CLIP_TEXT, _srt_text(srt_file.read_text())) <= 0.1
+    assert wer(CARDS_TEXT, _srt_text(srt_file.read_text())) <= 0.1
 
 
 @pytest.mark.slow
 def test_openai_whisper_booleans_take_true_and_false(tmp_path):
     out = tmp_path / "out"
     result = run_cli(
-        CLIP, "--word_timestamps", "True", "--condition_on_previous_text", "False",
+        CARDS, "--word_timestamps", "True", "--condition_on_previous_text", "False",
         "--output_dir", out, "--output_format", "json", "-q",
     )  # fmt: skip
     assert result.code == 0, result.stderr
-    segments = json.loads((out / f"{CLIP.stem}.json").read_text())["segments"]
+    segments = json.loads((out / f"{CARDS.stem}.json").read_text())["segments"]
     assert segments and all(segment["words"] for segment in segments)
-    bad = run_cli(CLIP, "--word_timestamps", "maybe", "-q")
+    bad = run_cli(CARDS, "--word_timestamps", "maybe", "-q")
     assert bad.code == ExitCode.USAGE
     assert "--word_timestamps" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -111,16 +109,16 @@ def test_openai_whisper_flags_kvscribe_lacks_are_refused_by_name():
 def test_piped_mp3_becomes_srt_on_stdout(clip_mp3):
     proc = _piped("-", "-f", "srt", "-q", data=clip_mp3.read_bytes())
     assert proc.returncode == 0, proc.stderr.decode()
-    assert wer(CLIP_TEXT, _srt_text(proc.stdout.decode())) <= 0.1
+    assert wer(CARDS_TEXT, _srt_text(proc.stdout.decode())) <= 0.1
 
 
 def test_raw_pcm_on_stdin_is_named_by_output_name(tmp_path):
-    pcm = (load_audio(CLIP) * 32767).astype("<i2").tobytes()
+    pcm = (load_audio(CARDS) * 32767).astype("<i2").tobytes()
     out = tmp_path / "out"
     args = ("-", "--input-format", "s16le", "--output-name", "talk", "-o", out, "-f", "txt", "-q")
     proc = _piped(*args, data=pcm)
     assert proc.returncode == 0, proc.stderr.decode()
-    assert wer(CLIP_TEXT, (out / "talk.txt").read_text()) <= 0.1
+    assert wer(CARDS_TEXT, (out / "talk.txt").read_text()) <= 0.1
 
 
 def test_a_container_piped_as_raw_samples_is_named_with_the_fix(clip_mp3, tmp_path):
@@ -138,7 +136,7 @@ def test_a_container_piped_as_raw_samples_is_named_with_the_fix(clip_mp3, tmp_pa
 
 def test_stdin_without_a_name_writes_stdin_outputs(tmp_path):
     out = tmp_path / "out"
-    proc = _piped("-", "-o", out, "-f", "txt", "-q", data=CLIP.read_bytes())
+    proc = _piped("-", "-o", out, "-f", "txt", "-q", data=CARDS.read_bytes())
     assert proc.returncode == 0, proc.stderr.decode()
     assert (out / "stdin.txt").is_file()
 
@@ -159,10 +157,10 @@ def _through_a_pipe(command: str, tmp_path: Path) -> subprocess.CompletedProcess
 def test_a_pipe_given_as_a_file_is_read_once_like_stdin(tmp_path):
     """`kvscribe <(ffmpeg -i talk.mp4 -f wav -)`: the pipe has no size, and was refused as
     "an empty file"."""
-    wav = f"cat '{CLIP}'"
+    wav = f"cat '{CARDS}'"
     run = _through_a_pipe(f'"$KVSCRIBE" <({wav}) -o out --output-name talk -f txt -q', tmp_path)
     assert run.returncode == 0, run.stderr
-    assert wer(CLIP_TEXT, (tmp_path / "out" / "talk.txt").read_text()) <= 0.1
+    assert wer(CARDS_TEXT, (tmp_path / "out" / "talk.txt").read_text()) <= 0.1
     assert not list(tmp_path.glob("kvscribe-*")), "a spool was left behind"
     empty = _through_a_pipe('"$KVSCRIBE" <(true) -q', tmp_path)
     assert empty.returncode == ExitCode.AUDIO_UNDECODABLE, empty.stderr
@@ -343,17 +341,16 @@ def test_segments_stay_off_long_digital_silence_after_the_cut(backend, tmp_path)
 def test_a_multilingual_model_prints_the_detected_language_and_its_probability(tmp_path):
     """Any speech shows it: a real 2.9 s clip, greedy (the language is read before the
     search)."""
-    fox = EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav"
     out = tmp_path / "out"
-    result = run_cli(fox, "--model", "base", "--beam-size", "1", "-f", "json", "-o", out)
+    result = run_cli(FOX, "--model", "base", "--beam-size", "1", "-f", "json", "-o", out)
     assert result.code == 0, result.stderr
     line = next(x for x in result.stderr.splitlines() if "detected language" in x)
     probability = float(line.split("p = ")[1].rstrip(")"))
     assert "detected language: en" in line and 0.5 < probability <= 1.0
-    document = json.loads((out / f"{fox.stem}.json").read_text())
+    document = json.loads((out / f"{FOX.stem}.json").read_text())
     assert document["language"] == "en"
     assert document["kvscribe"]["language_probability"] == pytest.approx(probability, abs=0.01)
-    english_only = run_cli(fox, "-f", "txt")
+    english_only = run_cli(FOX, "-f", "txt")
     assert english_only.code == 0 and "detected language" not in english_only.stderr
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kvscribe.errors import ExitCode
-from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE
+from tests.conftest import CARDS, KVSCRIBE, SAMPLE
 
 pytestmark = [
     pytest.mark.model,
@@ -33,9 +33,8 @@ def _run(*args: str, stdout) -> tuple[int, str]:
 
 
 def test_a_transcript_on_a_full_stdout_is_one_line():
-    clip = EVAL_DIR / "ps_cards_001.wav"  # 1.1 s: one line of text is a write that fails
     with open("/dev/full", "wb") as full:
-        code, err = _run(str(clip), "-q", "--beam-size", "1", stdout=full)
+        code, err = _run(str(CARDS), "-q", "--beam-size", "1", stdout=full)
     assert code == ExitCode.SOME_FAILED and err.startswith("kvscribe: error: "), err
     assert LINE in err and err.count("\n") == 1 and "internal error" not in err
 

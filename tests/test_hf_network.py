@@ -16,7 +16,7 @@ from kvscribe import models  # noqa: E402
 from kvscribe.audio import load_audio  # noqa: E402
 from kvscribe.audio.mel import log_mel  # noqa: E402
 from kvscribe.errors import ExitCode  # noqa: E402
-from tests.conftest import EVAL_DIR, SAMPLE, run_cli  # noqa: E402
+from tests.conftest import CARDS, SAMPLE, run_cli  # noqa: E402
 
 pytestmark = [pytest.mark.transformers]
 
@@ -86,8 +86,7 @@ def test_a_checkpoint_missing_a_weight_is_a_one_line_error(tmp_path):
 def test_a_transformers_run_imports_no_transformers(monkeypatch):
     """Importing transformers' Whisper costs a run 1.5 s: the backend must not."""
     monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # every import, to stderr
-    clip = EVAL_DIR / "ps_cards_001.wav"  # 1.1 s: the imports are the claim, not the words
-    result = run_cli(clip, "--backend", "transformers", "-q")
+    result = run_cli(CARDS, "--backend", "transformers", "-q")  # the imports: the claim
     assert result.code == 0, result.stderr
     modules = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()]
     assert "kvscribe.backends.transformers.network" in modules  # the run did load the backend

@@ -15,7 +15,7 @@ import pytest
 
 from kvscribe import audio
 from kvscribe.errors import ExitCode
-from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, pooled_wer, run_cli, wer
+from tests.conftest import EVAL_DIR, FOX, FOX_TEXT, KVSCRIBE, SAMPLE, pooled_wer, run_cli, wer
 from tests.ct2_paths import available
 
 pytestmark = [pytest.mark.model, pytest.mark.eval]
@@ -23,11 +23,8 @@ pytestmark = [pytest.mark.model, pytest.mark.eval]
 SR = audio.SAMPLE_RATE
 LONGFORM = EVAL_DIR / "espeak_longform_en.wav"
 JOINED_REAL = EVAL_DIR.parent / "clips_joined" / "joined_real.wav"
-# 2.9 s, one utterance (a Kokoro voice), a 16 kHz 16-bit WAV: for tests of the flags taken
-# and of where the text goes, not of the words heard (every CTranslate2 path reads it whole:
-# benchmarks/results/eval_ct2_paths*.json)
-FOX = EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav"
-FOX_TEXT = FOX.with_suffix(".txt").read_text(encoding="utf-8")
+# FOX (tests/conftest.py) for tests of the flags taken and of where the text goes, not of
+# the words heard (every CTranslate2 path reads it whole: benchmarks/results/eval_ct2_paths*.json).
 # A re-decode every 4 s instead of every second: a quarter of the decodes, for the tests
 # of how input and output are handled; the voice detector and the commits hear the same audio.
 FEWER_DECODES = ("--step", "4")

@@ -15,7 +15,7 @@ import pytest
 from filelock import FileLock
 
 from kvscribe.errors import ExitCode, UsageError
-from tests.conftest import EVAL_DIR, ROOT, SAMPLE, run_cli, wer
+from tests.conftest import CARDS, FOX, ROOT, SAMPLE, run_cli, wer
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -23,10 +23,6 @@ else:
     import tomli as tomllib
 
 FAST = ("--beam-size", "1", "-f", "txt,json")
-# Real short clips where a run must succeed but its text is not the claim (or is checked
-# against the clip's own reference): the 11 s sample decoded longer for nothing more.
-CLIP = EVAL_DIR / "ps_cards_001.wav"  # 1.1 s
-FOX = EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav"  # 2.9 s, its text beside it
 
 
 def _error_lines(stderr: str) -> list[str]:
@@ -113,7 +109,7 @@ def test_an_engine_exception_fails_the_one_input_like_a_worker_would(tmp_path, m
     from kvscribe import registry
     from kvscribe.manifest import NAME, STATE_DIR
 
-    clip = Path(shutil.copy(CLIP, tmp_path / "talk.wav"))
+    clip = Path(shutil.copy(CARDS, tmp_path / "talk.wav"))
     out = tmp_path / "out"
     first = run_cli(clip, "-o", out, *FAST)
     assert first.code == 0, first.stderr
@@ -146,12 +142,12 @@ def test_a_folder_locked_by_another_run_is_refused_at_once(tmp_path):
     out = tmp_path / "out"
     (out / ".kvscribe").mkdir(parents=True)
     with FileLock(out / ".kvscribe" / "lock"):  # how another kvscribe run holds it, on any OS
-        refused = run_cli(CLIP, "-o", out, *FAST)
+        refused = run_cli(CARDS, "-o", out, *FAST)
     assert refused.code == ExitCode.USAGE, refused.stderr
     [line] = _error_lines(refused.stderr)
     assert "another kvscribe run" in line and str(out) in refused.stderr.replace("\n", "")
     assert _visible(out) == []
-    after = run_cli(CLIP, "-o", out, *FAST)  # released: the next run goes ahead
+    after = run_cli(CARDS, "-o", out, *FAST)  # released: the next run goes ahead
     assert after.code == 0, after.stderr
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from kvscribe.errors import ExitCode
 from kvscribe.models.embedded import EMBEDDED
-from tests.conftest import EVAL_DIR, SAMPLE, run_cli, wer
+from tests.conftest import FOX, FOX_TEXT, SAMPLE, run_cli, wer
 
 _requires = pytest.mark.skipif(
     not EMBEDDED["base"].installed(),
@@ -19,10 +19,6 @@ _requires = pytest.mark.skipif(
 pytestmark = [pytest.mark.slow, pytest.mark.model, _requires]
 BACKENDS = ["ctranslate2"] + (["transformers"] if importlib.util.find_spec("torch") else [])
 GREEDY = ("--beam-size", "1")  # the language and the task are the claims, not the beam
-# A real 2.9 s English clip, not the 11 s sample: the language is read from the same one
-# 30 s window, and fewer tokens are decoded.
-FOX = EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav"
-FOX_TEXT = FOX.with_suffix(".txt").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

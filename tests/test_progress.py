@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EVAL_DIR, run_cli
+from tests.conftest import CARDS, EVAL_DIR, run_cli
 
 pytestmark = [pytest.mark.model]
 
 FAST = ("--beam-size", "1", "-f", "txt,json")
 # A real 1.1 s recording, one segment: its bar and its line show as the 11 s sample's did,
 # at a tenth of the decoding.
-FIRST = EVAL_DIR / "ps_cards_001.wav"
+FIRST = CARDS
 SECOND = EVAL_DIR / "ps_librivox_ss01_0870.wav"  # 7.1 s of speech, several segments
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

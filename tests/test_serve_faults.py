@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EVAL_DIR, SAMPLE, wer
+from tests.conftest import FOX, FOX_TEXT, SAMPLE, wer
 from tests.serving import (  # noqa: F401 - fixtures
     BOUNDED_WAIT,
     Served,
@@ -66,10 +66,6 @@ def _form(fields: list[tuple[str, str]], audio: bytes | None, boundary: str = "x
 
 
 MULTIPART = "multipart/form-data; boundary=xyzzy"
-# A real short clip for a request that must be served with its right text, where the 11 s
-# sample decoded longer for nothing more.
-FOX = EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav"  # 2.9 s
-FOX_TEXT = FOX.with_suffix(".txt").read_text(encoding="utf-8")
 
 
 def test_malformed_bodies_are_400s_and_leave_nothing(served):

@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from kvscribe.errors import ExitCode
-from tests.conftest import EVAL_DIR, KVSCRIBE, LONG_FORM, ROOT, SAMPLE
+from tests.conftest import EVAL_DIR, FOX, KVSCRIBE, LONG_FORM, ROOT, SAMPLE
 from tests.processes import alive, workers_of
 
 pytestmark = [
@@ -32,7 +32,6 @@ pytestmark = [
 TELEPHONE = ROOT / "eval" / "realform" / "asterisk_en_ivr_dev.wav"  # 6 minutes
 # 1.1 s, "Hello world.": a worker done with it soon, so the stop comes sooner too.
 SHORT = EVAL_DIR / "audioeval_kokoro_en_hello_world.wav"
-FOX = EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav"  # 2.9 s, "The quick brown fox..."
 
 
 def _long_recording(path: Path, times: int = 3) -> Path:

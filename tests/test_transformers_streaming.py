@@ -24,21 +24,11 @@ from kvscribe.decoding import VadFilter  # noqa: E402
 from kvscribe.models.embedded import EMBEDDED  # noqa: E402
 from tests import loaded  # noqa: E402
 from tests.conftest import EVAL_DIR, wer  # noqa: E402
-from tests.media import paused_clip, write_wav  # noqa: E402
+from tests.media import paused_clip  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.transformers, pytest.mark.eval]
 
 SHORT_CLIPS = sorted(EVAL_DIR.glob("ps_*.wav"))  # 34 s of speech in 10 clips
-# The long-form head's first 41.2 s end in its pause after "...and distant planets.":
-# two speech chunks, at two thirds of the head's decoding.
-TWO_CHUNKS_SECONDS = 41.2
-
-
-@pytest.fixture(scope="module")
-def two_chunk_head(long_form_head, tmp_path_factory):
-    """The start of the long-form head as a 16-bit WAV: two speech chunks to batch."""
-    samples = load_audio(long_form_head)[: int(TWO_CHUNKS_SECONDS * SAMPLE_RATE)]
-    return write_wav(tmp_path_factory.mktemp("two_chunks") / "two_chunks.wav", samples)
 
 
 def _backend(profile_name: str = "tiny-vram", model: str | None = None):
@@ -127,12 +117,12 @@ def test_beam_search_and_forced_fallback_on_a_streamed_file(tmp_path):
 
 
 @pytest.mark.parametrize("profile_name", ["tiny-vram", "cpu-laptop"])
-def test_batched_path_on_a_streamed_file_equals_the_array(two_chunk_head, profile_name):
+def test_batched_path_on_a_streamed_file_equals_the_array(long_form_two_chunks, profile_name):
     backend = _backend(profile_name)
     request = DecodeRequest(word_timestamps=True)
-    streamed = open_streamed(two_chunk_head, hold_seconds=0)
+    streamed = open_streamed(long_form_two_chunks, hold_seconds=0)
     got, _, report = _segments(backend, streamed, request)
-    want, _, _ = _segments(backend, load_audio(two_chunk_head), request)
+    want, _, _ = _segments(backend, load_audio(long_form_two_chunks), request)
     assert report.batch_size and report.batch_size > 1  # the batched path ran
     assert len({segment[4] for segment in got}) == 2  # on both chunks
     assert got == want and got[-1][1] > 38  # the last words, ending at 41 s, transcribed

@@ -282,23 +282,13 @@ def test_the_converted_tiny_en_carries_alignment_heads():
 
 # ---------------------------------------------------------------- through backend.transcribe
 
-LONG_FORM = "two_window_head"  # a fixture's file: two windows, the second's offsets from seek
-# The long-form head's first 41.2 s end in its pause after "...and distant planets.": two
-# windows (and two speech chunks, batched), at two thirds of the whole head's decoding.
-TWO_WINDOW_SECONDS = 41.2
+# A fixture's file (tests/conftest.py): two windows, the second's offsets from seek (and two
+# speech chunks, batched).
+LONG_FORM = "long_form_two_chunks"
 # Greedy there, by us and faster-whisper alike: its windows' and chunks' offsets are the
 # question, and the short clips at beam 5 time the words of a beam search.
 LONG_FORM_BEAMS = 1
 TRANSCRIBED = [*CLIPS, LONG_FORM]
-
-
-@pytest.fixture(scope="module")
-def two_window_head(long_form_head, tmp_path_factory) -> Path:
-    """The start of the long-form head as a 16-bit WAV."""
-    from tests.media import write_wav
-
-    samples = load_audio(long_form_head)[: int(TWO_WINDOW_SECONDS * SAMPLE_RATE)]
-    return write_wav(tmp_path_factory.mktemp("two_windows") / "two_windows.wav", samples)
 
 
 def _clip(clip: Path | str, request: pytest.FixtureRequest) -> tuple[Path, int]:
@@ -356,12 +346,14 @@ def test_words_only_when_asked_and_the_text_does_not_change():
 
 
 @pytest.mark.slow
-def test_batched_chunks_time_their_words_on_the_input_s_clock(two_window_head):
-    segments = _transcribed(two_window_head, batch_size=4, beams=LONG_FORM_BEAMS)
+def test_batched_chunks_time_their_words_on_the_input_s_clock(long_form_two_chunks):
+    segments = _transcribed(long_form_two_chunks, batch_size=4, beams=LONG_FORM_BEAMS)
     assert len({s.window for s in segments}) > 1  # several chunks, each with its own offset
     assert all(s.words and s.start == s.words[0].start for s in segments)
     ours = [w for s in segments for w in s.words]
     assert [w.start for w in ours] == sorted(w.start for w in ours)
-    differences = _start_differences(ours, _faster_whisper_words(two_window_head, LONG_FORM_BEAMS))
+    differences = _start_differences(
+        ours, _faster_whisper_words(long_form_two_chunks, LONG_FORM_BEAMS)
+    )
     assert len(differences) >= 0.8 * len(ours)
     assert np.median(differences) <= MEDIAN_START_TOLERANCE

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from kvscribe.backends.whispercpp import patching
-from tests.conftest import EVAL_DIR, ROOT, wer
+from tests.conftest import FOX, FOX_TEXT, ROOT, wer
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,10 +28,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 pytestmark = [pytest.mark.slow, pytest.mark.model]
-
-# 2.9 s, a whole sentence: a real transcript, at a quarter of JFK's decoding
-SPEECH = EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav"
-SPEECH_TEXT = SPEECH.with_suffix(".txt").read_text(encoding="utf-8")
 
 SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
     "setuptools"
@@ -116,11 +112,11 @@ def test_installed_kvscribe_is_the_wheels_and_transcribes_from_any_folder(venv, 
     python = venv / "bin" / "python"
     where = _check([python, "-c", "import kvscribe; print(kvscribe.__file__)"], cwd=elsewhere)
     assert Path(where).is_relative_to(venv) and not Path(where).is_relative_to(ROOT)
-    shutil.copy(SPEECH, elsewhere / "speech.wav")
+    shutil.copy(FOX, elsewhere / "speech.wav")
     transcript = _check([venv / "bin" / "kvscribe", "speech.wav", "-f", "txt"], cwd=elsewhere)
-    assert wer(SPEECH_TEXT, transcript) <= 0.15, transcript
+    assert wer(FOX_TEXT, transcript) <= 0.15, transcript
     _check([venv / "bin" / "kvscribe", "speech.wav", "-o", "out", "-f", "txt", "-q"], elsewhere)
-    assert wer(SPEECH_TEXT, (elsewhere / "out" / "speech.txt").read_text()) <= 0.15
+    assert wer(FOX_TEXT, (elsewhere / "out" / "speech.txt").read_text()) <= 0.15
 
 
 @pytest.mark.slow

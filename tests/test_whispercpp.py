@@ -28,18 +28,24 @@ from kvscribe.errors import (
 from kvscribe.machine.capacity import usable_cores
 from kvscribe.models import resolve
 from kvscribe.models.embedded import EMBEDDED
-from tests.conftest import EVAL_DIR, KVSCRIBE, SAMPLE, SAMPLE_TEXT, run_cli, wer
+from tests.conftest import (
+    CARDS,
+    FOX,
+    FOX_TEXT,
+    KVSCRIBE,
+    SAMPLE,
+    SAMPLE_TEXT,
+    run_cli,
+    wer,
+)
 from tests.processes import whisper_cli_under
 
 pytestmark = [pytest.mark.whispercpp]
 
 JFK = SAMPLE  # shipped in samples/
-# Real short clips where the weights, the audio or the flags are the claim, not the 11 s
-# of JFK: whisper-cli encodes a whole 30 s window either way, and decodes fewer tokens.
-FOX = EVAL_DIR / "audioeval_kokoro_en_quick_brown_fox.wav"  # 2.9 s, its text beside it
-FOX_TEXT = FOX.with_suffix(".txt").read_text(encoding="utf-8")
-FOX_SECONDS = 2.89  # its length, rounded up
-CLIP = EVAL_DIR / "ps_cards_001.wav"  # 1.1 s
+# CARDS and FOX (tests/conftest.py) where the weights, the audio or the flags are the claim,
+# not the 11 s of JFK: whisper-cli encodes a whole 30 s window either way.
+FOX_SECONDS = 2.89  # FOX's length, rounded up
 # whisper-cli run directly takes this worker's share of the cores, as kvscribe gives it.
 _THREADS = ("-t", str(usable_cores()))
 # Greedy where the weights or the audio are the claim, not the search (whisper-cli's default
@@ -190,7 +196,7 @@ def test_every_writer_works_from_whisper_cpp_segments(whisper_cli, tmp_path):
 @pytest.mark.slow
 def test_profile_flags_reach_whisper_cli(whisper_cli, tmp_path):
     stats = tmp_path / "stats.json"
-    result = run_cli(CLIP, "-b", "whispercpp", "-p", "tiny-vram", "--stats-json", stats)
+    result = run_cli(CARDS, "-b", "whispercpp", "-p", "tiny-vram", "--stats-json", stats)
     assert result.code == 0, result.stderr
     settings = json.loads(stats.read_text())["settings"]
     assert settings["beam size"] == "1" and settings["text context (-mc)"] == "128"

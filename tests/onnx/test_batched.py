@@ -7,17 +7,13 @@ from __future__ import annotations
 import pytest
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
-from tests.conftest import wer
+from tests.conftest import LONG_FORM_TWO_CHUNKS, wer
 from tests.onnx.conftest import NEEDS, onnx_backend
 
 for module, why in NEEDS.items():
     pytest.importorskip(module, reason=why)
 
 pytestmark = [pytest.mark.onnx, pytest.mark.model, pytest.mark.slow]
-
-# The long-form head's first 41.2 s end in its pause after "...and distant planets.": two
-# speech chunks, at two thirds of the head's decoding.
-TWO_CHUNKS_SECONDS = 41.2
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +103,7 @@ def test_a_kv_budget_picks_the_largest_batch_whose_measured_kv_fits(
     budget = backend.settings["kv_budget_mb"] * 1_000_000
     # Two chunks, decoded side by side: the budgeted batch is wider than three, so the
     # long-form head's third chunk only made the batch's decode longer, not fuller.
-    audio = load_audio(long_form_head)[: int(TWO_CHUNKS_SECONDS * SAMPLE_RATE)]
+    audio = load_audio(long_form_head)[: int(LONG_FORM_TWO_CHUNKS[0] * SAMPLE_RATE)]
     run = backend.transcribe(audio, DecodeRequest())
     assert list(run.segments)
     assert run.report.windows == 2  # both chunks side by side

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kvscribe.audio import load_audio
-from tests.conftest import SAMPLE, SAMPLE_TEXT, run_cli, wer
+from tests.conftest import LONG_FORM_TWO_CHUNKS, SAMPLE, SAMPLE_TEXT, run_cli, wer
 from tests.onnx.conftest import NEEDS, onnx_backend
 
 for module, why in NEEDS.items():
@@ -310,10 +310,9 @@ def test_the_onnx_backend_transcribes_under_a_profile_with_measured_kv(exported,
     assert any("'per-beam': the ONNX step graph" in note for note in notes), notes
 
 
-# The long-form head's first 41.2 s end in a pause after "...distant planets.": two 30 s
-# windows, the second sought to from the first's last timestamp and prompted with its text,
-# at two thirds of the head's decoding.
-TWO_WINDOWS = (41.2, "distant planets.")
+# LONG_FORM_TWO_CHUNKS (tests/conftest.py): two 30 s windows, the second sought to from the
+# first's last timestamp and prompted with its text.
+TWO_WINDOWS = LONG_FORM_TWO_CHUNKS
 
 
 def test_the_onnx_backend_decodes_long_form_windows_in_sequence(
