@@ -25,7 +25,7 @@ from kvscribe.contract import (
     not_honoured,
 )
 from kvscribe.errors import UsageError
-from kvscribe.languages import WHISPER_CODES
+from kvscribe.languages import WHISPER_CODES, unknown_code
 from kvscribe.models import ModelRef
 from kvscribe.option_values import RANGES, out_of_range
 from kvscribe.profile import Profile
@@ -216,14 +216,7 @@ class Backend(abc.ABC):
         not the command line's flags: the server words its errors from them too."""
         codes = known if multilingual else WHISPER_CODES
         if request.language is not None and request.language not in codes:
-            raise UsageError(
-                f"unknown language code {request.language!r}",
-                subject="--language",
-                hint=f"use a code such as {', '.join(known[:8])}, ..., a name such as English, "
-                "or omit it"
-                if multilingual
-                else "this model takes en (English) only: use en, or omit it",
-            )
+            raise unknown_code(request.language, known, english_only=not multilingual)
         if not multilingual:
             if request.language not in (None, "en"):
                 raise UsageError(

@@ -4,6 +4,8 @@ TO_LANGUAGE_CODE; MIT licence), lower-cased there and matched without case here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 NAME_TO_CODE = {
     "afrikaans": "af",
     "amharic": "am",
@@ -121,6 +123,29 @@ NAME_TO_CODE = {
 
 
 WHISPER_CODES = frozenset(NAME_TO_CODE.values())  # every language code Whisper knows
+# The codes an unknown one's hint names, in Whisper's token order (its most trained first).
+_EXAMPLES = ("en", "zh", "de", "es", "ru", "ko", "fr", "ja")
+
+
+def unknown_code(code: str, known: Sequence[str] = _EXAMPLES, english_only: bool = False):
+    """The error for a language code the model does not know: its hint names the choices,
+    not the command line's flags (the server words its errors from them too)."""
+    from kvscribe.errors import UsageError
+
+    hint = (
+        "this model takes en (English) only: use en, or omit it"
+        if english_only
+        else f"use a code such as {', '.join(known[:8])}, ..., a name such as English, or omit it"
+    )
+    return UsageError(f"unknown language code {code!r}", subject="--language", hint=hint)
+
+
+def refuse_unknown(code: str | None) -> None:
+    """A code no Whisper model knows, refused before a model loads (the transformers
+    backend's PyTorch alone costs seconds); which codes a model takes is its backend's
+    check (backends/base.py)."""
+    if code is not None and code not in WHISPER_CODES:
+        raise unknown_code(code)
 
 
 def language_code(value: str | None) -> str | None:

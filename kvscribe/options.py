@@ -9,7 +9,7 @@ from typing import Any
 from kvscribe.controls import CONTROLS, Control, in_range
 from kvscribe.decoding import Fallback, VadFilter, temperatures_from
 from kvscribe.errors import UsageError
-from kvscribe.languages import language_code
+from kvscribe.languages import language_code, refuse_unknown
 from kvscribe.live.streaming import StreamSettings
 from kvscribe.option_values import (
     check_count,
@@ -108,6 +108,7 @@ class EngineOptions(ControlValues):  # type: ignore[misc,valid-type]
         # openai-whisper's names (English) and any case are held as the code (en) itself,
         # so a batch's resume key and every backend see one spelling.
         object.__setattr__(self, "language", language_code(self.language))
+        refuse_unknown(self.language)  # here, before any engine's imports
         check_decoding(self.task, self.beam_size)
         if self.device is not None and self.device not in DEVICES:
             raise UsageError(

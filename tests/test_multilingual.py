@@ -33,10 +33,17 @@ def test_language_is_detected_when_omitted(tmp_path, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_unknown_language_code_is_a_usage_error(backend):
+def test_unknown_language_code_is_a_usage_error_before_any_engine_loads(backend, monkeypatch):
+    """A code no Whisper model knows is refused with the options, before the engine's
+    imports (PyTorch's alone took the transformers run's error 2 s); a code the model
+    lacks is its backend's check (tests/test_language_names.py, the server's tests)."""
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # every import, to stderr
     result = run_cli(SAMPLE, "--model", "base", "--backend", backend, "--language", "xx")
     assert result.code == ExitCode.USAGE
-    assert "unknown language code 'xx'" in result.stderr and result.stderr.count("\n") == 1
+    imported = [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()]
+    assert not {"torch", "ctranslate2", "faster_whisper"} & set(imported)
+    said = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+    assert len(said) == 1 and "unknown language code 'xx'" in said[0], said
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
