@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kvscribe.errors import UsageError
+
 NAME_TO_CODE = {
     "afrikaans": "af",
     "amharic": "am",
@@ -127,11 +129,11 @@ WHISPER_CODES = frozenset(NAME_TO_CODE.values())  # every language code Whisper 
 _EXAMPLES = ("en", "zh", "de", "es", "ru", "ko", "fr", "ja")
 
 
-def unknown_code(code: str, known: Sequence[str] = _EXAMPLES, english_only: bool = False):
+def unknown_code(
+    code: str, known: Sequence[str] = _EXAMPLES, english_only: bool = False
+) -> UsageError:
     """The error for a language code the model does not know: its hint names the choices,
     not the command line's flags (the server words its errors from them too)."""
-    from kvscribe.errors import UsageError
-
     hint = (
         "this model takes en (English) only: use en, or omit it"
         if english_only
