@@ -65,19 +65,34 @@ def resample_linear(samples: np.ndarray, rate: int) -> np.ndarray:
     return np.interp(positions, np.arange(samples.size), samples).astype(np.float32)
 
 
+# Each container the tests read: its sample rate, codec, file name's ending and encode()'s
+# keywords.
+_CONTAINERS = {
+    "flac": (16000, "flac", ".flac", {}),
+    "mp3": (44100, "libmp3lame", ".mp3", {}),
+    "ogg": (48000, "libopus", ".ogg", {}),
+    "m4a": (44100, "aac", ".m4a", {"container": "mp4"}),
+    "stereo_wav": (44100, "pcm_s16le", "_stereo.wav", {"channels": 2}),
+    "video_mp4": (44100, "aac", "_video.mp4", {"container": "mp4", "with_video": True}),
+}
+
+
+def encoded(
+    mono: np.ndarray, folder: Path, stem: str, kinds: tuple[str, ...] = tuple(_CONTAINERS)
+) -> dict[str, Path]:
+    """16 kHz `mono` in each container of `kinds` (see _CONTAINERS), at its sample rate."""
+    at_rate = {16000: mono}
+    files = {}
+    for kind in kinds:
+        rate, codec, ending, keywords = _CONTAINERS[kind]
+        if rate not in at_rate:
+            at_rate[rate] = resample_linear(mono, rate)
+        files[kind] = encode(at_rate[rate], rate, folder / f"{stem}{ending}", codec, **keywords)
+    return files
+
+
 def make_all(sample: Path, folder: Path) -> dict[str, Path]:
-    mono = load_audio(sample)
-    at44 = resample_linear(mono, 44100)
-    files = {
-        "flac": encode(mono, 16000, folder / "jfk.flac", "flac"),
-        "mp3": encode(at44, 44100, folder / "jfk.mp3", "libmp3lame"),
-        "ogg": encode(resample_linear(mono, 48000), 48000, folder / "jfk.ogg", "libopus"),
-        "m4a": encode(at44, 44100, folder / "jfk.m4a", "aac", container="mp4"),
-        "stereo_wav": encode(at44, 44100, folder / "jfk_stereo.wav", "pcm_s16le", channels=2),
-        "video_mp4": encode(
-            at44, 44100, folder / "jfk_video.mp4", "aac", container="mp4", with_video=True
-        ),
-    }
+    files = encoded(load_audio(sample), folder, "jfk")
     raw = sample.read_bytes()
     flac = files["flac"].read_bytes()
     broken = {

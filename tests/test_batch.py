@@ -49,16 +49,9 @@ def clip_as(tmp_path_factory) -> dict[str, Path]:
     from kvscribe.audio import load_audio
     from tests import media
 
-    folder, mono = tmp_path_factory.mktemp("clip"), load_audio(CARDS)
-    at44 = media.resample_linear(mono, 44100)
-    return {
-        ".wav": CARDS,
-        ".flac": media.encode(mono, 16000, folder / "clip.flac", "flac"),
-        ".mp3": media.encode(at44, 44100, folder / "clip.mp3", "libmp3lame"),
-        ".ogg": media.encode(
-            media.resample_linear(mono, 48000), 48000, folder / "clip.ogg", "libopus"
-        ),
-    }
+    kinds = ("flac", "mp3", "ogg")
+    made = media.encoded(load_audio(CARDS), tmp_path_factory.mktemp("clip"), "clip", kinds)
+    return {".wav": CARDS, **{f".{kind}": path for kind, path in made.items()}}
 
 
 @pytest.fixture(scope="module")

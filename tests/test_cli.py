@@ -39,12 +39,8 @@ def other_clip_encoded(tmp_path_factory) -> dict[str, Path]:
     from kvscribe.audio import load_audio
     from tests import media
 
-    folder, samples = tmp_path_factory.mktemp("other_clip"), load_audio(OTHER_CLIP)
-    at44 = media.resample_linear(samples, 44100)
-    return {
-        "flac": media.encode(samples, 16000, folder / "other.flac", "flac"),
-        "mp3": media.encode(at44, 44100, folder / "other.mp3", "libmp3lame"),
-    }
+    folder = tmp_path_factory.mktemp("other_clip")
+    return media.encoded(load_audio(OTHER_CLIP), folder, "other", ("flac", "mp3"))
 
 
 @pytest.fixture(scope="module")

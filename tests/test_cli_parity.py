@@ -59,8 +59,7 @@ def clip_mp3(tmp_path_factory) -> Path:
     """The short clip as an MP3 at 44.1 kHz, as the sample's derived MP3 is."""
     from tests import media
 
-    at44 = media.resample_linear(load_audio(CARDS), 44100)
-    return media.encode(at44, 44100, tmp_path_factory.mktemp("mp3") / "clip.mp3", "libmp3lame")
+    return media.encoded(load_audio(CARDS), tmp_path_factory.mktemp("mp3"), "clip", ("mp3",))["mp3"]
 
 
 def test_openai_whisper_spellings_write_srt_into_the_output_dir(tmp_path):
