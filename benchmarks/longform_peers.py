@@ -21,6 +21,7 @@ Configurations (CONFIGS, in benchmarks/longform_configs.py):
 - kvscribe-batch4: the same with --batch-size 4 (a file of 5 to 8 speech chunks takes two
   rounds of lanes instead of one, half its chunks prompted: kvscribe/chunk_rounds.py).
 - kvscribe-default-srt: the default writing SRT (`-f srt`) instead of plain text.
+- kvscribe-default-beam3, kvscribe-default-beam4: the default at beam 3 or 4.
 - kvscribe-default-ct2-encoder, kvscribe-batch1-ct2-encoder: either with CTranslate2's
   own encoder (a profile with `[ctranslate2] encoder = "ctranslate2"`) instead of the one
   `encoder = "auto"` measured faster on the machine.
