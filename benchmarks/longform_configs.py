@@ -68,6 +68,11 @@ CONFIGS["kvscribe-batch1-ct2-encoder"] = (
 )
 GLIBC_ARENAS = {"MALLOC_ARENA_MAX": str(8 * (os.cpu_count() or 1))}
 ENVIRONMENTS = {name: GLIBC_ARENAS for name in CONFIGS if name.endswith("-glibc-arenas")}
+# the pipeline and the default with CTranslate2 on AVX-512 where it takes AVX2 by itself
+# (an Intel Xeon with AVX-512 and AMX: benchmarks/results/longform_peers_isa_intel_s21.md)
+for name in ("fw-batched", "kvscribe-default"):
+    CONFIGS[f"{name}-avx512"] = CONFIGS[name]
+    ENVIRONMENTS[f"{name}-avx512"] = {"CT2_FORCE_CPU_ISA": "AVX512"}
 # `kvscribe` without its quick exit: the entry point's `run()`, then Python's own exit.
 FULL_EXIT = "import sys; from kvscribe.cli import run; sys.argv[0] = 'kvscribe'; run()"
 

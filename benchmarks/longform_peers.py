@@ -22,6 +22,7 @@ Configurations (CONFIGS, in benchmarks/longform_configs.py):
   rounds of lanes instead of one, half its chunks prompted: kvscribe/chunk_rounds.py).
 - kvscribe-default-srt: the default writing SRT (`-f srt`) instead of plain text.
 - kvscribe-default-beam3, kvscribe-default-beam4: the default at beam 3 or 4.
+- fw-batched-avx512, kvscribe-default-avx512: either with CT2_FORCE_CPU_ISA=AVX512.
 - kvscribe-default-ct2-encoder, kvscribe-batch1-ct2-encoder: either with CTranslate2's
   own encoder (a profile with `[ctranslate2] encoder = "ctranslate2"`) instead of the one
   `encoder = "auto"` measured faster on the machine.
