@@ -17,6 +17,8 @@ CONFIGS = {  # name -> (engine, extra flags)
     "fw-batched-words": ("fw", ["--mode", "batched", "--batch-size", "8", "--word-timestamps"]),
     "kvscribe-default": ("kvscribe", []),
     "kvscribe-batch1": ("kvscribe", ["--batch-size", "1"]),
+    # every window's words aligned, so each next window is sought from its last word's end
+    "kvscribe-batch1-words": ("kvscribe", ["--batch-size", "1", "--word-timestamps"]),
     "kvscribe-batch4": ("kvscribe", ["--batch-size", "4"]),
     "kvscribe-transformers": ("kvscribe", ["--backend", "transformers"]),
     "kvscribe-transformers-float32": (

@@ -18,6 +18,7 @@ Configurations (CONFIGS, in benchmarks/longform_configs.py):
 - kvscribe-default: `kvscribe AUDIO -f txt` (profile auto = cpu-laptop on CPU: ctranslate2
   int8, beam 5, batch 8 on files over 30 s).
 - kvscribe-batch1: the same with --batch-size 1 (sequential, previous-text prompts).
+- kvscribe-batch1-words: --batch-size 1 with --word-timestamps (each window's words aligned).
 - kvscribe-batch4: the same with --batch-size 4 (a file of 5 to 8 speech chunks takes two
   rounds of lanes instead of one, half its chunks prompted: kvscribe/chunk_rounds.py).
 - kvscribe-default-srt: the default writing SRT (`-f srt`) instead of plain text.
