@@ -6,6 +6,10 @@ once per machine and kept, and the transcript either way."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -176,6 +180,78 @@ def test_auto_times_both_encoders_once_and_keeps_the_choice(tmp_path, monkeypatc
     second = _loaded("auto")
     assert second.describe_settings()["encoder"].startswith(slower)
     assert isinstance(second.engine.model, OnnxEncodedModel) == (slower == "onnxruntime")
+
+
+def _busy_cores(seconds: float) -> list[subprocess.Popen]:
+    """A process spinning on each core, each stopping by itself after `seconds`."""
+    spin = f"import time\nend = time.time() + {seconds}\nwhile time.time() < end: pass"
+    return [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(os.cpu_count() or 1)]
+
+
+def _stopped(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def test_other_work_is_the_cores_busy_time_less_this_processs_own():
+    """What a timing shared the cores with: processes spinning on every core take most of
+    them; this process's own spinning is not counted as other work."""
+    from kvscribe.machine.cpu_load import OtherWork
+
+    hogs = _busy_cores(30)
+    try:
+        time.sleep(0.3)  # the spinners started
+        with OtherWork() as beside_others:
+            time.sleep(1.0)
+    finally:
+        _stopped(hogs)
+    assert beside_others.share is not None and beside_others.share >= 0.5
+    with OtherWork() as alone:
+        started, own = time.perf_counter(), time.process_time()
+        while time.perf_counter() - started < 1.0:
+            pass  # one core: this process's own work
+        own = time.process_time() - own
+    wall = time.perf_counter() - started
+    cores = os.cpu_count() or 1
+    # Whatever else the machine runs (another test worker), this process's second of
+    # spinning is not in it.
+    assert alone.share is not None and alone.share + own / (wall * cores) <= 1.0 + 0.05
+
+
+def test_a_timing_beside_other_work_says_so_and_is_timed_again_when_old_and_quiet(
+    tmp_path, monkeypatch
+):
+    """An encoder timing taken while other work keeps the cores busy measures the share each
+    engine got: the choice says so, and a run an hour later on a quiet machine times them
+    again (backends/ctranslate2/encoder.py, _time_again). A quiet machine cannot be made
+    while other tests run beside this one: the load average is the one thing injected."""
+    from kvscribe.machine import cpu_load
+    from kvscribe.paths import cache_dir
+
+    _records_of_its_own(tmp_path, monkeypatch)
+    hogs = _busy_cores(60)
+    try:
+        row = _loaded(None).describe_settings()["encoder"]
+    finally:
+        _stopped(hogs)
+    (record,) = (cache_dir() / "encoders").glob("*.json")
+    kept = json.loads(record.read_text(encoding="utf-8"))
+    assert kept["other_work"] >= 0.25 and "while other work kept" in row, (kept, row)
+
+    hour_ago = time.time() - 3700
+    os.utime(record, (hour_ago, hour_ago))
+    monkeypatch.setattr(cpu_load, "quiet", lambda below: False)
+    _loaded(None)
+    assert record.stat().st_mtime == hour_ago  # busy now: the old timing stays
+    monkeypatch.setattr(cpu_load, "quiet", lambda below: True)
+    _loaded(None)
+    assert record.stat().st_mtime > hour_ago + 3000  # quiet now: timed again and kept
+    again = json.loads(record.read_text(encoding="utf-8"))
+    assert set(again["seconds_per_window"]) == {"onnxruntime", "ctranslate2"}
+    fresh = record.stat().st_mtime
+    _loaded(None)
+    assert record.stat().st_mtime == fresh  # however contended, not again within the hour
 
 
 @pytest.mark.parametrize("setting", ["onnxruntime", "ctranslate2"])
