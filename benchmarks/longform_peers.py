@@ -116,7 +116,7 @@ CLIPS = [
     Clip("asterisk_es_ivr_dev", EVAL / "realform" / "asterisk_es_ivr_dev.wav", "base", "es"),
     Clip("joined_real", EVAL / "clips_joined" / "joined_real.wav", "tiny.en", "en"),
 ]
-_MODELS = {"en": "tiny.en", "fr": "base", "es": "base"}
+_MODELS = {"en": "tiny.en", "fr": "base", "es": "base", "it": "base", "ru": "base"}
 
 
 def made_clips(folder: Path) -> list[Clip]:

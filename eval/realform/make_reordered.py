@@ -9,7 +9,8 @@ import gzip, random, re, sys, wave
 from pathlib import Path
 
 sounds, docs, out, lang, seed = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4], sys.argv[5]
-voice = {"en": "en_US_f_Allison", "es": "es_MX_f_Allison", "fr": "fr_CA_f_June"}[lang]
+voice = {"en": "en_US_f_Allison", "es": "es_MX_f_Allison", "fr": "fr_CA_f_June",
+         "it": "it_IT_m_Carlo", "ru": "ru_RU_f_IvrvoiceRU"}[lang]
 prompts = []
 for line in gzip.open(docs / f"asterisk-core-sounds-{lang}/core-sounds-{lang}.txt.gz", "rt", encoding="utf-8", errors="replace"):
     m = re.match(r"^([\w\-/]+):\s*(.+)$", line.strip())
