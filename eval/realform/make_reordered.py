@@ -8,13 +8,15 @@ usage: python make_reordered.py SOUNDS_DIR DOC_DIR OUT_DIR LANG SEED"""
 import gzip, random, re, sys, wave
 from pathlib import Path
 
+from asterisk_prompts import said
+
 sounds, docs, out, lang, seed = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4], sys.argv[5]
 voice = {"en": "en_US_f_Allison", "es": "es_MX_f_Allison", "fr": "fr_CA_f_June",
          "it": "it_IT_m_Carlo", "ru": "ru_RU_f_IvrvoiceRU"}[lang]
 prompts = []
 for line in gzip.open(docs / f"asterisk-core-sounds-{lang}/core-sounds-{lang}.txt.gz", "rt", encoding="utf-8", errors="replace"):
     m = re.match(r"^([\w\-/]+):\s*(.+)$", line.strip())
-    if m and "[" not in m.group(2) and len(m.group(2).split()) >= 3 and (sounds / voice / (m.group(1) + ".wav")).exists():
+    if m and "[" not in m.group(2) and len(m.group(2).split()) >= 3 and (sounds / voice / (m.group(1) + ".wav")).exists() and said(lang, m.group(1)):
         prompts.append((m.group(1), m.group(2).strip()))
 prompts.sort()
 dev = prompts[0::2]
