@@ -1,6 +1,6 @@
 """`kvscribe mic --live` on a real microphone against the `--input` replay of the same file.
 
-    .venv/bin/python benchmarks/mic_live.py [--out NAME] [CLIP...]
+    .venv/bin/python benchmarks/mic_live.py [--out NAME] [--repeat N] [CLIP...]
 
 The microphone is a private PulseAudio server (tests/audio_server.py: a null sink whose
 monitor is the default source; `apt-get install pulseaudio pulseaudio-utils
@@ -10,6 +10,8 @@ while `paplay` plays the clip into the sink in real time, Ctrl-C 1.5 s after it 
 `kvscribe mic --input CLIP` (a real-time replay of the file). WER against the clip's
 reference (Whisper's English normaliser), commit latency p50/p95 and dropped audio from
 each run's `--stats-json`. Default clips: JFK and the joined real recordings (50 s).
+With --repeat N the clips are played N times over, a row each (a microphone's blocks fall
+differently on every run, and so do the pauses' decodes).
 Writes benchmarks/results/NAME.json and .md (NAME: mic_live unless --out says).
 """
 
@@ -58,14 +60,14 @@ def replayed(clip: Path, folder: Path) -> tuple[str, dict]:
     return done.stdout.decode(), _stats_of(stats)
 
 
-def _measure(env: dict, clip: Path, work: Path) -> dict:
-    folder = work / clip.stem  # `-o` appends: each clip's runs write files of their own
+def _measure(env: dict, clip: Path, work: Path, run: int) -> dict:
+    folder = work / f"{clip.stem}-{run}"  # `-o` appends: each run writes files of its own
     folder.mkdir()
     reference = clip.with_suffix(".txt").read_text(encoding="utf-8")
     offline = subprocess.run(
         [str(KVSCRIBE), str(clip), "-q", "-f", "txt"], capture_output=True, check=True, text=True
     ).stdout
-    row = {"clip": clip.name, "wer_offline": pooled_wer([(reference, offline)])}
+    row = {"clip": clip.name, "run": run, "wer_offline": pooled_wer([(reference, offline)])}
     for name, (text, stats) in (
         ("mic", from_microphone(env, clip, folder)),
         ("replay", replayed(clip, folder)),
@@ -82,6 +84,9 @@ def _arguments() -> argparse.Namespace:
         default="mic_live",
         metavar="NAME",
         help="write benchmarks/results/NAME.json and .md (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, metavar="N", help="play the clips N times over"
     )
     parser.add_argument(
         "clips",
@@ -104,18 +109,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         folder = Path(work)
         with audio_server.running(folder / "pulse") as env:
-            rows = [_measure(env, clip, folder) for clip in clips]
+            rows = [
+                _measure(env, clip, folder, run)
+                for run in range(1, args.repeat + 1)
+                for clip in clips
+            ]
     table = [
         "# Live mode from a real microphone against the replay of the same file",
         "",
         "tiny.en, ctranslate2 `cpu-laptop` (int8, beam 5), live defaults; the microphone is a "
         "PulseAudio null sink's monitor, the clip played into it in real time by paplay.",
         "",
-        "| clip | WER offline | WER microphone | WER replay | latency p50 / p95 microphone (s) "
-        "| latency p50 / p95 replay (s) | dropped microphone (s) |",
-        "|---|---|---|---|---|---|---|",
+        "| clip | run | WER offline | WER microphone | WER replay "
+        "| latency p50 / p95 microphone (s) | latency p50 / p95 replay (s) "
+        "| dropped microphone (s) |",
+        "|---|---|---|---|---|---|---|---|",
         *(
-            f"| {r['clip']} | {r['wer_offline']:.3f} | {r['mic']['wer']:.3f} | "
+            f"| {r['clip']} | {r['run']} | {r['wer_offline']:.3f} | {r['mic']['wer']:.3f} | "
             f"{r['replay']['wer']:.3f} | {r['mic']['latency_p50_seconds']:.2f} / "
             f"{r['mic']['latency_p95_seconds']:.2f} | {r['replay']['latency_p50_seconds']:.2f} / "
             f"{r['replay']['latency_p95_seconds']:.2f} | {r['mic']['dropped_audio_seconds']:.2f} |"
