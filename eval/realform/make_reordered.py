@@ -16,7 +16,7 @@ voice = {"en": "en_US_f_Allison", "es": "es_MX_f_Allison", "fr": "fr_CA_f_June",
 prompts = []
 for line in gzip.open(docs / f"asterisk-core-sounds-{lang}/core-sounds-{lang}.txt.gz", "rt", encoding="utf-8", errors="replace"):
     m = re.match(r"^([\w\-/]+):\s*(.+)$", line.strip())
-    if m and "[" not in m.group(2) and len(m.group(2).split()) >= 3 and (sounds / voice / (m.group(1) + ".wav")).exists() and said(lang, m.group(1)):
+    if m and "[" not in m.group(2) and len(m.group(2).split()) >= 3 and (sounds / voice / (m.group(1) + ".wav")).exists() and said(lang, m.group(1), m.group(2)):
         prompts.append((m.group(1), m.group(2).strip()))
 prompts.sort()
 dev = prompts[0::2]
