@@ -27,6 +27,7 @@ from kvscribe.timing.timed_words import (
     is_anomalous,
     is_spoken,
     is_squeezed,
+    is_stretched_over_unread_speech,
     split_segments,
     tidy,
 )
@@ -118,13 +119,24 @@ class AlignedChunk(ChunkResult):
             return self
         return replace(self, tokens=[t for w in words for t in w.tokens], words=tuple(words))
 
+    def kept_segments(self) -> list[list[TimedWord]]:
+        """The words of each segment the output keeps. A segment squeezed past any speaking
+        rate is dropped, and the speech under it goes with it: a hallucinated repeat aligned
+        into a second takes the real phrase beside it into its segment (tiny.en, JFK ten
+        times over, batch 8: one "And so my fellow Americans" lost). So is a made-up word
+        stretched over speech the decoder skipped (is_stretched_over_unread_speech). Counted
+        as uncovered, that speech is decoded again (kvscribe.rereads.uncovered)."""
+        kept = []
+        for words in split_segments(self.words):
+            if is_squeezed(words):
+                continue
+            words = [w for w in words if not is_stretched_over_unread_speech(w)]
+            if words:
+                kept.append(words)
+        return kept
+
     def kept_words(self) -> list[TimedWord]:
-        """The words of the segments the output keeps. A segment squeezed past any speaking
-        rate is dropped (segments_of), and the speech under it goes with it: a hallucinated
-        repeat aligned into a second takes the real phrase beside it into its segment (tiny.en,
-        JFK ten times over, batch 8: one "And so my fellow Americans" lost). Counted as
-        uncovered, that speech is decoded again (kvscribe.rereads.uncovered)."""
-        return [w for words in split_segments(self.words) if not is_squeezed(words) for w in words]
+        return [word for words in self.kept_segments() for word in words]
 
 
 ECHO_SECONDS = 0.3  # how near a stretch's edge a repeated word must reach to be an echo
@@ -276,9 +288,7 @@ def segments_of(
         end = chunk.end / SAMPLE_RATE
         return [Segment(first_id, chunk.start_seconds, end, text, tuple(result.tokens), **common)]
     segments = []
-    for words in split_segments(result.words):
-        if is_squeezed(words):  # text the audio does not hold
-            continue
+    for words in result.kept_segments():  # not text the audio does not hold
         segments.append(
             Segment(
                 first_id + len(segments),

@@ -194,6 +194,32 @@ def test_speech_under_a_squeezed_segment_counts_as_uncovered():
     assert result.kept_words() == spoken + after
 
 
+def test_a_made_up_word_stretched_over_skipped_speech_leaves_it_uncovered():
+    """base on a Russian telephone recording (MKL, AVX2) read "... вашего имен Rollia или
+    звездочку", "Rollia" aligned over 6.2 s at p 0.05 where 15 words were said, and no gap
+    between words showed the loss: the word is dropped and its stretch decoded again. A
+    long word the decoder is sure of is kept (a pause given to the word before it)."""
+    from kvscribe.aligned_chunks import AlignedChunk, segments_of
+    from kvscribe.decoding import Fallback
+
+    before = [TimedWord(12.01 + i * 0.4, 12.41 + i * 0.4, f" w{i}", 0.9) for i in range(6)]
+    made_up = TimedWord(14.41, 20.63, " Rollia", 0.05)
+    after = [TimedWord(20.63, 20.81, " или", 0.83), TimedWord(20.81, 21.49, " звездочку.", 0.87)]
+    held = TimedWord(22.0, 24.5, " Hold", 0.9)  # confident: kept however long
+    words = (*before, made_up, *after, held)
+    result = AlignedChunk([1, 2, 3], -0.2, 0.01, words=words)
+    chunk = chunking.Chunk(round(12.0 * SAMPLE_RATE), 25 * SAMPLE_RATE)
+    parts = rereads.uncovered(chunk, result)
+    assert [(p.start, p.end) for p in parts] == [
+        (round(14.41 * SAMPLE_RATE), round(20.63 * SAMPLE_RATE))
+    ]
+    assert result.kept_words() == [*before, *after, held]
+    text = "".join(w.word for w in words)
+    kept = segments_of(chunk, 0, result, text, 0, Fallback(), with_words=False)
+    assert "Rollia" not in "".join(segment.text for segment in kept)
+    assert "".join(segment.text for segment in kept).endswith(" Hold")
+
+
 # -- aligned words to segments (pure) -------------------------------------------------------
 
 
