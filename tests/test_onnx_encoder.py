@@ -201,43 +201,49 @@ def test_other_work_is_the_cores_busy_time_less_this_processs_own():
 
     hogs = _busy_cores(30)
     try:
-        time.sleep(0.3)  # the spinners started
+        time.sleep(0.2)  # the spinners started
         with OtherWork() as beside_others:
-            time.sleep(1.0)
+            time.sleep(0.5)
     finally:
         _stopped(hogs)
     assert beside_others.share is not None and beside_others.share >= 0.5
     with OtherWork() as alone:
         started, own = time.perf_counter(), time.process_time()
-        while time.perf_counter() - started < 1.0:
+        while time.perf_counter() - started < 0.5:
             pass  # one core: this process's own work
         own = time.process_time() - own
     wall = time.perf_counter() - started
     cores = os.cpu_count() or 1
-    # Whatever else the machine runs (another test worker), this process's second of
-    # spinning is not in it.
+    # Whatever else the machine runs (another test worker), this process's own spinning is
+    # not in it.
     assert alone.share is not None and alone.share + own / (wall * cores) <= 1.0 + 0.05
 
 
 def test_a_timing_beside_other_work_says_so_and_is_timed_again_when_old_and_quiet(
     tmp_path, monkeypatch
 ):
-    """An encoder timing taken while other work keeps the cores busy measures the share each
-    engine got: the choice says so, and a run an hour later on a quiet machine times them
-    again (backends/ctranslate2/encoder.py, _time_again). A quiet machine cannot be made
-    while other tests run beside this one: the load average is the one thing injected."""
+    """An encoder timing keeps the share of the cores other work took meanwhile (OtherWork,
+    above); one taken beside a busy machine measured the share each engine got: the choice
+    says so, and a run an hour later on a quiet machine times them again
+    (backends/ctranslate2/encoder.py, _time_again). The record is made to say 50 %, as the
+    test above makes other work for real (here it would only spin beside a model load); a
+    quiet machine cannot be made while other tests run beside this one: the load average is
+    injected."""
     from kvscribe.machine import cpu_load
     from kvscribe.paths import cache_dir
 
     _records_of_its_own(tmp_path, monkeypatch)
-    hogs = _busy_cores(60)
-    try:
-        row = _loaded(None).describe_settings()["encoder"]
-    finally:
-        _stopped(hogs)
+    _loaded(None)
     (record,) = (cache_dir() / "encoders").glob("*.json")
     kept = json.loads(record.read_text(encoding="utf-8"))
-    assert kept["other_work"] >= 0.25 and "while other work kept" in row, (kept, row)
+    assert 0.0 <= kept["other_work"] <= 1.0  # measured with the timing
+
+    def contended() -> None:
+        record.write_text(json.dumps(kept | {"other_work": 0.5}), encoding="utf-8")
+
+    contended()
+    row = _loaded(None).describe_settings()["encoder"]
+    assert row.endswith("while other work kept 50% of the cores busy)"), row
 
     hour_ago = time.time() - 3700
     os.utime(record, (hour_ago, hour_ago))
@@ -249,9 +255,10 @@ def test_a_timing_beside_other_work_says_so_and_is_timed_again_when_old_and_quie
     assert record.stat().st_mtime > hour_ago + 3000  # quiet now: timed again and kept
     again = json.loads(record.read_text(encoding="utf-8"))
     assert set(again["seconds_per_window"]) == {"onnxruntime", "ctranslate2"}
+    contended()  # contended again, but timed just now
     fresh = record.stat().st_mtime
     _loaded(None)
-    assert record.stat().st_mtime == fresh  # however contended, not again within the hour
+    assert record.stat().st_mtime == fresh  # not again within the hour
 
 
 @pytest.mark.parametrize("setting", ["onnxruntime", "ctranslate2"])
