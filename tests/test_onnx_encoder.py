@@ -1,7 +1,8 @@
 """The encoder graph written from a CTranslate2 model's weights, run on onnxruntime in place
 of CTranslate2's own encoder (kvscribe/models/onnx_encoder.py,
 backends/ctranslate2/encoder.py): the same function, the same int8 error, a choice timed
-once per machine and kept, and the transcript either way."""
+once per machine and kept (timed again, an hour on and on a quiet machine, where other work
+shared the cores with the timing), and the transcript either way."""
 
 from __future__ import annotations
 
