@@ -14,6 +14,8 @@ import os
 import time
 from pathlib import Path
 
+from kvscribe.machine.capacity import process_cpu_seconds
+
 _STAT = Path("/proc/stat")
 # /proc/stat's columns after "cpu": user nice system idle iowait irq softirq steal (guest
 # time is already in user); idle and iowait are the cores' idle time.
@@ -42,7 +44,7 @@ class OtherWork:
     share: float | None = None
 
     def __enter__(self) -> OtherWork:
-        self._start = (_cores_busy_seconds(), time.process_time(), time.perf_counter())
+        self._start = (_cores_busy_seconds(), process_cpu_seconds(), time.perf_counter())
         return self
 
     def __exit__(self, *exc) -> None:
@@ -52,7 +54,7 @@ class OtherWork:
         if cores_before is None or cores_after is None or wall <= 0:
             return
         busy = cores_after[0] - cores_before[0]
-        own = time.process_time() - own_before
+        own = process_cpu_seconds() - own_before
         self.share = min(1.0, max(0.0, busy - own) / (wall * cores_after[1]))
 
 
