@@ -163,9 +163,10 @@ def test_streamed_pieces_give_the_arrays_transcript_with_words(
     from one piece to the next (61.5 s in pieces of at most 60 s: two runs)."""
     monkeypatch.setenv(PIECE_ENV, "60")
     caplog.set_level(logging.DEBUG, logger=SESSION_LOG)
-    # Two samples per fallback temperature, not five: the prompted piece falls back (the
-    # stream against the array is the question), and the samples were most of its time.
-    fallback = Fallback(best_of=2)
+    # Two samples per fallback temperature, not five, and the temperatures in steps of 0.5,
+    # not 0.2: the prompted piece falls back (the stream against the array is the
+    # question), and the samples were most of its time (at 0.2 steps it tried three).
+    fallback = Fallback(temperatures=(0.0, 0.5, 1.0), best_of=2)
     request = DecodeRequest(beam_size=1, batch_size=1, word_timestamps=True, fallback=fallback)
     array, run = _transcribed(_backend(), load_audio(long_form_head), request)
     runs = _argvs(caplog)
