@@ -208,7 +208,8 @@ def test_same_name_in_two_folders_mirrors_both(tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     twin = shutil.copy(CARDS, other / CARDS.name)
-    result = run_cli(CARDS, twin, "-o", tmp_path / "out", "-f", "txt", "-q")
+    # --jobs 1: the outputs' names are planned before any file is decoded, here as with workers.
+    result = run_cli(CARDS, twin, "-o", tmp_path / "out", "-f", "txt", "-q", "--jobs", "1")
     assert result.code == 0, result.stderr
     written = sorted(p.relative_to(tmp_path / "out") for p in (tmp_path / "out").rglob("*.txt"))
     assert len(written) == 2 and written[0] != written[1]
@@ -222,7 +223,8 @@ def test_a_folder_is_expanded_to_its_audio_files(other_clip_encoded, tmp_path):
     shutil.copy(CARDS, folder / "a.wav")
     shutil.copy(other_clip_encoded["mp3"], folder / "b.mp3")
     (folder / "notes.txt").write_text("not audio, and not picked up")
-    result = run_cli(folder, "-o", tmp_path / "out", "-f", "txt", "-q")
+    # --jobs 1: the folder is expanded before any file is decoded, here as with workers.
+    result = run_cli(folder, "-o", tmp_path / "out", "-f", "txt", "-q", "--jobs", "1")
     assert result.code == 0, result.stderr
     assert visible(tmp_path / "out") == ["a.txt", "b.txt"]
 
