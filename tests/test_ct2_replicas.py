@@ -238,8 +238,9 @@ def test_rows_the_fallback_decodes_again_are_aligned_after_their_last_attempt(gr
     once its kept attempt is known; a row the rule keeps at once is not decoded again."""
     plan, _, _ = group
     rows, encoded = uneven
-    # every attempt fails the log-probability test, so every row is retried at 1.0 ...
-    picky = Fallback(temperatures=(0.0, 1.0), logprob_threshold=0.0)
+    # every attempt fails the log-probability test, so every row is retried at 1.0 (one
+    # sample: that the retry runs and is aligned is the claim, not the likeliest of five) ...
+    picky = Fallback(temperatures=(0.0, 1.0), logprob_threshold=0.0, best_of=1)
     # ... but the short part is a stretch read again, which gets one attempt (per_row)
     rows = [*rows[:3], dataclasses.replace(rows[3], reread=True)]
     strict = dataclasses.replace(plan, fallback=picky)
@@ -329,9 +330,11 @@ def test_sampled_text_is_the_same_on_every_run_of_one_engine(threads, batch_size
     every time, on the batched chunks over two replicas and on faster-whisper's one-row
     transcribe on one thread (a server lane's engine), and never loads the every-thread
     engine for it. Two runs: the second is the one that read other text, as it samples after
-    the first has drawn from any generator the two share."""
+    the first has drawn from any generator the two share. One sample a row (best_of 1, not
+    5): whether the draws repeat is the claim, not which of five is likeliest."""
     backend = loaded.ctranslate2_on_threads(threads, encoder="onnxruntime")
-    request = DecodeRequest(fallback=Fallback(temperatures=(1.0,)), batch_size=batch_size)
+    sampled = Fallback(temperatures=(1.0,), best_of=1)
+    request = DecodeRequest(fallback=sampled, batch_size=batch_size)
     audio = load_audio(JOINED_REAL)[: 25 * SAMPLE_RATE]
     first, second = (
         " ".join(s.text for s in transcribe_speech(backend, audio, request).segments)
