@@ -143,7 +143,10 @@ class CTranslate2Backend(Backend):
         engine = self._one_row_engine(report)
         options = ct2_stream.transcribe_options(request, beams, conditioned)
         on_replica = self._engines.rows_on_replica
-        at = halves.cut(decoded) if frames is None and on_replica else None
+        # Halved where the input's own frames say (the VAD's speech of an array is an array,
+        # of a file a Joined: both cut as the Joined, so an array reads as its file).
+        speech = decoded if clock is None else clock.speech
+        at = halves.cut(speech) if frames is None and on_replica else None
         if at is None:
             raw, info = ct2_stream.transcribe(engine, decoded, frames, **options)
         else:
