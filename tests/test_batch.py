@@ -144,15 +144,16 @@ def test_changed_input_and_forced_rerun_are_redone(tree, clip_as, tmp_path):
     folder = tmp_path / "in"
     shutil.copytree(tree / "same", folder)
     out = tmp_path / "out"
-    assert run_cli(folder, "-o", out, *FAST).code == 0
+    one = ("--jobs", "1", *FAST)  # in this process: what is redone is the claim, not workers
+    assert run_cli(folder, "-o", out, *one).code == 0
     shutil.copy(clip_as[".mp3"], folder / "x.wav")  # new bytes under the old name
     os.utime(folder / "x.flac")  # touched only: same bytes
-    events = _events(run_cli(folder, "-o", out, "--json", *FAST).stdout)
+    events = _events(run_cli(folder, "-o", out, "--json", *one).stdout)
     assert [(e["event"], Path(e["path"]).name) for e in events if e["event"] != "started"] == [
         ("skipped", "x.flac"),
         ("done", "x.wav"),
     ]
-    forced = _events(run_cli(folder, "-o", out, "--json", "--force", *FAST).stdout)
+    forced = _events(run_cli(folder, "-o", out, "--json", "--force", *one).stdout)
     assert sorted(Path(e["path"]).name for e in forced if e["event"] == "done") == [
         "x.flac",
         "x.wav",
@@ -203,7 +204,8 @@ def test_kill_9_mid_batch_then_rerun_equals_an_uninterrupted_run(tree, first_run
 def test_files_from_stdin_like_find(tree, tmp_path):
     listed = "\n".join(str(tree / name) for name in ("a.wav", "talks/a.wav", "bad/notes.wav"))
     proc = subprocess.run(
-        [KVSCRIBE, "--files-from", "-", "-o", tmp_path / "out", "--json", *FAST],
+        # --jobs 1: in this process, not two workers: reading the list is the claim
+        [KVSCRIBE, "--files-from", "-", "-o", tmp_path / "out", "--jobs", "1", "--json", *FAST],
         input=listed + "\n",
         capture_output=True,
         text=True,
