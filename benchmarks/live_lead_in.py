@@ -108,9 +108,9 @@ def main() -> None:
         f'"{args.word}": {len(hits)} of {len(rows)}.',
     ]
     if args.offline:
-        read = [r for r in rows if r["offline_has_word"]]
+        offline_hits = [r for r in rows if r["offline_has_word"]]
         lines += [
-            f"The same files transcribed as files (`kvscribe FILE -f txt`): {len(read)} of "
+            f"The same files transcribed as files (`kvscribe FILE -f txt`): {len(offline_hits)} of "
             f"{len(rows)} hold it; WER {min(r['offline_wer'] for r in rows):.3f}-"
             f"{max(r['offline_wer'] for r in rows):.3f}."
         ]

@@ -18,6 +18,9 @@ from kvscribe.models.ct2_file import WhisperDims
 from kvscribe.provenance import ESTIMATED, make_provenance
 from kvscribe.voice.regions import FILE_VAD
 
+# The engine-threads row's note that a run made the model's second, every-thread load.
+WHOLE_LOAD_NOTE = "the model loaded again with every thread"
+
 
 @dataclass(frozen=True)
 class ReportBasis:
@@ -146,5 +149,5 @@ class WholeLoadWatch:
             return
         took = f"{on_demand.seconds:.2f} s" if on_demand.seconds is not None else "still loading"
         threads = report.settings.get(row.ENGINE_THREADS)
-        note = f"the model loaded again with every thread, for a call no replica takes ({took})"
+        note = f"{WHOLE_LOAD_NOTE}, for a call no replica takes ({took})"
         report.settings[row.ENGINE_THREADS] = f"{threads}; {note}" if threads else note
