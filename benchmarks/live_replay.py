@@ -152,6 +152,9 @@ def _clip_row(clip: Path, offline: tuple[str, str], live: tuple[str, str], stats
         "decode_p50_seconds": stats["decode_p50_seconds"],
         "busy_rtf": stats["real_time_factor"] and stats["busy_seconds"] / stats["audio_seconds"],
         "dropped_audio_seconds": stats["dropped_audio_seconds"],
+        # utterance ends that held unsure last words, and those speech continued
+        "held_back": stats.get("held_back"),
+        "held_resumed": stats.get("held_resumed"),
         "wall_seconds": stats["wall_seconds"],
         "load_seconds": stats["load_seconds"],
         "rss_after_warmup_bytes": stats["rss_after_warmup_bytes"],

@@ -361,6 +361,7 @@ class LiveOptions(EngineOptions):
     min_silence: float = 0.7
     commit_silence: float = StreamSettings.commit_silence
     context: float = StreamSettings.context
+    hold_unsure: float = StreamSettings.hold_unsure
     vad_threshold: float = VadSettings.threshold
     # Seconds, at least, of the encoder window a buffer is decoded in; None (or 30):
     # Whisper's whole window.
@@ -379,6 +380,7 @@ class LiveOptions(EngineOptions):
         in_range("--min-silence", self.min_silence, 0.1, 5.0)
         in_range("--commit-silence", self.commit_silence, 0.1, 5.0)
         in_range("--context", self.context, 0.0, 20.0)
+        in_range("--hold-unsure", self.hold_unsure, 0.0, 10.0)
         in_range("--vad-threshold", self.vad_threshold, 0.05, 0.95)
         if self.encoder_window is not None:
             in_range("--encoder-window", self.encoder_window, 1.0, 30.0)

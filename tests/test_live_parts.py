@@ -126,6 +126,47 @@ def test_a_word_timed_in_two_pieces_is_committed_as_one():
     assert hypothesis.ends == (0.4, 1.3, 1.5)
 
 
+def _probable(words: str, ends: tuple[float, ...], probabilities: tuple[float, ...]):
+    return Hypothesis(tuple(words.split()), ends, True, probabilities)
+
+
+def test_unsure_last_words_are_those_under_an_even_chance_in_the_last_second():
+    """From the first word under 0.5 that ends within a second of the last word's end; a
+    doubtful word earlier, or none, holds nothing back; nor does a reading without
+    probabilities (an estimate's)."""
+    ends = (0.5, 1.0, 1.5, 2.0, 2.4)
+    said = "and so my fellow Americans"
+    assert _probable(said, ends, (0.9, 0.9, 0.9, 0.4, 0.9)).unsure_from(0) == 3
+    assert _probable(said, ends, (0.9, 0.9, 0.9, 0.9, 0.3)).unsure_from(0) == 4
+    assert _probable(said, ends, (0.9, 0.2, 0.9, 0.9, 0.9)).unsure_from(0) == 5  # 1.4 s before
+    assert _probable(said, ends, (0.9, 0.9, 0.9, 0.9, 0.9)).unsure_from(0) == 5
+    assert _probable(said, ends, (0.9, 0.9, 0.9, 0.4, 0.9)).unsure_from(4) == 5  # committed
+    assert _hyp((said, 0.0, 2.4)).unsure_from(0) == 5
+
+
+def test_an_utterance_end_holding_unsure_words_commits_them_when_read_again():
+    """finish(hold_unsure=True) commits all but the unsure last words, which stay tentative;
+    the next readings commit them as LocalAgreement does (two in a row agreeing), here read
+    otherwise with the words after them; finish() without the hold commits them as read."""
+    agreement = LocalAgreement()
+    first = _probable(
+        "and so my fellow Americans asked not",
+        (0.3, 0.5, 0.7, 1.0, 1.6, 2.4, 2.7),
+        (0.9, 0.9, 0.9, 0.9, 0.9, 0.45, 0.8),
+    )
+    assert agreement.finish(first, hold_unsure=True) == ["and", "so", "my", "fellow", "Americans"]
+    assert agreement.tentative == ["asked", "not"]
+    heard = "and so my fellow Americans ask not what your country"
+    ends = (0.3, 0.5, 0.7, 1.0, 1.6, 2.4, 2.7, 4.0, 4.2, 4.6)
+    again = _probable(heard, ends, (0.9,) * 10)
+    assert agreement.update(again, hold=0) == []  # "ask" is not what the held words read
+    assert agreement.update(again, hold=1.0) == ["ask", "not"]  # 1 s of words after them
+    assert agreement.finish(again) == ["what", "your", "country"]
+    held = LocalAgreement()
+    held.finish(first, hold_unsure=True)
+    assert held.finish(first) == ["asked", "not"]
+
+
 def test_words_without_enough_speech_after_them_wait():
     agreement = LocalAgreement()
     agreement.update(_hyp(("one two three four", 0.0, 4.0)), hold=0)

@@ -166,7 +166,9 @@ def test_the_decode_at_a_pause_is_the_last_until_speech_resumes(
         return decode(samples, request)
 
     monkeypatch.setattr(engine, "transcribe", counted)
-    recorder = _replay(ct2_backend, tmp_path, stream, StreamSettings(step=1.0))
+    # Unsure last words committed at once: alone, this phrase's are (the hold has tests below).
+    settings = StreamSettings(step=1.0, hold_unsure=0.0)
+    recorder = _replay(ct2_backend, tmp_path, stream, settings)
     assert [kind for kind, _, _ in recorder.events] == ["committed", "done"], recorder.events
     assert "fellow" in recorder.events[0][1]  # alone, the phrase reads "And so am I fellow ..."
     # The last decode is the one at the pause: its buffer holds the 0.2 s pad before the
@@ -263,7 +265,9 @@ def test_a_new_utterance_is_decoded_with_the_one_before_it(
     first, second = jfk_phrases[-1], jfk_phrases[0]
     silence = np.zeros(SR, dtype=np.float32)
     stream = np.concatenate([silence[: SR // 2], first, silence, second, silence])
-    settings = StreamSettings(step=2.0, context=context)
+    # Unsure last words committed at once: the second utterance's own decodes, not its
+    # continuing the first's (below), are what this test reads.
+    settings = StreamSettings(step=2.0, context=context, hold_unsure=0.0)
     recorder = _replay(ct2_backend, tmp_path, stream, settings)
 
     done = [text for kind, text, _ in recorder.events if kind == "done"]
@@ -278,6 +282,64 @@ def test_a_new_utterance_is_decoded_with_the_one_before_it(
     # the last decode is the second utterance's: with context, it holds both phrases
     both = (first.size + silence.size + second.size) / SR
     assert (buffers[-1] >= both) == (context > 0), buffers
+
+
+@pytest.fixture
+def every_last_word_unsure(monkeypatch):
+    """Every word in a reading's last second counts as unsure: the hold then comes at every
+    utterance end, whatever a CPU's kernels make of the words' probabilities."""
+    from kvscribe.live import agreement
+
+    monkeypatch.setattr(agreement, "UNSURE_PROBABILITY", 1.01)
+
+
+def test_unsure_last_words_are_read_again_with_the_speech_that_follows(
+    ct2_backend, tmp_path, jfk_phrases, every_last_word_unsure
+):
+    """JFK's first phrase (1.9 s: it ends after 1.2 s of quiet), 1.6 s of silence, his last
+    phrase: the first utterance ends with its last words held, the second phrase comes
+    within the 2 s they wait, and the utterance goes on into it: one utterance, every word
+    committed once, read no worse than a file run reads the stream. Without the hold, two
+    utterances."""
+    gap = np.zeros(int(1.6 * SR), dtype=np.float32)
+    silence = np.zeros(SR, dtype=np.float32)
+    stream = np.concatenate([silence[: SR // 2], jfk_phrases[0], gap, jfk_phrases[-1], silence])
+    held = _replay(ct2_backend, tmp_path, stream, StreamSettings(step=2.0))
+    # both ends held (every last word is unsure here): the second's, released at the end of
+    # the audio, was not resumed
+    assert (held.stats.held_back, held.stats.held_resumed) == (2, 1)
+    done = [text for kind, text, _ in held.events if kind == "done"]
+    assert len(done) == 1, held.events
+    committed = " ".join(text for kind, text, _ in held.events if kind == "committed")
+    assert committed == done[0]  # each word committed once
+    truth = "And so my fellow Americans what your country can do for you ask what you can do"
+    truth += " for your country"
+    offline = _offline(ct2_backend, tmp_path)
+    assert wer(truth, committed) <= wer(truth, offline) + MAX_WER_GAP, committed
+    alone = _replay(ct2_backend, tmp_path, stream, StreamSettings(step=2.0, hold_unsure=0.0))
+    assert [kind for kind, _, _ in alone.events].count("done") == 2, alone.events
+
+
+def test_unsure_last_words_no_speech_follows_are_committed_as_read(
+    ct2_backend, tmp_path, jfk_phrases, every_last_word_unsure
+):
+    """JFK's first phrase and 3 s of silence: its last words wait `hold_unsure` (2 s) after
+    the speech stopped, then are committed as they were read: the same text as with no hold,
+    committed that much later on the stream's clock."""
+    silence = np.zeros(3 * SR, dtype=np.float32)
+    stream = np.concatenate([silence[: SR // 2], jfk_phrases[0], silence])
+    speech_end = 0.5 + jfk_phrases[0].size / SR
+    held = _replay(ct2_backend, tmp_path, stream, StreamSettings(step=1.0))
+    at_once = _replay(ct2_backend, tmp_path, stream, StreamSettings(step=1.0, hold_unsure=0.0))
+    assert (held.stats.held_back, held.stats.held_resumed) == (1, 0)
+    (held_done,) = [(text, at) for kind, text, at in held.events if kind == "done"]
+    (done,) = [(text, at) for kind, text, at in at_once.events if kind == "done"]
+    assert held_done[0] == done[0] and "fellow" in done[0]
+    # The end comes after 1.2 s of quiet (a short utterance), the release 2 s after the
+    # speech stopped: each on the 0.1 s chunk that carries it past, the voice detector's
+    # end of speech within a 32 ms window of the phrase's.
+    assert done[1] < speech_end + 1.5, done
+    assert speech_end + 1.9 <= held_done[1] < speech_end + 2.2, held_done
 
 
 @pytest.mark.parametrize(("trim_after", "alone_after"), [(8.0, 30.0), (18.0, 1.5)])
@@ -318,7 +380,8 @@ def test_a_long_utterance_cut_just_before_a_pause_is_still_committed_at_it(
     gap = np.zeros(int(0.45 * SR), dtype=np.float32)
     silence = np.zeros(2 * SR, dtype=np.float32)
     stream = np.concatenate([silence[: SR // 2], jfk_phrases[-1], gap, jfk_phrases[0], silence])
-    stats = _replay(ct2_backend, tmp_path, stream, StreamSettings(step=1.0, trim_after=7.0)).stats
+    settings = StreamSettings(step=1.0, trim_after=7.0, hold_unsure=0.0)  # all at the pause
+    stats = _replay(ct2_backend, tmp_path, stream, settings).stats
     assert stats.utterances == 1
     assert len(stats.at_pause) == 1
 
@@ -334,7 +397,10 @@ def test_speech_after_the_words_a_decode_stops_at_is_read_on(ct2_backend, tmp_pa
     samples = audio.load_audio(REALFORM_EN)[108 * SR : int(118.4 * SR)]
     # Re-decoding every 2 s: the decode at the pause, the one that stops at "other", holds
     # the same buffer as at the default 1 s (the speech after 118.4 s adds only decodes).
-    recorder = _replay(ct2_backend, tmp_path, samples, StreamSettings(step=2.0))
+    # The utterance that ends at 118.4 s alone (its unsure last words committed at once): with
+    # the speech before it continuing, the buffer is another.
+    settings = StreamSettings(step=2.0, hold_unsure=0.0)
+    recorder = _replay(ct2_backend, tmp_path, samples, settings)
     commits = [text for kind, text, _ in recorder.events if kind == "committed"]
     words = [w.strip(".,").lower() for w in " ".join(commits).split()]
     phrase = ["to", "increase", "the", "audio", "volume", "from", "other", "participants"]

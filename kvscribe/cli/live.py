@@ -119,6 +119,7 @@ def _run(options: LiveOptions, console) -> int:
         step=options.step,
         commit_silence=options.commit_silence,
         context=options.context,
+        hold_unsure=options.hold_unsure,
         vad=vad,
     )
     detector = VoiceDetector(SileroVad(), vad)
@@ -230,6 +231,11 @@ def _live_rows(r: dict) -> list[tuple[str, str]]:
             "decodes",
             f"{r['decodes']} (p50 {secs(r['decode_p50_seconds'])}; "
             f"{r['tails_read_again']} read on past words that stopped short of the speech)",
+        ),
+        (
+            "unsure last words",
+            f"{r['held_back']} utterance ends held them back, {r['held_resumed']} read again "
+            "with the speech that followed",
         ),
         ("dropped audio", secs(r["dropped_audio_seconds"]) + _overflows(r["input_overflows"])),
         *cores_busy_rows(r),

@@ -118,6 +118,17 @@ PARAMETERS: ParameterTable = {
             rich_help_panel=_STREAMING,
         ),
     ),
+    "hold_unsure": (
+        float,
+        typer.Option(
+            LiveOptions.hold_unsure,
+            "--hold-unsure",
+            help="Seconds after speech stops that an utterance's unsure last words (read under "
+            "an even chance) wait for more speech, to be read again with it; 0: commit them "
+            "at once (docs/live.md, 'Unsure last words').",
+            rich_help_panel=_STREAMING,
+        ),
+    ),
     "encoder_window": (
         float | None,
         typer.Option(

@@ -24,6 +24,12 @@ _ATTACHED = ("-", "'")
 # ending at most this long after it (the VAD's pad, a word's timed end).
 _MAX_WORDS_PER_SECOND = 4
 _END_SLACK = 0.3
+# An utterance's last words the decoder read under an even chance, in its last second, are
+# read again with the speech after them when more follows soon (unsure_from): decoded
+# without what follows, Whisper flips such a word ("ask not" read "asked not" where JFK
+# pauses after it), and a file run, which reads it with what follows, does not.
+UNSURE_PROBABILITY = 0.5
+UNSURE_WITHIN = 1.0
 
 
 def ends_sentence(word: str) -> bool:
@@ -38,18 +44,27 @@ class Hypothesis:
     words: tuple[str, ...]
     ends: tuple[float, ...]
     timed: bool = False  # the ends are the backend's word timestamps, not an estimate
+    # Each word's probability where the backend timed it (the least of a joined word's
+    # parts), else empty.
+    probabilities: tuple[float, ...] = ()
 
     @classmethod
     def from_decode(cls, segments: list[Segment]) -> Hypothesis:
         """The words of decoded segments, with their timed ends where the backend timed them."""
         if segments and all(s.words for s in segments if s.text.strip()):
-            timed: list[tuple[str, float]] = []
+            timed: list[tuple[str, float, float]] = []
             for word in (w for s in segments for w in s.words if w.word.strip()):
                 if timed and word.word.startswith(_ATTACHED):  # "cold" "-hearted": one word
-                    timed[-1] = (timed[-1][0] + word.word.strip(), word.end)
+                    text, _, probability = timed[-1]
+                    timed[-1] = (
+                        text + word.word.strip(),
+                        word.end,
+                        min(probability, word.probability),
+                    )
                 else:
-                    timed.append((word.word.strip(), word.end))
-            return cls(tuple(w for w, _ in timed), tuple(end for _, end in timed), timed=True)
+                    timed.append((word.word.strip(), word.end, word.probability))
+            words, ends, probabilities = zip(*timed, strict=True) if timed else ((), (), ())
+            return cls(tuple(words), tuple(ends), True, tuple(probabilities))
         return cls.from_segments([(s.text, s.start, s.end) for s in segments])
 
     @classmethod
@@ -69,21 +84,41 @@ class Hypothesis:
     def after(self, count: int, seconds: float) -> Hypothesis:
         """Without its first `count` words, timed from `seconds` later."""
         ends = tuple(t - seconds for t in self.ends[count:])
-        return Hypothesis(self.words[count:], ends, self.timed)
+        return Hypothesis(self.words[count:], ends, self.timed, self.probabilities[count:])
 
     def within(self, seconds: float) -> Hypothesis:
         """The words that `seconds` of speech can hold: those ending within them (and the
         pad after), at most _MAX_WORDS_PER_SECOND of them a second."""
         most = math.ceil(seconds * _MAX_WORDS_PER_SECOND)
         kept = [i for i, end in enumerate(self.ends) if end <= seconds + _END_SLACK][:most]
+        probabilities = tuple(self.probabilities[i] for i in kept) if self.probabilities else ()
         return Hypothesis(
-            tuple(self.words[i] for i in kept), tuple(self.ends[i] for i in kept), self.timed
+            tuple(self.words[i] for i in kept),
+            tuple(self.ends[i] for i in kept),
+            self.timed,
+            probabilities,
         )
 
     def followed_by(self, rest: Hypothesis, seconds: float) -> Hypothesis:
         """This reading, then `rest`: a reading of the buffer from `seconds` in."""
         ends = self.ends + tuple(seconds + t for t in rest.ends)
-        return Hypothesis(self.words + rest.words, ends, self.timed and rest.timed)
+        both = bool(self.probabilities or not self.words) and bool(
+            rest.probabilities or not rest.words
+        )
+        probabilities = self.probabilities + rest.probabilities if both else ()
+        return Hypothesis(self.words + rest.words, ends, self.timed and rest.timed, probabilities)
+
+    def unsure_from(self, first: int) -> int:
+        """Where its unsure last words begin, from word `first` on: the first word under
+        UNSURE_PROBABILITY that ends within UNSURE_WITHIN s of its last word's end (its
+        length when none, or when the backend gave no probabilities)."""
+        if len(self.probabilities) != len(self.words) or not self.words:
+            return len(self.words)
+        horizon = self.ends[-1] - UNSURE_WITHIN
+        for index in range(first, len(self.words)):
+            if self.ends[index] > horizon and self.probabilities[index] < UNSURE_PROBABILITY:
+                return index
+        return len(self.words)
 
 
 def _alike(a: str, b: str) -> bool:
@@ -143,11 +178,14 @@ class LocalAgreement:
         self._previous_tail = tail[agreed:]
         return self._accept(tail[:agreed])
 
-    def finish(self, hypothesis: Hypothesis) -> list[str]:
-        """The final hypothesis of an utterance: commit everything not committed yet."""
+    def finish(self, hypothesis: Hypothesis, hold_unsure: bool = False) -> list[str]:
+        """The final hypothesis of an utterance: commit everything not committed yet. With
+        `hold_unsure`, all but its unsure last words (Hypothesis.unsure_from), which stay
+        tentative: the next hypothesis commits them as `update` does."""
         start = self._take(hypothesis)
-        self._previous_tail = []
-        return self._accept(list(hypothesis.words[start:]))
+        stop = hypothesis.unsure_from(start) if hold_unsure else len(hypothesis.words)
+        self._previous_tail = list(hypothesis.words[stop:])
+        return self._accept(list(hypothesis.words[start:stop]))
 
     def force(self, hold: float) -> list[str]:
         """Commit the latest hypothesis up to `hold` seconds before its end, agreed or not

@@ -2,12 +2,15 @@
 
 Within an utterance the buffer (from its onset) is re-decoded every `step` seconds of new
 audio and LocalAgreement commits what two decodes in a row agree on. When speech pauses, the
-buffer is decoded again; after `commit_silence` of quiet that hypothesis is committed whole,
+buffer is decoded again; after `commit_silence` of quiet that hypothesis is committed,
 while the utterance stays open in case speech resumes (the voice detector ends it only after
 `min_silence`, and an utterance too short to read alone waits for that end). At the end the
-final hypothesis commits the rest. The next utterance's buffer starts with up to `context`
-seconds of the speech before it, as a file run reads a phrase beside its neighbours; the
-words the decoder places there are not committed again (docs/live.md, "How it works").
+final hypothesis commits the rest. At either, its unsure last words (read under an even
+chance, decoded without the speech after them) wait: where speech follows within
+`hold_unsure` of the end, the utterance goes on and reads them again with it. The next
+utterance's buffer starts with up to `context` seconds of the speech before it, as a file
+run reads a phrase beside its neighbours; the words the decoder places there are not
+committed again (docs/live.md, "How it works").
 Every decode builds its own decoder cache: nothing carries over but audio.
 """
 
@@ -17,7 +20,6 @@ import dataclasses
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -27,36 +29,17 @@ from kvscribe.contract import DecodeRequest
 from kvscribe.live.agreement import Hypothesis, LocalAgreement
 from kvscribe.live.capture import Capture, Chunk
 from kvscribe.live.stats import LiveStats
-from kvscribe.live.streaming import LiveListener, StreamSettings
+from kvscribe.live.streaming import LiveListener, StreamSettings, bounded
+from kvscribe.live.utterance import Utterance
 from kvscribe.voice.silero import VoiceDetector, VoiceEvent, level_dbfs
 
 _MEMORY_EVERY = 10.0  # seconds of audio between RSS samples
 _SLACK = SAMPLE_RATE // 2  # audio kept before a possible onset, beyond the pad
-# A decode may emit this many tokens per second of buffer (and _TOKENS_BASE more): twice fast
-# speech's rate. A decoder stuck repeating itself ("pre-p-p-p...") otherwise runs to Whisper's
-# 224 tokens at every temperature of the fallback, seconds the stream waits.
-_TOKENS_PER_SECOND = 12
-_TOKENS_BASE = 16
 # A decode whose timed words stop this long before the speech in its buffer does has dropped
 # the rest: Whisper may end a window at a lone timestamp and skip the speech after it (the
 # realform English recording: "... the audio volume from other", "participants" unread,
 # though a file run reads it). The rest is decoded again, prompted with what was read.
 _UNCOVERED_SECONDS = 0.4
-
-
-@dataclass
-class _Utterance:
-    start: int  # stream sample where the buffer starts (moves forward when it is cut)
-    onset: int  # stream sample where its speech began
-    agreement: LocalAgreement = field(default_factory=LocalAgreement)
-    words: list[str] = field(default_factory=list)  # everything committed in this utterance
-    decoded_to: int = 0  # stream sample up to which the latest hypothesis heard
-    paused_at: int | None = None  # speech went quiet here and has not resumed
-    pauses: list[tuple[int, int]] = field(default_factory=list)  # quiet stretches inside it
-    settled_at: float | None = None  # perf_counter() of a commit of all heard, until speech resumes
-    # Stream samples where its buffer may start without splitting a word: its start, its
-    # onset's pad, the middles of its pauses (the next utterance's context starts at one).
-    starts: list[int] = field(default_factory=list)
 
 
 class LiveSession:
@@ -83,12 +66,14 @@ class LiveSession:
         self._origin = 0
         self._received = 0
         self._arrivals: deque[tuple[int, float]] = deque()  # (end sample, arrival) per chunk
-        self._utterance: _Utterance | None = None
+        self._utterance: Utterance | None = None
         self._next_memory_sample = 0.0
         self._language: str | None = None  # the first utterance's, then pinned
         # Where a next utterance's buffer may start: the last utterance's `starts`.
         self._context: tuple[int, ...] = ()
         self._context_words: list[str] = []  # and the words it committed
+        self._ending = False  # the audio has ended: an utterance's end holds nothing back
+        self._hold_for = int(settings.hold_unsure * SAMPLE_RATE)
 
     def stop(self) -> None:
         """Finish soon: the pending utterance is decoded and committed (safe from a signal
@@ -129,6 +114,8 @@ class LiveSession:
             self._redecode()
         if decode and self._settle_due():
             self._settle()
+        if self._hold_expired():
+            self._release()
         self._forget_old_audio()
         self.stats.busy_seconds += time.perf_counter() - busy
         if self.stats.audio_seconds >= self._next_memory_sample:
@@ -146,6 +133,12 @@ class LiveSession:
         self.stats.audio_seconds = self._received / SAMPLE_RATE
 
     def _on_event(self, event: VoiceEvent) -> None:
+        held = self._utterance
+        if event.kind == "start" and held is not None and held.held_since is not None:
+            held.resumed_hold, held.held_since = held.held_since, None  # speech continues it
+            self.stats.held_resumed += 1
+            held.resume(event.sample)
+            return
         if event.kind == "start":
             self._utterance = self._begin(event.sample)
             return
@@ -155,26 +148,22 @@ class LiveSession:
         if event.kind == "pause":
             utterance.paused_at = event.sample
         elif event.kind == "resume":
-            if utterance.paused_at is not None:
-                utterance.pauses.append((utterance.paused_at, event.sample))
-                del utterance.pauses[:-64]  # the recent ones are all a cut can use
-                utterance.starts.append((utterance.paused_at + event.sample) // 2)
-                del utterance.starts[:-64]
-            utterance.paused_at = None
-            utterance.settled_at = None
+            utterance.resume(event.sample)
         elif event.kind == "end":
             self._finish(event.sample)
+        elif utterance.resumed_hold is not None:  # "discard": a blip after a held end
+            utterance.held_since = utterance.resumed_hold  # still held, as before it
         else:  # "discard": too short to be speech
             self._utterance = None
             self.listener.tentative("")
 
-    def _begin(self, onset: int) -> _Utterance:
+    def _begin(self, onset: int) -> Utterance:
         """A new utterance from `onset`. Its buffer starts with the speech before it, from the
         earliest place that lies within `settings.context` seconds: decoded again, but words
         the decoder ends before the onset are not committed. (Not the middle of the silence
         between: the alignment stretches a last word over the silence after it.)"""
         own = max(self._origin, onset - self._pad)
-        utterance = _Utterance(start=own, onset=onset, decoded_to=own, starts=[own])
+        utterance = Utterance(start=own, onset=onset, decoded_to=own, starts=[own])
         reach = max(self._origin, onset - int(self.settings.context * SAMPLE_RATE))
         usable = [p for p in self._context if reach <= p < own]
         if usable:
@@ -236,7 +225,7 @@ class LiveSession:
 
     def _read(self, start: int, stop: int, prompt: str | None = None) -> Hypothesis:
         samples = self._audio[start - self._origin : stop - self._origin]
-        request = self._bounded(samples.size / SAMPLE_RATE)
+        request = bounded(self.request, samples.size / SAMPLE_RATE)
         if prompt is not None:
             request = dataclasses.replace(request, prompt=prompt)
         started = time.perf_counter()
@@ -248,15 +237,6 @@ class LiveSession:
         self.stats.record_decode(time.perf_counter() - started, run.report)
         self._language = run.language
         return Hypothesis.from_decode(segments)
-
-    def _bounded(self, seconds: float) -> DecodeRequest:
-        """The request, its tokens per decode bounded by the buffer's length (the user's
-        --max-new-tokens when smaller)."""
-        bound = int(seconds * _TOKENS_PER_SECOND) + _TOKENS_BASE
-        given = self.request.max_new_tokens
-        if given is not None and given <= bound:
-            return self.request
-        return dataclasses.replace(self.request, max_new_tokens=bound)
 
     def _redecode(self) -> None:
         utterance = self._utterance
@@ -270,7 +250,7 @@ class LiveSession:
         self._cut_buffer(utterance)
         self.listener.tentative(" ".join(utterance.agreement.tentative))
 
-    def _cut_buffer(self, utterance: _Utterance) -> None:
+    def _cut_buffer(self, utterance: Utterance) -> None:
         """Keep the buffer short: the context before the utterance goes once the utterance has
         `alone_after` of its own or the buffer `trim_after`; past `trim_after`, cut after the
         last committed sentence, in the voice detector's pause there; near `max_buffer`, after
@@ -281,7 +261,7 @@ class LiveSession:
         own = utterance.onset - self._pad
         grown = (self._received - own) / SAMPLE_RATE >= s.alone_after
         if utterance.start < own and (grown or seconds >= s.trim_after):
-            self._move_start(utterance, 0, own)  # every word of the context is committed
+            utterance.move_start(0, own)  # every word of the context is committed
             return
         if seconds < s.trim_after:
             return
@@ -294,62 +274,73 @@ class LiveSession:
             return
         count, at = point
         estimate = utterance.start + int(at * SAMPLE_RATE)
-        cut = self._snap_to_pause(utterance, estimate)
+        cut = utterance.snap_to_pause(estimate)
         if cut is None:
             if seconds < s.max_buffer:
                 return  # the word end is an estimate: wait for a pause to cut in
             cut = estimate
-        self._move_start(utterance, count, min(self._received, max(utterance.start, cut)))
-
-    def _move_start(self, utterance: _Utterance, count: int, cut: int) -> None:
-        """Cut the buffer at stream sample `cut`, before which it holds `count` committed words
-        of its own."""
-        utterance.agreement.drop(count, (cut - utterance.start) / SAMPLE_RATE)
-        utterance.starts = [cut] + [p for p in utterance.starts if p > cut]
-        utterance.start = cut
-        utterance.decoded_to = cut  # the latest hypothesis no longer describes this buffer
-
-    def _snap_to_pause(self, utterance: _Utterance, sample: int) -> int | None:
-        """The middle of the voice detector's pause nearest `sample` (within 0.5 s), if any:
-        cutting there cannot split a word."""
-        reach = int(0.5 * SAMPLE_RATE)
-        near = [(a, b) for a, b in utterance.pauses if a - reach <= sample <= b + reach]
-        if not near:
-            return None
-        a, b = min(near, key=lambda p: abs((p[0] + p[1]) // 2 - sample))
-        return max(utterance.start, (a + b) // 2)
+        utterance.move_start(count, min(self._received, max(utterance.start, cut)))
 
     def _settle(self) -> None:
         """Commit the whole latest hypothesis (decoded after the pause began): what the speaker
         said up to the pause, committed without waiting for the end of the utterance."""
         utterance = self._utterance
         assert utterance is not None and utterance.agreement.latest is not None
-        self._commit(utterance, utterance.agreement.finish(utterance.agreement.latest))
+        agreement = utterance.agreement
+        self._commit(utterance, agreement.finish(agreement.latest, hold_unsure=self._hold_for > 0))
         utterance.settled_at = time.perf_counter()
-        self.listener.tentative("")
+        self.listener.tentative(" ".join(agreement.tentative))
 
-    def _commit(self, utterance: _Utterance, words: list[str]) -> None:
+    def _commit(self, utterance: Utterance, words: list[str]) -> None:
         if words:
             utterance.words.extend(words)
             self.listener.committed(" ".join(words))
 
     def _finish(self, end: int) -> None:
-        """The utterance ended at sample `end`: commit its final hypothesis."""
+        """The utterance ended at sample `end`: commit its final hypothesis, but for unsure last
+        words while more speech may follow (`_hold_expired`)."""
         utterance = self._utterance
         assert utterance is not None
         latest = utterance.agreement.latest
         if latest is None or utterance.decoded_to < end + self._heard:
             stop = min(self._received, end + max(self._pad, self._heard))
             latest = self._decode(utterance.start, stop, end)
-        rest = utterance.agreement.finish(latest)
-        self._commit(utterance, rest)
+        hold = self._hold_for > 0 and not self._ending
+        added = utterance.agreement.finish(latest, hold_unsure=hold)
+        self._commit(utterance, added)
+        if utterance.agreement.tentative:
+            utterance.held_since = end
+            self.stats.held_back += 1
+            self.listener.tentative(" ".join(utterance.agreement.tentative))
+            return
+        self._close(utterance, end, bool(added))
+
+    def _hold_expired(self) -> bool:
+        utterance = self._utterance
+        if utterance is None or utterance.held_since is None:
+            return False
+        return self._ending or self._received - utterance.held_since >= self._hold_for
+
+    def _release(self) -> None:
+        """No speech followed the held utterance soon enough: commit its unsure last words
+        as they were read."""
+        utterance = self._utterance
+        assert utterance is not None and utterance.held_since is not None
+        latest = utterance.agreement.latest
+        assert latest is not None
+        self._commit(utterance, utterance.agreement.finish(latest))
+        self._close(utterance, utterance.held_since, True)
+
+    def _close(self, utterance: Utterance, end: int, added: bool) -> None:
+        """The utterance that ended at sample `end` is committed whole; `added`: words were
+        committed after any commit at its pause (its latency runs to now)."""
         self._utterance = None
         if self.settings.context > 0:
             self._context = tuple(p for p in utterance.starts if p >= utterance.start)
             self._context_words = utterance.words
         self.listener.tentative("")
         # Committed when the pause settled it, unless the final hypothesis added words since.
-        settled = utterance.settled_at if not rest else None
+        settled = utterance.settled_at if not added else None
         latency = (settled or time.perf_counter()) - self._arrival(end)
         if utterance.words:
             self.stats.record_utterance(latency, committed_at_pause=settled is not None)
@@ -395,6 +386,9 @@ class LiveSession:
                 self._process(chunk, decode=False)
 
     def _end_of_audio(self) -> None:
+        self._ending = True
         event = self.detector.close(self._received)
         if event is not None:
             self._on_event(event)
+        if self._hold_expired():
+            self._release()

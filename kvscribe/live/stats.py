@@ -44,6 +44,8 @@ class LiveStats:
     decodes: int = 0
     decode_seconds: list[float] = field(default_factory=list)  # the recent ones' (p50)
     tails_read_again: int = 0  # decodes whose words stopped short of their speech, read on
+    held_back: int = 0  # utterance ends whose unsure last words waited for more speech
+    held_resumed: int = 0  # and of those, the ones speech continued (read again with it)
     kv: KvTally = field(default_factory=KvTally)  # the same figures and notes as file runs
     memory: list[tuple[float, int]] = field(default_factory=list)  # (audio seconds, RSS bytes)
     started: float = field(default_factory=time.perf_counter)
@@ -123,6 +125,8 @@ class LiveStats:
             "decodes": self.decodes,
             "decode_p50_seconds": _rounded(percentile(self.decode_seconds, 0.5)),
             "tails_read_again": self.tails_read_again,
+            "held_back": self.held_back,
+            "held_resumed": self.held_resumed,
             **self.kv.to_dict(),
             "peak_rss_bytes": peak_rss_bytes(),
             "rss_after_warmup_bytes": growth[0] if growth else None,

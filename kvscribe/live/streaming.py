@@ -3,10 +3,18 @@ commit, cut and carry context; docs/live.md, "How it works") and its listener.""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from kvscribe.contract import DecodeRequest
 from kvscribe.voice.silero import VadSettings
+
+# A decode may emit this many tokens per second of buffer (and _TOKENS_BASE more): twice fast
+# speech's rate. A decoder stuck repeating itself ("pre-p-p-p...") otherwise runs to Whisper's
+# 224 tokens at every temperature of the fallback, seconds the stream waits.
+_TOKENS_PER_SECOND = 12
+_TOKENS_BASE = 16
 
 
 @dataclass(frozen=True)
@@ -32,6 +40,11 @@ class StreamSettings:
     # the decoder ("so my fellow" read "so am I fellow"): docs/live.md, "Context".
     context: float = 4.0
     alone_after: float = 6.0  # an utterance this long reads well alone: the context goes
+    # An utterance's unsure last words (agreement.UNSURE_PROBABILITY) wait this long after its
+    # speech stopped for speech that continues it, to be read again with that speech (a
+    # pause between phrases: JFK's after "ask not" is 1.1 s); then they are committed as
+    # read. 0: commit them at once.
+    hold_unsure: float = 2.0
     vad: VadSettings = field(default_factory=VadSettings)
 
     @property
@@ -45,7 +58,22 @@ class StreamSettings:
             f"re-decode every {self.step:g} s; commit after {self.commit_after:g} s of silence, "
             f"end after {self.vad.min_silence:g} s; "
             + (f"decoded with {self.context:g} s before it" if self.context else "each alone")
+            + (
+                f"; unsure last words wait {self.hold_unsure:g} s for more speech"
+                if self.hold_unsure
+                else ""
+            )
         )
+
+
+def bounded(request: DecodeRequest, seconds: float) -> DecodeRequest:
+    """The request, its tokens per decode bounded by the buffer's length (the user's
+    --max-new-tokens when smaller)."""
+    bound = int(seconds * _TOKENS_PER_SECOND) + _TOKENS_BASE
+    given = request.max_new_tokens
+    if given is not None and given <= bound:
+        return request
+    return dataclasses.replace(request, max_new_tokens=bound)
 
 
 class LiveListener(Protocol):
