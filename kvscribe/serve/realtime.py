@@ -262,7 +262,10 @@ class RealtimeSession:
         from kvscribe.voice.silero import SileroVad, VadSettings, VoiceDetector
 
         vad = VadSettings(min_silence=LIVE_MIN_SILENCE)
-        settings = StreamSettings(vad=vad)
+        # An item completes once the silence that ends it has arrived, as the API's server
+        # VAD completes one: no wait for more speech after unsure last words (a client may
+        # send no more audio until it hears the item is done).
+        settings = StreamSettings(hold_unsure=0.0, vad=vad)
         # Commits and buffer cuts fall at the words' real ends.
         request = self._request(words=True)
         self.stats.settings[row.STREAMING] = settings.describe()
