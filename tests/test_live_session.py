@@ -342,6 +342,39 @@ def test_unsure_last_words_no_speech_follows_are_committed_as_read(
     assert speech_end + 1.9 <= held_done[1] < speech_end + 2.2, held_done
 
 
+def test_a_blip_after_a_held_end_leaves_it_held_and_paused(
+    ct2_backend, tmp_path, jfk_phrases, monkeypatch, every_last_word_unsure
+):
+    """JFK's first phrase, 1.4 s of silence, 0.2 s of his speech (the voice detector starts
+    an utterance there and, 1.2 s later, discards it as too short) and 3 s of silence: the
+    held utterance is resumed by the blip and decoded with it, commits nothing of that
+    decode, and is held again as it was when the blip is discarded: its words committed
+    once, as without the blip, when the hold runs out."""
+    blip = jfk_phrases[-1][SR : int(1.2 * SR)]
+    gap, silence = np.zeros(int(1.4 * SR), np.float32), np.zeros(3 * SR, np.float32)
+    stream = np.concatenate([silence[: SR // 2], jfk_phrases[0], gap, blip, silence])
+    blip_end = (SR // 2 + jfk_phrases[0].size + gap.size + blip.size) / SR
+    decode = LiveSession._decode
+    stops: list[float] = []  # where each decode's buffer ends, in stream seconds
+
+    def recorded(session, start, stop, *speech_end):
+        stops.append(stop / SR)
+        return decode(session, start, stop, *speech_end)
+
+    monkeypatch.setattr(LiveSession, "_decode", recorded)
+    settings = StreamSettings(step=1.0, hold_unsure=4.0)
+    recorder = _replay(ct2_backend, tmp_path, stream, settings)
+    assert (recorder.stats.held_back, recorder.stats.held_resumed) == (1, 0)
+    done = [(text, at) for kind, text, at in recorder.events if kind == "done"]
+    assert len(done) == 1 and "fellow" in done[0][0], recorder.events
+    assert max(stops) > blip_end, stops  # the blip was decoded, at its pause
+    speech_end = 0.5 + jfk_phrases[0].size / SR
+    assert speech_end + 3.9 <= done[0][1] < speech_end + 4.2, done
+    quiet = np.concatenate([silence[: SR // 2], jfk_phrases[0], gap, blip * 0, silence])
+    without = _replay(ct2_backend, tmp_path, quiet, settings)
+    assert [e for e in without.events if e[0] == "done"] == [("done", *done[0])]
+
+
 @pytest.mark.parametrize(("trim_after", "alone_after"), [(8.0, 30.0), (18.0, 1.5)])
 def test_the_context_is_cut_off_first_when_the_buffer_grows_long(
     ct2_backend, tmp_path, jfk_phrases, monkeypatch, trim_after, alone_after

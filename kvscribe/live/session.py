@@ -61,6 +61,7 @@ class LiveSession:
         self._settle_after = int(settings.commit_after * SAMPLE_RATE)
         self._heard = int(settings.pause_heard * SAMPLE_RATE)
         self._short = int(settings.vad.min_utterance * SAMPLE_RATE)
+        self._blip = int(settings.vad.min_speech * SAMPLE_RATE)  # what the detector discards
         self._stop = threading.Event()
         self._audio = np.zeros(0, dtype=np.float32)  # recent stream audio from `_origin`
         self._origin = 0
@@ -135,9 +136,8 @@ class LiveSession:
     def _on_event(self, event: VoiceEvent) -> None:
         held = self._utterance
         if event.kind == "start" and held is not None and held.held_since is not None:
-            held.resumed_hold, held.held_since = held.held_since, None  # speech continues it
+            held.resume_held(event.sample)  # speech continues the held utterance
             self.stats.held_resumed += 1
-            held.resume(event.sample)
             return
         if event.kind == "start":
             self._utterance = self._begin(event.sample)
@@ -151,8 +151,9 @@ class LiveSession:
             utterance.resume(event.sample)
         elif event.kind == "end":
             self._finish(event.sample)
-        elif utterance.resumed_hold is not None:  # "discard": a blip after a held end
-            utterance.held_since = utterance.resumed_hold  # still held, as before it
+        elif utterance.resumed is not None:  # "discard": a blip after a held end
+            utterance.unresume()
+            self.stats.held_resumed -= 1
         else:  # "discard": too short to be speech
             self._utterance = None
             self.listener.tentative("")
@@ -197,6 +198,7 @@ class LiveSession:
         heard_from = min(utterance.start, utterance.onset - self._pad)
         return (
             paused is not None
+            and not utterance.too_new_to_commit(self._blip)
             and self._received - paused >= self._settle_after
             and utterance.decoded_to >= paused + self._heard
             and paused - heard_from >= self._short + self._pad

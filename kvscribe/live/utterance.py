@@ -3,10 +3,19 @@ speech began, its pauses, what is committed of it, and the cuts its buffer may t
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 from kvscribe.audio import SAMPLE_RATE
 from kvscribe.live.agreement import LocalAgreement
+
+
+@dataclass(frozen=True)
+class _HeldState:
+    end: int  # stream sample where the held utterance's speech had stopped
+    onset: int  # where the speech that resumed it began
+    agreement: LocalAgreement  # a copy of its agreement at the held end
+    decoded_to: int
 
 
 @dataclass
@@ -22,7 +31,9 @@ class Utterance:
     # Stream sample where it ended with its unsure last words uncommitted, waiting
     # `hold_unsure` for speech that continues it (None: not ended).
     held_since: int | None = None
-    resumed_hold: int | None = None  # `held_since` before speech resumed it
+    # Where speech resumed it after a held end, and its state then: a blip the voice
+    # detector discards as too short to be speech puts it back (`unresume`).
+    resumed: _HeldState | None = None
     # Stream samples where its buffer may start without splitting a word: its start, its
     # onset's pad, the middles of its pauses (the next utterance's context starts at one).
     starts: list[int] = field(default_factory=list)
@@ -36,6 +47,29 @@ class Utterance:
             del self.starts[:-64]
         self.paused_at = None
         self.settled_at = None
+
+    def resume_held(self, onset: int) -> None:
+        """Speech began at stream sample `onset` while its end was held: it goes on."""
+        assert self.held_since is not None
+        kept = copy.deepcopy(self.agreement)
+        self.resumed = _HeldState(self.held_since, onset, kept, self.decoded_to)
+        self.held_since = None
+        self.resume(onset)
+
+    def too_new_to_commit(self, blip: int) -> bool:
+        """Speech resumed after a held end, and what came of it is shorter than `blip`
+        samples, what the voice detector discards as too short to be speech: commit
+        nothing of it at a pause."""
+        resumed, paused = self.resumed, self.paused_at
+        return resumed is not None and paused is not None and paused - resumed.onset < blip
+
+    def unresume(self) -> None:
+        """The speech that resumed it was a blip: held and paused again, as before it (its
+        end was where its pause began), whatever was decoded meanwhile forgotten."""
+        assert self.resumed is not None
+        held = self.resumed
+        self.held_since = self.paused_at = held.end
+        self.agreement, self.decoded_to, self.resumed = held.agreement, held.decoded_to, None
 
     def move_start(self, count: int, cut: int) -> None:
         """Cut the buffer at stream sample `cut`, before which it holds `count` committed words
