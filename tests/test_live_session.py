@@ -375,6 +375,28 @@ def test_a_blip_after_a_held_end_leaves_it_held_and_paused(
     assert [e for e in without.events if e[0] == "done"] == [("done", *done[0])]
 
 
+def test_a_blip_long_after_a_held_end_commits_nothing_twice(
+    ct2_backend, tmp_path, jfk_phrases, every_last_word_unsure
+):
+    """JFK's last phrase (5 s: read with its words' agreement, not as a short one), 2.2 s
+    of silence, a 0.2 s blip the voice detector discards, 3 s of silence, the words held for
+    4 s: the decode at the blip's pause hears the held words 2 s before its end, which
+    would commit them, but the blip may yet be discarded, so nothing is committed then. The
+    utterance's text is the same as the stream's without the blip."""
+    blip = jfk_phrases[-1][int(1.2 * SR) : int(1.48 * SR)]  # starts an utterance, then discarded
+    gap, silence = np.zeros(int(2.2 * SR), np.float32), np.zeros(3 * SR, np.float32)
+    settings = StreamSettings(step=1.0, hold_unsure=4.0)
+    parts = [silence[: SR // 2], jfk_phrases[-1], gap, blip, silence]
+    recorder = _replay(ct2_backend, tmp_path, np.concatenate(parts), settings)
+    assert recorder.stats.held_back == 1 and recorder.stats.held_resumed == 0
+    parts[3] = blip * 0
+    without = _replay(ct2_backend, tmp_path, np.concatenate(parts), settings)
+    done = [text for kind, text, _ in recorder.events if kind == "done"]
+    assert done == [text for kind, text, _ in without.events if kind == "done"], recorder.events
+    committed = " ".join(text for kind, text, _ in recorder.events if kind == "committed")
+    assert committed == done[0]  # each word once
+
+
 @pytest.mark.parametrize(("trim_after", "alone_after"), [(8.0, 30.0), (18.0, 1.5)])
 def test_the_context_is_cut_off_first_when_the_buffer_grows_long(
     ct2_backend, tmp_path, jfk_phrases, monkeypatch, trim_after, alone_after

@@ -198,7 +198,7 @@ class LiveSession:
         heard_from = min(utterance.start, utterance.onset - self._pad)
         return (
             paused is not None
-            and not utterance.too_new_to_commit(self._blip)
+            and not utterance.too_new_to_commit(self._blip, self._received)
             and self._received - paused >= self._settle_after
             and utterance.decoded_to >= paused + self._heard
             and paused - heard_from >= self._short + self._pad
@@ -248,8 +248,11 @@ class LiveSession:
         heard = (self._received - utterance.start) / SAMPLE_RATE
         # Whisper rereads the first words of an utterance until it has heard a few seconds.
         hold = self.settings.hold if heard >= self.settings.min_context else float("inf")
-        self._commit(utterance, utterance.agreement.update(hypothesis, hold))
-        self._cut_buffer(utterance)
+        if utterance.too_new_to_commit(self._blip, self._received):
+            utterance.agreement.update(hypothesis, float("inf"))  # maybe a blip: wait
+        else:
+            self._commit(utterance, utterance.agreement.update(hypothesis, hold))
+            self._cut_buffer(utterance)
         self.listener.tentative(" ".join(utterance.agreement.tentative))
 
     def _cut_buffer(self, utterance: Utterance) -> None:
@@ -307,6 +310,7 @@ class LiveSession:
         if latest is None or utterance.decoded_to < end + self._heard:
             stop = min(self._received, end + max(self._pad, self._heard))
             latest = self._decode(utterance.start, stop, end)
+            utterance.decoded_to = stop  # a held end's latest reading heard this far
         hold = self._hold_for > 0 and not self._ending
         added = utterance.agreement.finish(latest, hold_unsure=hold)
         self._commit(utterance, added)

@@ -56,12 +56,16 @@ class Utterance:
         self.held_since = None
         self.resume(onset)
 
-    def too_new_to_commit(self, blip: int) -> bool:
-        """Speech resumed after a held end, and what came of it is shorter than `blip`
-        samples, what the voice detector discards as too short to be speech: commit
-        nothing of it at a pause."""
-        resumed, paused = self.resumed, self.paused_at
-        return resumed is not None and paused is not None and paused - resumed.onset < blip
+    def too_new_to_commit(self, blip: int, received: int) -> bool:
+        """Speech resumed after a held end, and what came of it (to its pause, else to the
+        `received` stream sample) is shorter than `blip` samples, what the voice detector
+        may still discard as too short to be speech: commit nothing, cut nothing, until it
+        is longer (`unresume` could not take back a commit)."""
+        resumed = self.resumed
+        if resumed is None:
+            return False
+        until = self.paused_at if self.paused_at is not None else received
+        return until - resumed.onset < blip
 
     def unresume(self) -> None:
         """The speech that resumed it was a blip: held and paused again, as before it (its
