@@ -20,6 +20,7 @@ CONFIGS = {  # name -> (engine, extra flags)
     # every window's words aligned, so each next window is sought from its last word's end
     "kvscribe-batch1-words": ("kvscribe", ["--batch-size", "1", "--word-timestamps"]),
     "kvscribe-batch4": ("kvscribe", ["--batch-size", "4"]),
+    "kvscribe-batch2": ("kvscribe", ["--batch-size", "2"]),
     "kvscribe-transformers": ("kvscribe", ["--backend", "transformers"]),
     "kvscribe-transformers-float32": (
         "kvscribe",

@@ -21,6 +21,9 @@ Configurations (CONFIGS, in benchmarks/longform_configs.py):
 - kvscribe-batch1-words: --batch-size 1 with --word-timestamps (each window's words aligned).
 - kvscribe-batch4: the same with --batch-size 4 (a file of 5 to 8 speech chunks takes two
   rounds of lanes instead of one, half its chunks prompted: kvscribe/chunk_rounds.py).
+- kvscribe-batch2: the same with --batch-size 2 (two chunks at a time, each span of six
+  in two lanes of three: two thirds of the chunks prompted, every chunk aligned and its
+  skipped stretches read again, as the default's).
 - kvscribe-default-srt: the default writing SRT (`-f srt`) instead of plain text.
 - kvscribe-default-beam3, kvscribe-default-beam4: the default at beam 3 or 4.
 - fw-batched-avx512, kvscribe-default-avx512: either with CT2_FORCE_CPU_ISA=AVX512.
