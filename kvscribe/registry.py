@@ -63,10 +63,9 @@ def registered(name: str):
     return entries[name]
 
 
-def get(name: str) -> type:
-    """The backend class for `name`, checked to be available on this machine. Only that
-    backend's module is imported: a run does not pay for the others' (the whisper.cpp
-    backend's modules alone took ~60 ms of a ctranslate2 run's start)."""
+def imported(name: str) -> type:
+    """The backend class for `name`, its module imported but the engine it needs not yet
+    (get checks that): its capabilities, read before the engine's own imports."""
     entry = _loaded(registered(name))
     if entry.backend is None:
         raise BackendUnavailableError(
@@ -74,7 +73,15 @@ def get(name: str) -> type:
             subject=name,
             hint="reinstall it or pick another --backend",
         )
-    reason = entry.backend.check_available()
+    return entry.backend
+
+
+def get(name: str) -> type:
+    """The backend class for `name`, checked to be available on this machine. Only that
+    backend's module is imported: a run does not pay for the others' (the whisper.cpp
+    backend's modules alone took ~60 ms of a ctranslate2 run's start)."""
+    backend = imported(name)
+    reason = backend.check_available()
     if reason:
         raise BackendUnavailableError(reason, subject=name, hint="`kvscribe backends` says more")
-    return entry.backend
+    return backend

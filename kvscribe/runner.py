@@ -160,8 +160,9 @@ class Runner:
     def prepare(self, first: Path | None = None) -> RunStats:
         """Resolve profile, model and backend, and load the model (raises KvscribeError);
         `first`, the run's first file, is opened and its speech scanned meanwhile, where its
-        decode will read the scan (kvscribe.voice.ahead)."""
-        capabilities = registry.get(self.options.backend).capabilities
+        decode will read the scan (kvscribe.voice.ahead). The scan starts before the
+        engine's own libraries are imported (registry.get), which keep one core busy."""
+        capabilities = registry.imported(self.options.backend).capabilities
         if first is not None and ahead.wanted(capabilities, decode_request(self.options)):
             self._ahead = OpenedAhead.open(first)
         try:
