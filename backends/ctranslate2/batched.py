@@ -185,10 +185,11 @@ def _decoded_and_aligned(
     runs until every row is decoded (alignments made meanwhile inside it), the
     alignment's from there to the last row aligned.
 
-    Where the rows spread (`SpreadRows`), each replica first encodes its share's rows (the
-    shares dealt by that work too), and the encoder's time runs until every row is encoded
-    (a row's features computed there and timed with it, decodes begun meanwhile inside
-    it).
+    Where the rows spread (`SpreadRows`), each replica first encodes its queue (its share's
+    rows, the shares dealt by that work too, less any encodes moved to a lighter share's
+    replica: `SpreadRows.queues`) and decodes once its share's rows are all encoded; the
+    encoder's time runs until every row is encoded (a row's features computed there and
+    timed with it, decodes begun meanwhile inside it).
 
     `claim(share, results, busy)` is called, on the replica that finished it, once every row
     of a share is decoded at its first attempt and aligned: its skipped stretches are read
@@ -231,13 +232,15 @@ def _decoded_and_aligned(
     def settled(row: int) -> bool:  # per_row's rule after the first round
         return group[row].reread or single or plan.fallback.is_final(first[row])
 
-    def decode(share: list[int], encoded_share: Future) -> None:
+    def decode(share: list[int], queue: list[int], encoded_share: Future) -> None:
         try:
-            encoded.encode(share)
+            encoded.encode(queue)
         except BaseException as exc:
+            encoded.fail(exc)
             encoded_share.set_exception(exc)
             raise
         encoded_share.set_result(None)
+        encoded.wait_for(share)
         model = replicas.engine.model
         attempts = rows_decode.attempts(
             plan, model, encoded.of(share), heard, 0.0, rows_decode.picked(previous, share)
@@ -249,9 +252,12 @@ def _decoded_and_aligned(
             elif settled(row):
                 finished(row, attempt)
 
+    queues = encoded.queues(shares, seconds)
     encoding = [Future() for _ in shares]
     with worker_threads.pool(replicas.workers) as pool:
-        decoding = [pool.submit(decode, *pair) for pair in zip(shares, encoding, strict=True)]
+        decoding = [
+            pool.submit(decode, *work) for work in zip(shares, queues, encoding, strict=True)
+        ]
         timed = stage(STAGE_ENCODER) if encoded.encodes_shares else contextlib.nullcontext()
         with timed:
             for share in encoding:

@@ -9,7 +9,9 @@ Where the encoder is onnxruntime's and the rows are shared out over replicas, a 
 not encoded before its decode: each replica encodes its own share's rows, a window at a
 time on one thread, and decodes them at once (`SpreadRows`), so a replica whose share is
 encoded first starts decoding while the other still encodes (French with base, 7 rows on 2
-cores: one waited 0.3 s for the other). Per window, two windows at once on one thread each
+cores: one waited 0.3 s for the other). Rows are dealt whole, so of an odd number one
+replica has a row's work more: the other encodes one of its rows before its own
+(`SpreadRows.queues`). Per window, two windows at once on one thread each
 took about as long as one at a time on both threads on 2 cores of an AMD EPYC; the wait
 saved is the gain.
 """
@@ -137,8 +139,18 @@ class EncodedRows:
     def __init__(self, encoded):
         self._encoded = encoded
 
-    def encode(self, share: list[int]) -> None:
+    def queues(self, shares: list[list[int]], seconds: list[float]) -> list[list[int]]:
+        """Nothing for any replica to encode: every row is encoded already."""
+        return [[] for _ in shares]
+
+    def encode(self, queue: list[int]) -> None:
         """Nothing to do: every row is encoded already."""
+
+    def wait_for(self, share: list[int]) -> None:
+        """Nothing to wait for."""
+
+    def fail(self, error: BaseException) -> None:
+        """Nothing waits on these rows."""
 
     def of(self, rows: list[int]):
         """Those rows as a StorageView in host memory."""
@@ -150,8 +162,10 @@ class EncodedRows:
 
 
 class SpreadRows:
-    """A batch's encoder rows, each encoded (its features too) on the thread of the replica
-    whose share holds it, on onnxruntime's one-thread session; rows kept ahead are taken."""
+    """A batch's encoder rows, each encoded (its features too) on the thread of a replica,
+    on onnxruntime's one-thread session; rows kept ahead are taken. A share's rows are
+    encoded by its own replica, except those `queues` moves to a replica with less work: a
+    share decodes once all its rows are encoded, wherever (`wait_for`)."""
 
     encodes_shares = True
 
@@ -165,21 +179,57 @@ class SpreadRows:
     ):
         self._encoder, self._engine, self._audios, self._group = encoder, engine, audios, group
         self._rows = [ahead.take(chunk) if ahead else None for chunk in group]
-        self._lock = threading.Lock()
+        self._encoded = threading.Condition()
+        self._failed: BaseException | None = None
 
-    def encode(self, share: list[int]) -> None:
-        for row in share:
-            if self._rows[row] is None:
-                chunk = self._group[row]
-                features = chunk_features(self._engine, self._audios[chunk.source], chunk)
-                encoded = self._encoder.encode_here(features)
-                with self._lock:
-                    self._rows[row] = encoded
+    def queues(self, shares: list[list[int]], seconds: list[float]) -> list[list[int]]:
+        """The rows each share's replica encodes, in order. Rows are dealt whole (a row's
+        encoding and its decode), so an odd row leaves one replica a row's work more (7
+        rows on 2 cores: 4 and 3); here the heaviest share's last encodes move to the
+        lightest, first in its queue, while that lowers the heaviest load (7 rows of equal
+        length: the other replica encodes two of the 4 before its own 3), so the share
+        that decodes more rows starts decoding sooner."""
+        own = [[row for row in share if self._rows[row] is None] for share in shares]
+        weights = self.weights(seconds)
+        load = [sum(weights[row] for row in share) for share in shares]
+        moved: list[list[int]] = [[] for _ in shares]
+        while True:
+            heavy, light = load.index(max(load)), load.index(min(load))
+            if not own[heavy] or load[heavy] - load[light] <= ENCODE_WEIGHT:
+                break  # moving one more encode would not lower the heaviest load
+            moved[light].append(own[heavy].pop())
+            load[heavy] -= ENCODE_WEIGHT
+            load[light] += ENCODE_WEIGHT
+        return [first + rest for first, rest in zip(moved, own, strict=True)]
+
+    def encode(self, queue: list[int]) -> None:
+        for row in queue:
+            chunk = self._group[row]
+            features = chunk_features(self._engine, self._audios[chunk.source], chunk)
+            encoded = self._encoder.encode_here(features)
+            with self._encoded:
+                self._rows[row] = encoded
+                self._encoded.notify_all()
+
+    def wait_for(self, share: list[int]) -> None:
+        """Until every row of `share` is encoded (some by another replica); raises what
+        stopped another replica's encoding."""
+        with self._encoded:
+            while self._failed is None and any(self._rows[row] is None for row in share):
+                self._encoded.wait()
+            if self._failed is not None and any(self._rows[row] is None for row in share):
+                raise RuntimeError("another replica's encoding failed") from self._failed
+
+    def fail(self, error: BaseException) -> None:
+        """A replica's encoding stopped with `error`: no row it had left comes."""
+        with self._encoded:
+            self._failed = error
+            self._encoded.notify_all()
 
     def of(self, rows: list[int]):
         import ctranslate2
 
-        with self._lock:
+        with self._encoded:
             picked = [self._rows[row] for row in rows]
         return ctranslate2.StorageView.from_array(np.concatenate(picked))
 
