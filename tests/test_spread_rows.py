@@ -49,6 +49,17 @@ def test_an_odd_rows_encoding_goes_to_the_replica_with_less_work():
     assert max(_loads(shares, queues, seconds)) < max(_loads(shares, unmoved, seconds))
 
 
+def test_no_more_encodes_move_than_the_heavier_share_keeps():
+    """Five rows, dealt 3 and 2: moving two of the three's encodes would leave its replica
+    one of its own and two to wait for, encoded after each other on the other replica."""
+    seconds = [26.0] * 5
+    shares, queues = _planned(seconds)
+    heavy, light = sorted(range(2), key=lambda n: -len(shares[n]))
+    moved = [row for row in queues[light] if row in shares[heavy]]
+    assert len(moved) == 1 and len(queues[heavy]) == 2
+    assert queues[light][0] == moved[0]
+
+
 @pytest.mark.parametrize(
     "seconds",
     [[26.0] * 6, [29.8, 25.3, 28.3, 22.9, 10.6, 28.2]],
