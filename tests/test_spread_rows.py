@@ -72,6 +72,23 @@ def test_shares_as_even_as_a_move_can_make_them_encode_their_own_rows(seconds):
     assert [set(queue) for queue in queues] == [set(share) for share in shares]
 
 
+@pytest.mark.parametrize(("rows", "workers"), [(11, 4), (9, 4), (13, 8), (3, 2)])
+def test_on_more_replicas_every_row_is_encoded_once_and_no_replica_waits(rows, workers):
+    """Whatever the shares, each row is in one queue, a replica's moved-out encodes are no
+    more than those it keeps, moved rows come first, and no load grows past the heaviest."""
+    seconds = [float(20 + 3 * (row % 4)) for row in range(rows)]
+    shares, queues = _planned(seconds, workers)
+    assert sorted(row for queue in queues for row in queue) == list(range(rows))
+    owner = {row: number for number, share in enumerate(shares) for row in share}
+    for number, queue in enumerate(queues):
+        foreign = [row for row in queue if owner[row] != number]
+        assert queue[: len(foreign)] == foreign
+        kept = sum(owner[row] == number for row in queue)
+        assert sum(owner[row] == number for q in queues for row in q if q is not queue) <= kept
+    unmoved = [list(share) for share in shares]
+    assert max(_loads(shares, queues, seconds)) <= max(_loads(shares, unmoved, seconds))
+
+
 def test_a_row_kept_ahead_is_encoded_by_no_replica():
     ahead = EncodedAhead(limit=1)
     ahead.keep("chunk 0", np.zeros((1, 1500, 384), np.float32))
