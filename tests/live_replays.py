@@ -5,8 +5,6 @@ against."""
 
 from __future__ import annotations
 
-import wave
-
 import numpy as np
 
 from kvscribe import audio
@@ -18,6 +16,7 @@ from kvscribe.live.streaming import StreamSettings
 from kvscribe.options import LiveOptions
 from kvscribe.runner import decode_request
 from kvscribe.voice.silero import WINDOW, SileroVad, VadSettings, VoiceDetector
+from tests.media import write_wav
 
 SR = audio.SAMPLE_RATE
 MAX_WER_GAP = 0.05  # one word of the 20 in JFK's phrases
@@ -58,13 +57,7 @@ def phrases(samples: np.ndarray) -> list[np.ndarray]:
 
 def written(tmp_path, samples: np.ndarray):
     """`samples` as the 16-bit WAV file a session replays."""
-    path = tmp_path / STREAM
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(SR)
-        out.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
-    return path
+    return write_wav(tmp_path / STREAM, samples, SR)
 
 
 def replay(backend, tmp_path, samples: np.ndarray, settings: StreamSettings, **options) -> Recorder:
