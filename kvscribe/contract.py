@@ -92,6 +92,10 @@ class DecodeRequest:
     # Audio of one window encoded in a window of its length + 2 s, at least this many
     # seconds, not Whisper's whole 30 s (live mode, kvscribe.audio.mel.encoder_frames).
     encoder_window: float | None = None
+    # Sequential decodes: the speech under a word aligned over 2 s (skipped by the decoder)
+    # is decoded again (backends/ctranslate2/stretched.py). Live mode turns it off: its next
+    # decode of the buffer reads that speech again anyway.
+    reread_stretched: bool = True
 
 
 # The DecodeRequest fields a request may leave to the profile (None), and the default where

@@ -27,6 +27,7 @@ TEMPERATURE_FALLBACK = "temperature fallback"
 FALLBACK_FLAGS = "fallback flags"
 FALLBACK_REDECODES = "fallback re-decodes"
 WORD_TIMESTAMPS = "word timestamps"
+READ_AGAIN = "read again"  # the sequential path: speech under a stretched word
 TEXT_CONTEXT = "text context (-mc)"
 FLASH_ATTENTION = "flash attention"
 PROCESSORS = "processors (-p)"

@@ -15,6 +15,7 @@ from faster_whisper.transcribe import Word as FwWord
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.audio.stream import open_streamed
 from kvscribe.backends.ctranslate2 import halves
+from kvscribe.backends.ctranslate2 import stream as ct2_stream
 from kvscribe.bench.wer import pooled_wer
 from kvscribe.contract import DecodeRequest
 from kvscribe.pipeline import transcribe_speech
@@ -66,7 +67,7 @@ def test_the_second_half_is_put_on_the_whole_inputs_clock():
         words=[word],
         temperature=0.0,
     )
-    (moved,) = halves.shifted(iter([segment]), 40 * SAMPLE_RATE)
+    (moved,) = ct2_stream.shifted(iter([segment]), 40 * SAMPLE_RATE)
     assert (moved.start, moved.end, moved.seek) == (41.0, 42.5, 300 + 4000)
     assert (moved.words[0].start, moved.words[0].end) == (41.0, 41.5)
     assert moved.text == segment.text and segment.start == 1.0  # the original is unchanged

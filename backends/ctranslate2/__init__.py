@@ -25,7 +25,7 @@ from kvscribe.audio import SAMPLE_RATE
 from kvscribe.audio.mel import ENCODER_MARGIN, FRAMES_PER_WINDOW, encoder_frames
 from kvscribe.audio.stream import Samples, hold_history
 from kvscribe.backends.base import Backend
-from kvscribe.backends.ctranslate2 import engine_choice, halves
+from kvscribe.backends.ctranslate2 import engine_choice, halves, stretched
 from kvscribe.backends.ctranslate2 import report as ct2_report
 from kvscribe.backends.ctranslate2 import stream as ct2_stream
 from kvscribe.backends.ctranslate2.group_encoding import (
@@ -44,7 +44,7 @@ from kvscribe.contract import (
     DecoderReport,
     Transcription,
 )
-from kvscribe.decoding import SAMPLING_SEED, Fallback
+from kvscribe.decoding import SAMPLING_SEED
 from kvscribe.errors import BackendUnavailableError
 from kvscribe.models.ct2_file import whisper_dims
 from kvscribe.types import Segment
@@ -129,8 +129,8 @@ class CTranslate2Backend(Backend):
         batch = self.batch_size_for(request, audio.size / SAMPLE_RATE)
         if batch > 1:
             return self._transcribe_batched(audio, request, beams, batch)
+        many_windows = audio.size > MAX_SECONDS * SAMPLE_RATE
         conditioned = request.condition_on_previous_text
-        fallback = request.fallback
         report = self._report(beams, request)
         report.settings[row.PREVIOUS_TEXT] = "on" if conditioned else "off"
         clock = SpeechClock.of(audio, request.vad) if request.vad is not None else None
@@ -147,12 +147,14 @@ class CTranslate2Backend(Backend):
         # of a file a Joined: both cut as the Joined, so an array reads as its file).
         speech = decoded if clock is None else clock.speech
         at = halves.cut(speech) if frames is None and on_replica else None
+        # More than one window: a window's skipped speech would move the seek of the next
+        rereads = stretched.Rereads() if request.reread_stretched and many_windows else None
         if at is None:
-            raw, info = ct2_stream.transcribe(engine, decoded, frames, **options)
+            raw, info = stretched.transcribe(engine, decoded, options, rereads, frames)
         else:
             engines = halves.HalfEngines(self._engines.beside(), self._engines.beside)
             raw, info = halves.transcribe(
-                engines, decoded, at, options, report, self._choice.threads
+                engines, decoded, at, options, report, self._choice.threads, rereads
             )
         if clock is not None:
             raw = map(clock.restore, raw)
@@ -163,7 +165,7 @@ class CTranslate2Backend(Backend):
         return Transcription(
             info.language,
             probability,
-            self._stream(raw, report, beams, conditioned, fallback),
+            self._stream(raw, report, request, rereads),
             report,
         )
 
@@ -380,12 +382,13 @@ class CTranslate2Backend(Backend):
         self,
         raw: Iterator,
         report: DecoderReport,
-        beams: int,
-        conditioned: bool,
-        fallback: Fallback,
+        request: DecodeRequest,
+        rereads: stretched.Rereads | None,
     ) -> Iterator[Segment]:
         whole_load = ct2_report.WholeLoadWatch(self._engines.on_demand)
-        windows = WindowCounter(self.dims, conditioned)
-        yield from ct2_stream.segments(raw, windows, fallback)
-        ct2_report.count_windows(report, self._basis(), windows, beams)
+        windows = WindowCounter(self.dims, request.condition_on_previous_text)
+        yield from ct2_stream.segments(raw, windows, request.fallback, request.word_timestamps)
+        ct2_report.count_windows(report, self._basis(), windows, request.beam_size)
+        if rereads is not None and rereads.stretches:
+            report.settings[row.READ_AGAIN] = rereads.describe()
         whole_load.note(report)

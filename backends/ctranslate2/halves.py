@@ -17,7 +17,6 @@ happen to interleave.
 
 from __future__ import annotations
 
-import dataclasses
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -28,9 +27,9 @@ import numpy as np
 from kvscribe import setting_rows as row
 from kvscribe import worker_threads
 from kvscribe.audio import SAMPLE_RATE
-from kvscribe.audio.mel import FRAMES_PER_SECOND
 from kvscribe.audio.stream import PEAK_FRAME, Joined, Samples, StreamedAudio, frame_peaks
 from kvscribe.backends.ctranslate2 import stream as ct2_stream
+from kvscribe.backends.ctranslate2 import stretched
 
 MIN_SECONDS = 30.0  # what fits one window stays whole
 PAUSE_SECONDS = 0.5  # the stretch whose mean loudness finds the cut
@@ -106,20 +105,27 @@ class HalfEngines:
 
 
 def transcribe(
-    engines: HalfEngines, decoded: Samples, at: int, options: dict, report, threads: int
+    engines: HalfEngines,
+    decoded: Samples,
+    at: int,
+    options: dict,
+    report,
+    threads: int,
+    rereads: stretched.Rereads | None,
 ):
     """faster-whisper's (segments, info) of `decoded` cut at `at`, its halves decoded at once:
     the first on `engines.first`, the second on `engines.second` in the first's language
-    (HalfEngines); the stats' engine-threads row says where it cut."""
+    (HalfEngines), each half's stretched words read again on its own engine
+    (stretched.transcribe); the stats' engine-threads row says where it cut."""
     first, second = halves(decoded, at)
-    raw, info = ct2_stream.transcribe(engines.first, first, **options)
+    raw, info = stretched.transcribe(engines.first, first, options, rereads)
 
     def second_half() -> Iterator:
         try:
-            segments, _ = ct2_stream.transcribe(
-                engines.second(), second, **options | {"language": info.language}
+            segments, _ = stretched.transcribe(
+                engines.second(), second, options | {"language": info.language}, rereads
             )
-            yield from shifted(segments, at)
+            yield from ct2_stream.shifted(segments, at)
         finally:
             close_second(decoded, second.source)  # a long file's second reader
 
@@ -128,24 +134,6 @@ def transcribe(
         f"the audio decoded; each beam search on 1 of {threads} single-thread replicas)"
     )
     return side_by_side(raw, second_half), info
-
-
-def shifted(segments: Iterator, at: int) -> Iterator:
-    """faster-whisper's segments of the second half, on the whole input's clock."""
-    seconds = at / SAMPLE_RATE
-    frames = round(seconds * FRAMES_PER_SECOND)
-    for segment in segments:
-        words = segment.words and [
-            dataclasses.replace(w, start=w.start + seconds, end=w.end + seconds)
-            for w in segment.words
-        ]
-        yield dataclasses.replace(
-            segment,
-            seek=segment.seek + frames,
-            start=segment.start + seconds,
-            end=segment.end + seconds,
-            words=words,
-        )
 
 
 _END = object()

@@ -116,17 +116,18 @@ class Replicas:
 
     def beside(self):
         """A one-row engine for a transcribe running beside another (halves.py): the same
-        replicas, and its windows encoded on the calling thread alone where onnxruntime
-        encodes (the other core runs the other transcribe: two windows at once on the
-        every-thread session took 0.156 s each, tiny.en on 2 cores of an AMD EPYC, about
-        what one takes on a thread of its own)."""
+        replicas, its alignment on them too, and its windows encoded on the calling thread
+        alone where onnxruntime encodes (the other core runs the other transcribe: two
+        windows at once on the every-thread session took 0.156 s each, tiny.en on 2 cores
+        of an AMD EPYC, about what one takes on a thread of its own)."""
         from kvscribe.adapters import faster_whisper as adapter
         from kvscribe.backends.ctranslate2.encoder import OnnxEncodedModel
 
         whole = self.whole.model
         if isinstance(whole, OnnxEncodedModel):
             whole = whole.alone()
-        return adapter.with_model(self.whole, OneRowModel(whole, self.engine.model))
+        aligned_on_replicas = OneRowModel(whole, self.engine.model, align_on_replicas=True)
+        return adapter.with_model(self.whole, aligned_on_replicas)
 
     @property
     def rows_on_replica(self) -> bool:
@@ -165,10 +166,11 @@ class OneRowModel:
     `replicas` (a free single-thread replica takes each); sampled search (each row on a
     load of its own, sampling.FreshSamples) and everything else on `whole`: the encoder
     and the alignment are each one pass over a window or a text, which threads do speed
-    up."""
+    up (`align_on_replicas`: not where another transcribe runs beside, halves.py)."""
 
-    def __init__(self, whole, replicas):
+    def __init__(self, whole, replicas, align_on_replicas: bool = False):
         self._whole, self._replicas = whole, replicas
+        self._aligner = replicas if align_on_replicas else whole
 
     def encode(self, *args, **kwargs):
         return self._whole.encode(*args, **kwargs)
@@ -179,6 +181,9 @@ class OneRowModel:
 
     def detect_language(self, *args, **kwargs):
         return self._replicas.detect_language(*args, **kwargs)
+
+    def align(self, *args, **kwargs):
+        return self._aligner.align(*args, **kwargs)
 
     def __getattr__(self, name: str):
         return getattr(self._whole, name)

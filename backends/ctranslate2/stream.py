@@ -28,11 +28,14 @@ the input's length (`np.broadcast_to`: an ndarray with the right shape, no sampl
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import numpy as np
 
 from kvscribe.adapters import faster_whisper as adapter
+from kvscribe.audio import SAMPLE_RATE
+from kvscribe.audio.mel import FRAMES_PER_SECOND
 from kvscribe.audio.stream import Samples
 from kvscribe.audio.streamed_mel import NumpyFrontEnd, StreamedMel
 from kvscribe.backends.ctranslate2.windows import WindowCounter
@@ -104,9 +107,12 @@ class _FeaturesFor:
         return getattr(self._extractor, name)
 
 
-def segments(raw: Iterator, windows: WindowCounter, fallback: Fallback) -> Iterator[Segment]:
+def segments(
+    raw: Iterator, windows: WindowCounter, fallback: Fallback, with_words: bool
+) -> Iterator[Segment]:
     """faster-whisper's segments as kvscribe's, numbered from 0, each counted in `windows`;
-    those the model itself judges unspoken (kvscribe.decoding.unspoken) left out."""
+    those the model itself judges unspoken (kvscribe.decoding.unspoken) left out; their
+    words only `with_words` (the sequential path aligns for itself: stretched.py)."""
     kept = 0
     for seg in raw:
         windows.add(seg.seek, len(seg.tokens))
@@ -125,9 +131,27 @@ def segments(raw: Iterator, windows: WindowCounter, fallback: Fallback) -> Itera
             seek=int(seg.seek),
             temperature=float(seg.temperature),
             compression_ratio=float(seg.compression_ratio),
-            words=tuple(_word(w) for w in seg.words or ()),
+            words=tuple(_word(w) for w in seg.words or ()) if with_words else (),
         )
 
 
 def _word(word) -> Word:
     return Word(float(word.start), float(word.end), word.word, float(word.probability))
+
+
+def shifted(segments: Iterator, at: int) -> Iterator:
+    """faster-whisper's segments of audio from sample `at` on, on the whole input's clock."""
+    seconds = at / SAMPLE_RATE
+    frames = round(seconds * FRAMES_PER_SECOND)
+    for segment in segments:
+        words = segment.words and [
+            dataclasses.replace(w, start=w.start + seconds, end=w.end + seconds)
+            for w in segment.words
+        ]
+        yield dataclasses.replace(
+            segment,
+            seek=segment.seek + frames,
+            start=segment.start + seconds,
+            end=segment.end + seconds,
+            words=words,
+        )

@@ -53,6 +53,8 @@ class LiveSession:
         stats: LiveStats,
         settings: StreamSettings,
     ):
+        # its next decode reads a skipped stretch again: no reread inside a decode
+        request = dataclasses.replace(request, reread_stretched=False)
         self.backend, self.request, self.capture = backend, request, capture
         self.detector, self.listener = detector, listener
         self.stats, self.settings = stats, settings
