@@ -174,3 +174,21 @@ def test_speech_under_a_stretched_word_is_read_again_on_a_long_recording():
     reference = NOISY.with_suffix(".txt").read_text(encoding="utf-8")
     assert longest_deleted_run(reference, text) < 5
     assert pooled_wer([(reference, text)]) <= 0.072
+
+
+def test_a_long_gap_between_two_words_is_read_again_between_them(engine):
+    """A window that starts late: nothing aligned over the speech it skipped. A gap over
+    GAP_SECONDS before a word is read again and put in before it; a shorter pause is not."""
+    words = [_word(1.0, 1.4, " Goodbye."), _word(1.4 + stretched.GAP_SECONDS + 0.5, 8.0, " Press")]
+    segment = _segment(engine, words)
+    calls = []
+
+    def reread(start, end, before):
+        calls.append((start, end))
+        return [_segment(engine, [_word(3.0, 3.4, " Welcome.")])]
+
+    head, again, tail = _spliced(engine, [segment], reread)
+    assert calls == [(1.4, words[1].start)]
+    assert [head.text, again.text, tail.text] == [" Goodbye.", " Welcome.", " Press"]
+    paused = [_word(1.0, 1.4, " Goodbye."), _word(1.4 + stretched.GAP_SECONDS - 0.5, 7.0, " Press")]
+    assert _spliced(engine, [_segment(engine, paused)], reread) == [_segment(engine, paused)]

@@ -1,19 +1,21 @@
-"""`--batch-size 1`: the speech a window's decode skipped, found under a stretched word and
+"""`--batch-size 1`: the speech a window's decode skipped, found by its aligned words and
 read again.
 
 faster-whisper's sequential decode can jump over speech inside a window while its
 timestamps say it did not: its seek then follows the timestamps, and the words are lost
 (base on the French telephone recording lost three prompts, 37 words, and read the prompts
 after them twice). With word times, cross-attention alignment puts each word where its
-sound is, so the seek follows the words, and skipped speech lies under one word the
+sound is, so the seek follows the words, and skipped speech lies either under one word the
 alignment had to stretch over it (the noisy English telephone recording's " the" over
-6.6 s at probability 0.997, where 14 words were said): no spoken word in those runs was
-aligned longer than 1.6 s. So the sequential path always aligns (the words are dropped
-from the output unless asked for), and the stretch under a word longer than
-STRETCHED_SECONDS is decoded again on its own, prompted with the text before it; its
-segments come between the word's segment and what followed, the word itself left to the
-new reading where it hears it again. Live mode does not: its next decode of the buffer
-reads that speech again anyway (DecodeRequest.reread_stretched).
+6.6 s at probability 0.997, where 14 words were said; no spoken word in those runs was
+aligned longer than 1.6 s), or, where a window starts late and reads on from later
+speech, in a gap of GAP_SECONDS before its first word. So the sequential path always
+aligns (the words are dropped from the output unless asked for), and the stretch under a
+word longer than STRETCHED_SECONDS, or such a gap, is decoded again on its own, prompted
+with the text before it; its segments come between the parts before and after it, a
+stretched word itself left to the new reading where it hears it again. Live mode does
+not: its next decode of the buffer reads that speech again anyway
+(DecodeRequest.reread_stretched).
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ from kvscribe.timing.timed_words import TimedWord, is_anomalous, is_squeezed
 from kvscribe.timing.words import normalized
 
 STRETCHED_SECONDS = 2.0  # openai-whisper's "too long to be one word" (is_anomalous)
+# Seconds between two aligned words (on the decoded clock: digital silence is cut out)
+# taken for skipped speech: a window that starts late reads on from later speech, with
+# nothing aligned over what it skipped (base, French telephone prompts on oneDNN with
+# AVX-512: 15 s, 37 words). Telephone prompts pause 1-2 s, the noisy recording once 8 s.
+GAP_SECONDS = 5.0
 MAX_DEPTH = 2  # a stretch read again is itself searched once more, no deeper
 
 
@@ -49,8 +56,9 @@ class Rereads:
     def describe(self) -> str:
         """The stats' row."""
         return (
-            f"{self.stretches} stretch{'es' if self.stretches != 1 else ''} under a word "
-            f"aligned over {STRETCHED_SECONDS:g} s ({self.seconds:.1f} s), decoded again"
+            f"{self.stretches} stretch{'es' if self.stretches != 1 else ''} of skipped speech "
+            f"({self.seconds:.1f} s: under a word aligned over {STRETCHED_SECONDS:g} s, or a "
+            f"gap of {GAP_SECONDS:g} s between two), decoded again"
         )
 
 
@@ -88,21 +96,48 @@ def transcribe(
 def read_again(
     raw: Iterator, reread: Callable[[float, float, str], list], words_of: Callable
 ) -> Iterator:
-    """faster-whisper's segments, each cut after a stretched word, with what `reread(start,
-    end, text before)` decodes of the stretch under it between the two parts."""
-    before = ""
+    """faster-whisper's segments, each cut at a stretched word or before a long silent gap,
+    with what `reread(start, end, text before)` decodes of that stretch between the parts."""
+    before, last_end = "", None
     for segment in raw:
-        for piece in _pieces(segment, reread, words_of, before):
+        for piece in _pieces(segment, reread, words_of, before, last_end):
             before = piece.text
+            last_end = piece.words[-1].end if piece.words else last_end
             yield piece
 
 
-def _pieces(segment, reread: Callable, words_of: Callable, before: str) -> Iterator:
+def _pieces(
+    segment, reread: Callable, words_of: Callable, before: str, last_end: float | None
+) -> Iterator:
     words = list(segment.words or ())
-    at = next((i for i, w in enumerate(words) if w.end - w.start > STRETCHED_SECONDS), None)
+    ends = [last_end] + [w.end for w in words[:-1]]
+    at = next((i for i, w in enumerate(words) if _skipped(w, ends[i])), None)
     if at is None:
         yield segment
         return
+    word = words[at]
+    if word.end - word.start > STRETCHED_SECONDS:
+        yield from _stretched(segment, words, at, reread, words_of, before)
+        return
+    # the gap before the word: nothing aligned there, so nothing heard again to drop
+    again = reread(ends[at], word.start, before + _text(words[:at]))
+    first, rest = (
+        words_of(segment, words[:at], words[at:], _text(words[:at])) if at else (None, segment)
+    )
+    if first is not None:
+        yield first
+    yield from again
+    yield from _pieces(rest, reread, words_of, "", word.start)
+
+
+def _skipped(word, last_end: float | None) -> bool:
+    """A word stretched over speech, or a gap before it no pause in speech lasts."""
+    if word.end - word.start > STRETCHED_SECONDS:
+        return True
+    return last_end is not None and word.start - last_end > GAP_SECONDS
+
+
+def _stretched(segment, words: list, at: int, reread, words_of, before: str) -> Iterator:
     stretched = words[at]
     again = reread(stretched.start, stretched.end, before + _text(words[:at]))
     heard = next((w for s in again for w in s.words or ()), None)
@@ -116,7 +151,7 @@ def _pieces(segment, reread: Callable, words_of: Callable, before: str) -> Itera
         yield first
     yield from again
     if rest is not None:
-        yield from _pieces(rest, reread, words_of, "")
+        yield from _pieces(rest, reread, words_of, "", stretched.end)
 
 
 def _plausible(segment) -> bool:
