@@ -53,8 +53,6 @@ class LiveSession:
         stats: LiveStats,
         settings: StreamSettings,
     ):
-        # its next decode reads a skipped stretch again: no reread inside a decode
-        request = dataclasses.replace(request, reread_stretched=False)
         self.backend, self.request, self.capture = backend, request, capture
         self.detector, self.listener = detector, listener
         self.stats, self.settings = stats, settings
@@ -230,6 +228,8 @@ class LiveSession:
     def _read(self, start: int, stop: int, prompt: str | None = None) -> Hypothesis:
         samples = self._audio[start - self._origin : stop - self._origin]
         request = bounded(self.request, samples.size / SAMPLE_RATE)
+        # its next decode reads a skipped stretch again: no reread inside a decode
+        request = dataclasses.replace(request, reread_stretched=False)
         if prompt is not None:
             request = dataclasses.replace(request, prompt=prompt)
         started = time.perf_counter()
