@@ -92,9 +92,10 @@ class DecodeRequest:
     # Audio of one window encoded in a window of its length + 2 s, at least this many
     # seconds, not Whisper's whole 30 s (live mode, kvscribe.audio.mel.encoder_frames).
     encoder_window: float | None = None
-    # Sequential decodes: the speech under a word aligned over 2 s (skipped by the decoder)
-    # is decoded again (backends/ctranslate2/stretched.py). Live mode turns it off: its next
-    # decode of the buffer reads that speech again anyway.
+    # Sequential decodes over one window: speech the decoder skipped (under a word aligned
+    # over 2 s, or in a gap of 5 s before one) is decoded again
+    # (backends/ctranslate2/stretched.py). Live mode turns it off
+    # (kvscribe.live.streaming.decode_request): its next decode reads that speech anyway.
     reread_stretched: bool = True
 
 

@@ -9,8 +9,6 @@ import time
 
 import numpy as np
 import pytest
-from faster_whisper.transcribe import Segment as FwSegment
-from faster_whisper.transcribe import Word as FwWord
 
 from kvscribe.audio import SAMPLE_RATE, load_audio
 from kvscribe.audio.stream import open_streamed
@@ -21,6 +19,7 @@ from kvscribe.contract import DecodeRequest
 from kvscribe.pipeline import transcribe_speech
 from tests import loaded, media
 from tests.conftest import EVAL_DIR, longest_deleted_run, run_cli
+from tests.fw_segments import fw_segment, fw_word
 
 JOINED_REAL = EVAL_DIR.parent / "clips_joined" / "joined_real.wav"
 LIBRIVOX = EVAL_DIR / "ps_librivox_ss01_0870.wav"
@@ -53,20 +52,8 @@ def test_what_fits_one_window_stays_whole():
 
 
 def test_the_second_half_is_put_on_the_whole_inputs_clock():
-    word = FwWord(start=1.0, end=1.5, word=" ask", probability=0.9)
-    segment = FwSegment(
-        id=1,
-        seek=300,
-        start=1.0,
-        end=2.5,
-        text=" ask not",
-        tokens=[1, 2],
-        avg_logprob=-0.2,
-        compression_ratio=1.1,
-        no_speech_prob=0.01,
-        words=[word],
-        temperature=0.0,
-    )
+    word = fw_word(1.0, 1.5, " ask")
+    segment = fw_segment([word], tokens=[1, 2], seek=300, text=" ask not", end=2.5)
     (moved,) = ct2_stream.shifted(iter([segment]), 40 * SAMPLE_RATE)
     assert (moved.start, moved.end, moved.seek) == (41.0, 42.5, 300 + 4000)
     assert (moved.words[0].start, moved.words[0].end) == (41.0, 41.5)

@@ -136,13 +136,16 @@ def test_a_decode_may_not_run_on_far_past_what_its_buffer_can_hold(
 ):
     """Each decode's tokens are bounded by its buffer's length (12 a second, and 16), so a
     decoder caught repeating itself stops long before Whisper's 224 tokens; JFK's words
-    are all there under the bound. A smaller --max-new-tokens still wins."""
+    are all there under the bound. A smaller --max-new-tokens still wins. No decode reads
+    skipped speech again inside itself: the next decode of the buffer does."""
     engine = ct2_backend
     decode = engine.transcribe
     asked: list[tuple[float, int | None]] = []  # (buffer seconds, max_new_tokens) per decode
+    rereads: list[bool] = []
 
     def spied(samples, request):
         asked.append((samples.size / SR, request.max_new_tokens))
+        rereads.append(request.reread_stretched)
         return decode(samples, request)
 
     monkeypatch.setattr(engine, "transcribe", spied)
@@ -151,6 +154,7 @@ def test_a_decode_may_not_run_on_far_past_what_its_buffer_can_hold(
     recorder = replay(ct2_backend, tmp_path, stream, StreamSettings(step=2.0), max_new_tokens=given)
     expected = [given or int(seconds * 12) + 16 for seconds, _ in asked]
     assert asked and [bound for _, bound in asked] == expected, asked
+    assert not any(rereads)
     committed = " ".join(text for kind, text, _ in recorder.events if kind == "committed")
     said = "What your country can do for you, ask what you can do for your country."
     assert (wer(said, committed) <= 0.1) == (given is None)

@@ -6,8 +6,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from faster_whisper.transcribe import Segment as FwSegment
-from faster_whisper.transcribe import Word as FwWord
 
 from kvscribe.adapters import faster_whisper as adapter
 from kvscribe.audio import load_audio
@@ -18,6 +16,7 @@ from kvscribe.models.embedded import EMBEDDED
 from kvscribe.pipeline import transcribe_speech
 from tests import loaded
 from tests.conftest import ROOT, basic_normalised, longest_deleted_run
+from tests.fw_segments import fw_segment, fw_word
 
 
 @pytest.fixture(scope="module")
@@ -25,28 +24,18 @@ def engine():
     return loaded.ctranslate2_on_threads(2).engine
 
 
-def _word(start: float, end: float, text: str) -> FwWord:
-    return FwWord(start=start, end=end, word=text, probability=0.9)
+def _word(start: float, end: float, text: str):
+    return fw_word(start, end, text)
 
 
-def _segment(engine, words: list[FwWord], seek: int = 0) -> FwSegment:
+def _segment(engine, words: list, seek: int = 0):
+    """A segment of `words` with the tokens the real tokenizer gives their text."""
     text = "".join(w.word for w in words)
-    return FwSegment(
-        id=1,
-        seek=seek,
-        start=words[0].start,
-        end=words[-1].end,
-        text=text,
-        tokens=adapter.tokenizer(engine, "transcribe", "en").encode(text),
-        avg_logprob=-0.2,
-        compression_ratio=1.1,
-        no_speech_prob=0.01,
-        words=words,
-        temperature=0.0,
-    )
+    tokens = adapter.tokenizer(engine, "transcribe", "en").encode(text)
+    return fw_segment(words, tokens=tokens, seek=seek)
 
 
-def _spliced(engine, segments: list[FwSegment], reread) -> list[FwSegment]:
+def _spliced(engine, segments: list, reread) -> list:
     words_of = stretched._WordTokens(engine, "transcribe", "en")
     return list(stretched.read_again(iter(segments), reread, words_of))
 
@@ -109,30 +98,20 @@ def test_a_stretch_read_again_to_nothing_leaves_the_segment_as_it_was(engine):
 def test_a_made_up_reading_of_the_stretch_is_left_out():
     """A stretch read alone can come back as words no one said, all unlikely: openai-whisper's
     hallucination test drops it, as the batched path drops such a reread."""
-    made_up = FwSegment(
-        id=1,
-        seek=0,
-        start=0.0,
-        end=3.0,
-        text=" Thank you.",
+    made_up = fw_segment(
+        [fw_word(0.0, 0.05, " Thank", 0.05), fw_word(0.05, 3.0, " you.", 0.1)],
         tokens=[1, 2],
         avg_logprob=-1.5,
-        compression_ratio=1.0,
         no_speech_prob=0.5,
-        words=[
-            FwWord(start=0.0, end=0.05, word=" Thank", probability=0.05),
-            FwWord(start=0.05, end=3.0, word=" you.", probability=0.1),
-        ],
-        temperature=0.0,
     )
     heard = _segment_like(made_up, probability=0.9, ends=(0.4, 0.8))
     assert not stretched._plausible(made_up)
     assert stretched._plausible(heard)
 
 
-def _segment_like(segment: FwSegment, probability: float, ends: tuple[float, float]):
+def _segment_like(segment, probability: float, ends: tuple[float, float]):
     words = [
-        FwWord(start=start, end=end, word=w.word, probability=probability)
+        fw_word(start, end, w.word, probability)
         for w, start, end in zip(segment.words, (0.0, ends[0]), ends, strict=True)
     ]
     return dataclasses.replace(segment, words=words)

@@ -29,7 +29,7 @@ from kvscribe.contract import DecodeRequest
 from kvscribe.live.agreement import Hypothesis, LocalAgreement
 from kvscribe.live.capture import Capture, Chunk
 from kvscribe.live.stats import LiveStats
-from kvscribe.live.streaming import LiveListener, StreamSettings, bounded
+from kvscribe.live.streaming import LiveListener, StreamSettings, decode_request
 from kvscribe.live.utterance import Utterance
 from kvscribe.voice.silero import VoiceDetector, VoiceEvent, level_dbfs
 
@@ -227,9 +227,7 @@ class LiveSession:
 
     def _read(self, start: int, stop: int, prompt: str | None = None) -> Hypothesis:
         samples = self._audio[start - self._origin : stop - self._origin]
-        request = bounded(self.request, samples.size / SAMPLE_RATE)
-        # its next decode reads a skipped stretch again: no reread inside a decode
-        request = dataclasses.replace(request, reread_stretched=False)
+        request = decode_request(self.request, samples.size / SAMPLE_RATE)
         if prompt is not None:
             request = dataclasses.replace(request, prompt=prompt)
         started = time.perf_counter()

@@ -66,14 +66,15 @@ class StreamSettings:
         )
 
 
-def bounded(request: DecodeRequest, seconds: float) -> DecodeRequest:
-    """The request, its tokens per decode bounded by the buffer's length (the user's
-    --max-new-tokens when smaller)."""
+def decode_request(request: DecodeRequest, seconds: float) -> DecodeRequest:
+    """The request for one decode of a buffer of `seconds`: its tokens bounded by the
+    buffer's length (the user's --max-new-tokens when smaller), and no stretch of skipped
+    speech read again inside the decode (DecodeRequest.reread_stretched): the next decode
+    of the buffer reads it anyway."""
     bound = int(seconds * _TOKENS_PER_SECOND) + _TOKENS_BASE
     given = request.max_new_tokens
-    if given is not None and given <= bound:
-        return request
-    return dataclasses.replace(request, max_new_tokens=bound)
+    tokens = given if given is not None and given <= bound else bound
+    return dataclasses.replace(request, max_new_tokens=tokens, reread_stretched=False)
 
 
 class LiveListener(Protocol):
