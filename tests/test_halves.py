@@ -46,6 +46,17 @@ def test_the_cut_falls_in_the_pause_near_the_middle():
     assert pause_start + 0.2 * SAMPLE_RATE <= at <= pause_start + 0.6 * SAMPLE_RATE
 
 
+def test_of_pauses_about_as_quiet_the_cut_takes_the_one_nearest_the_middle():
+    """Two equally quiet pauses, at 42 % and 52 % of the input: the cut is in the later one,
+    which halves it more evenly (the quietest first one had taken the earlier, and the
+    longer second half ran on alone)."""
+    audio = np.concatenate([_speech(41.8), _quiet(0.8), _speech(9.2), _quiet(0.8), _speech(47.4)])
+    at = halves.cut(audio)
+    pause_start = 51.8 * SAMPLE_RATE
+    assert at is not None
+    assert pause_start + 0.2 * SAMPLE_RATE <= at <= pause_start + 0.6 * SAMPLE_RATE
+
+
 def test_what_fits_one_window_stays_whole():
     assert halves.cut(_speech(halves.MIN_SECONDS - 1.0)) is None
     assert halves.cut(_speech(halves.MIN_SECONDS + 10.0)) is not None
