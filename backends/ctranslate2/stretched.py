@@ -85,7 +85,14 @@ def transcribe(
     def reread(start: float, end: float, before: str) -> list:
         begin, stop = round(start * SAMPLE_RATE), min(round(end * SAMPLE_RATE), audio.size)
         rereads.add((stop - begin) / SAMPLE_RATE)
-        again = options | {"language": language, "initial_prompt": before.strip() or None}
+        # No temperature fallback: a stretch that reads badly at the first temperature is
+        # taken for no speech, not sampled (each sampled try loads a model of its own on
+        # a CPU, sampling.py: about 2 s for base here, five temperatures after one another)
+        again = options | {
+            "language": language,
+            "initial_prompt": before.strip() or None,
+            "temperature": list(options["temperature"])[:1],
+        }
         part = Joined(audio, [(begin, stop)])
         segments, _ = transcribe(engine, part, again, rereads, depth=depth - 1)
         return [s for s in ct2_stream.shifted(segments, begin) if _plausible(s)]
