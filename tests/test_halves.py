@@ -31,9 +31,9 @@ def _speech(seconds: float) -> np.ndarray:
     return np.resize(clip, int(seconds * SAMPLE_RATE)).astype(np.float32)
 
 
-def _quiet(seconds: float) -> np.ndarray:
+def _quiet(seconds: float, level: float = 0.002) -> np.ndarray:
     noise = np.random.default_rng(3).standard_normal(int(seconds * SAMPLE_RATE))
-    return (0.002 * noise).astype(np.float32)
+    return (level * noise).astype(np.float32)
 
 
 def test_the_cut_falls_in_the_pause_near_the_middle():
@@ -53,6 +53,20 @@ def test_of_pauses_about_as_quiet_the_cut_takes_the_one_nearest_the_middle():
     audio = np.concatenate([_speech(41.8), _quiet(0.8), _speech(9.2), _quiet(0.8), _speech(47.4)])
     at = halves.cut(audio)
     pause_start = 51.8 * SAMPLE_RATE
+    assert at is not None
+    assert pause_start + 0.2 * SAMPLE_RATE <= at <= pause_start + 0.6 * SAMPLE_RATE
+
+
+def test_a_quiet_rooms_pause_near_the_middle_is_taken_over_a_silent_one_further_off():
+    """A pause of near digital silence (what is left where silence was cut out between two
+    utterances) at 42 %, and a pause over a quiet room's floor (about 1 % of the speech's
+    level) at 50 %: the cut is in the later one. Judged against the silent pause alone, the
+    room's was far louder than it and never taken (the telephone recording cut at 43 %)."""
+    audio = np.concatenate(
+        [_speech(41.8), _quiet(0.8, 1e-5), _speech(8.2), _quiet(0.8, 0.001), _speech(48.4)]
+    )
+    at = halves.cut(audio)
+    pause_start = 50.8 * SAMPLE_RATE
     assert at is not None
     assert pause_start + 0.2 * SAMPLE_RATE <= at <= pause_start + 0.6 * SAMPLE_RATE
 
