@@ -109,6 +109,26 @@ def test_a_made_up_reading_of_the_stretch_is_left_out():
     assert stretched._plausible(heard)
 
 
+def test_a_reading_that_hears_only_punctuation_ends_the_stretch(engine):
+    """A stretch read again over noise came back as " . . . ." (each dot aligned as a word
+    over seconds) and its dots' stretches were read again, window after window: the reading
+    ends at such a segment, and the window after it is never decoded."""
+    windows = [
+        _segment(engine, [_word(0.0, 0.5, " Press"), _word(0.5, 0.9, " one.")]),
+        _segment(engine, [_word(1.0, 3.5, " ."), _word(3.5, 6.0, " .")]),
+        _segment(engine, [_word(6.0, 6.5, " Goodbye.")]),
+    ]
+    decoded = []
+
+    def decode():
+        for window in windows:
+            decoded.append(window)
+            yield window
+
+    assert list(stretched.heard(decode())) == windows[:1]
+    assert decoded == windows[:2]
+
+
 def _segment_like(segment, probability: float, ends: tuple[float, float]):
     words = [
         fw_word(start, end, w.word, probability)

@@ -21,6 +21,7 @@ not: its next decode of the buffer reads that speech again anyway
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -77,6 +78,8 @@ def transcribe(
     raw, info = ct2_stream.transcribe(
         engine, audio, encoder_frames, **options | {"word_timestamps": True}
     )
+    if depth < MAX_DEPTH:
+        raw = heard(raw)
     if depth == 0:
         return raw, info
     language = info.language
@@ -167,6 +170,20 @@ def _plausible(segment) -> bool:
     (kvscribe.aligned_chunks keeps a batched chunk's rereads by the same tests)."""
     words = [TimedWord(w.start, w.end, w.word, w.probability) for w in segment.words or ()]
     return bool(words) and not is_anomalous(words) and not is_squeezed(words)
+
+
+def heard(segments: Iterator) -> Iterator:
+    """A stretch's reading up to its first segment that says nothing but punctuation, no
+    window decoded after it. Over noise a stretch read again can come back as " . . . .",
+    each dot aligned as a word over seconds: the seek followed the dots through the stretch
+    and the dots' stretches were read again, window after window of dots (the noisy
+    telephone recording: 8 windows, 2 s of one core), all dropped in the end by
+    `_plausible`."""
+    return itertools.takewhile(_has_words, segments)
+
+
+def _has_words(segment) -> bool:
+    return any(character.isalnum() for character in segment.text)
 
 
 def _text(words: list) -> str:
