@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 import results_file
-from encoder_ops import _session
+from encoder_ops import one_thread_session
 
 from kvscribe import models
 from kvscribe.models.ct2_file import whisper_dims
@@ -74,7 +74,9 @@ class Graph:
         result = helper.make_tensor_value_info(output, dtype, None)
         graph = helper.make_graph(self.nodes, "variant", values, [result], self.initializers)
         opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
-        return _session(helper.make_model(graph, opset_imports=opsets).SerializeToString())
+        return one_thread_session(
+            helper.make_model(graph, opset_imports=opsets).SerializeToString()
+        )
 
     def row_quantized(self, x: str, zero_point) -> tuple[str, str]:
         """x's rows each scaled so its largest magnitude is 127, as uint8 around

@@ -41,7 +41,9 @@ ROUNDS = 3
 TIMED_CALLS = 5  # the float32 MatMul reference
 
 
-def _session(graph, profile_prefix: str | None = None):
+def one_thread_session(graph, profile_prefix: str | None = None):
+    """An onnxruntime CPU session of `graph` (a path or serialized bytes) on one thread,
+    profiled where `profile_prefix` is given."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -57,7 +59,7 @@ def kernel_ms_by_op(graph: Path, windows: np.ndarray, folder: Path) -> dict[str,
     """Each operator kind's kernel milliseconds a window, from onnxruntime's profile; the
     warm-up calls (one a window) left out: every call of the graph profiles the same
     number of kernels."""
-    session = _session(str(graph), str(folder / "profile"))
+    session = one_thread_session(str(graph), str(folder / "profile"))
     feeds = [{onnx_encoder.INPUT: window[None]} for window in windows]
     for _ in range(1 + ROUNDS):
         for feed in feeds:
@@ -91,7 +93,7 @@ def float32_matmul_gflops(heads: int, frames: int, d_head: int) -> float:
         [value("c", [heads, frames, frames])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-    session = _session(model.SerializeToString())
+    session = one_thread_session(model.SerializeToString())
     rng = np.random.default_rng(0)
     feed = {
         "a": rng.standard_normal((heads, frames, d_head), np.float32),
