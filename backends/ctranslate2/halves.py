@@ -43,7 +43,7 @@ QUIET_ENOUGH = 1.5
 # peaks) is as quiet as one of digital silence: where utterances joined with a trace of
 # digital silence left between them, the quietest pause was near zero, none of the pauses
 # of an ordinary quiet room came within 1.5x of it, and the cut of the telephone
-# recording fell at 43 % (50 % now; its first half ran 5 windows, its second 7).
+# recording fell at 43 % (49 % now; its first half had run 5 windows, its second 7).
 SILENT_ENOUGH = 0.02
 SPEECH_PERCENTILE = 95
 
