@@ -38,6 +38,7 @@ import results_file
 from encoder_ops import one_thread_session
 
 from kvscribe import models
+from kvscribe.models import onnx_encoder
 from kvscribe.models.ct2_file import whisper_dims
 
 CALLS, ROUNDS = 5, 3
@@ -68,15 +69,7 @@ class Graph:
         return name
 
     def session(self, inputs: dict[str, tuple], output: str, dtype: int = 1):
-        from onnx import helper
-
-        values = [helper.make_tensor_value_info(n, dtype, s) for n, s in inputs.items()]
-        result = helper.make_tensor_value_info(output, dtype, None)
-        graph = helper.make_graph(self.nodes, "variant", values, [result], self.initializers)
-        opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
-        return one_thread_session(
-            helper.make_model(graph, opset_imports=opsets).SerializeToString()
-        )
+        return session_of(self.nodes, self.initializers, inputs, output, dtype)
 
     def row_quantized(self, x: str, zero_point) -> tuple[str, str]:
         """x's rows each scaled so its largest magnitude is 127, as uint8 around
@@ -93,23 +86,29 @@ class Graph:
         return self.op("QuantizeLinear", [scaled, self.const(np.float32(1)), zero_point]), scale
 
 
-def column_int8(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    scale = (np.abs(weight).max(axis=0) / 127).astype(np.float32)
-    return np.clip(np.round(weight / scale), -127, 127).astype(np.int8), scale
+def session_of(nodes, initializers, inputs: dict[str, tuple], output: str, dtype: int = 1):
+    """A one-thread session of a graph of `nodes`: `inputs` of `dtype`, one output."""
+    from onnx import helper
+
+    values = [helper.make_tensor_value_info(n, dtype, s) for n, s in inputs.items()]
+    result = helper.make_tensor_value_info(output, dtype, None)
+    graph = helper.make_graph(nodes, "variant", values, [result], initializers)
+    opsets = [helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    return one_thread_session(model.SerializeToString())
 
 
 def linear_variants(weight: np.ndarray) -> dict:
     rows, inner = 1500, weight.shape[0]
     shape = {"x": (1, rows, inner)}
-    quantized, column_scale = column_int8(weight)
+    quantized, column_scale = onnx_encoder.quantized_columns(weight)
     variants = {}
 
-    g = Graph()
-    middle = g.const(np.uint8(128))
-    q, row_scale = g.row_quantized("x", middle)
-    product = g.op("Cast", [g.op("MatMulInteger", [q, g.const(quantized), middle])], to=1)
-    out = g.op("Mul", [g.op("Mul", [product, row_scale]), g.const(column_scale)])
-    variants["kvscribe: per-row quantize, MatMulInteger, rescale"] = g.session(shape, out)
+    kvscribe = onnx_encoder.GraphBuilder({}, int8=True)  # the encoder graph's own nodes
+    out = kvscribe.int8_product("fc1", "x", weight)
+    variants["kvscribe: per-row quantize, MatMulInteger, rescale"] = session_of(
+        kvscribe.nodes, kvscribe.initializers, shape, out
+    )
 
     g = Graph()
     largest = g.op("ReduceMax", [g.op("Abs", ["x"]), g.const([-1])], keepdims=1)

@@ -36,14 +36,20 @@ def _quiet(seconds: float, level: float = 0.002) -> np.ndarray:
     return (level * noise).astype(np.float32)
 
 
+def _assert_cut_in_the_pause_from(audio: np.ndarray, pause_start_seconds: float) -> None:
+    """The cut falls inside the 0.8 s pause starting at `pause_start_seconds`, away from its
+    edges (the middle of a pause, where no word is cut)."""
+    at = halves.cut(audio)
+    pause_start = pause_start_seconds * SAMPLE_RATE
+    assert at is not None
+    assert pause_start + 0.2 * SAMPLE_RATE <= at <= pause_start + 0.6 * SAMPLE_RATE
+
+
 def test_the_cut_falls_in_the_pause_near_the_middle():
     """Continuous speech with one real pause at 45 % of it: the cut is inside the pause, not
     in a word; a pause outside the middle (at 10 %) is not taken though it is longer."""
     audio = np.concatenate([_speech(6.0), _quiet(2.0), _speech(22.0), _quiet(0.8), _speech(36.0)])
-    at = halves.cut(audio)
-    pause_start = 30.0 * SAMPLE_RATE
-    assert at is not None
-    assert pause_start + 0.2 * SAMPLE_RATE <= at <= pause_start + 0.6 * SAMPLE_RATE
+    _assert_cut_in_the_pause_from(audio, 30.0)
 
 
 def test_of_pauses_about_as_quiet_the_cut_takes_the_one_nearest_the_middle():
@@ -51,10 +57,7 @@ def test_of_pauses_about_as_quiet_the_cut_takes_the_one_nearest_the_middle():
     which halves it more evenly (the quietest first one had taken the earlier, and the
     longer second half ran on alone)."""
     audio = np.concatenate([_speech(41.8), _quiet(0.8), _speech(9.2), _quiet(0.8), _speech(47.4)])
-    at = halves.cut(audio)
-    pause_start = 51.8 * SAMPLE_RATE
-    assert at is not None
-    assert pause_start + 0.2 * SAMPLE_RATE <= at <= pause_start + 0.6 * SAMPLE_RATE
+    _assert_cut_in_the_pause_from(audio, 51.8)
 
 
 def test_a_quiet_rooms_pause_near_the_middle_is_taken_over_a_silent_one_further_off():
@@ -65,10 +68,7 @@ def test_a_quiet_rooms_pause_near_the_middle_is_taken_over_a_silent_one_further_
     audio = np.concatenate(
         [_speech(41.8), _quiet(0.8, 1e-5), _speech(8.2), _quiet(0.8, 0.001), _speech(48.4)]
     )
-    at = halves.cut(audio)
-    pause_start = 50.8 * SAMPLE_RATE
-    assert at is not None
-    assert pause_start + 0.2 * SAMPLE_RATE <= at <= pause_start + 0.6 * SAMPLE_RATE
+    _assert_cut_in_the_pause_from(audio, 50.8)
 
 
 def test_what_fits_one_window_stays_whole():

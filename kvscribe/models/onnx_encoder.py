@@ -46,7 +46,7 @@ def write(ct2_dir: Path, target: Path, precision: str) -> Path:
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: one of {PRECISIONS}")
     dims = whisper_dims(ct2_dir / "model.bin")
-    model = _Builder(_encoder_weights(ct2_dir, dims), precision == "int8").encoder(dims)
+    model = GraphBuilder(_encoder_weights(ct2_dir, dims), precision == "int8").encoder(dims)
     staging = staging_file(target)
     try:
         onnx.save(model, str(staging))
@@ -76,8 +76,9 @@ def quantized_columns(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return quantized, scale
 
 
-class _Builder:
-    """Adds nodes one operation at a time; each output is named after its node."""
+class GraphBuilder:
+    """Adds nodes one operation at a time; each output is named after its node (also used
+    by benchmarks/encoder_op_variants.py to time one int8 linear layer as the graph runs it)."""
 
     def __init__(self, weights: dict[str, np.ndarray], int8: bool):
         self.weights, self.int8 = weights, int8
